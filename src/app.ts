@@ -1,0 +1,106 @@
+/**
+ * The composition root shared by `main` and the tests:
+ * config → Redis → clock → queues → gRPC server.
+ */
+import { fromJson, type JsonValue } from "@bufbuild/protobuf";
+import { readConfigFile, type Config } from "./config.js";
+import { invalid } from "./errors.js";
+import { RedisClock, type Clock } from "./clock.js";
+import { createLogger, type Logger } from "./log.js";
+import { QueueSchema } from "./gen/switchyard/v1/queue_pb.js";
+import { connectRedis, type RedisConnection } from "./redis/connection.js";
+import { systemKeys } from "./redis/keys.js";
+import { QueueRegistry } from "./queue/registry.js";
+import { Queues } from "./queue/queues.js";
+import { queueSpec } from "./grpc/convert.js";
+import { bind, createGrpcServer } from "./grpc/server.js";
+import { ServingStatus, type Health } from "./grpc/health.js";
+
+/** A running Switchyard instance. */
+export interface App {
+  /** host:port the gRPC server is bound to. */
+  readonly address: string;
+  readonly queues: Queues;
+  readonly health: Health;
+  readonly redis: RedisConnection;
+  readonly clock: Clock;
+  /** Stops taking work, returns held items, closes Redis. */
+  stop(): Promise<void>;
+}
+
+/** Injected parts (tests pass a manual clock). */
+export interface AppParts {
+  clock?: Clock;
+  log?: Logger;
+}
+
+async function declareFromFile(path: string, registry: QueueRegistry): Promise<void> {
+  const file = readConfigFile(path);
+  for (const [i, json] of file.queues.entries()) {
+    let queue;
+    try {
+      queue = fromJson(QueueSchema, json as JsonValue);
+    } catch (err) {
+      throw invalid(`config file ${path}: queues[${i}]: ${err instanceof Error ? err.message : String(err)}`);
+    }
+    await registry.create(queueSpec(queue), { replace: true });
+  }
+}
+
+function hostOf(address: string): string {
+  return address.slice(0, address.lastIndexOf(":"));
+}
+
+/** Starts an instance from `config`. */
+export async function startApp(config: Config, parts: AppParts = {}): Promise<App> {
+  const log = parts.log ?? createLogger(config.logLevel);
+  const redis = await connectRedis(config.redis, log);
+  try {
+    let clock = parts.clock;
+    if (!clock) {
+      const redisClock = new RedisClock();
+      await redisClock.sync(() => redis.client.time());
+      clock = redisClock;
+    }
+    const registry = new QueueRegistry(redis, systemKeys(config.namespace), clock, log);
+    await registry.start();
+    if (config.configFile) await declareFromFile(config.configFile, registry);
+    const queues = new Queues(registry, redis, clock, config, log);
+    queues.start();
+    const { server, health } = createGrpcServer(config, queues, log);
+    const port = await bind(server, config.grpcAddress);
+    const address = `${hostOf(config.grpcAddress)}:${port}`;
+    const follow = () => health.setAll(redis.ready() ? ServingStatus.SERVING : ServingStatus.NOT_SERVING);
+    for (const event of ["ready", "close", "end", "reconnecting", "error"]) redis.client.on(event, follow);
+    follow();
+    log.info("switchyard listening", { address });
+    let stopping: Promise<void> | undefined;
+    const stop = async () => {
+      health.setAll(ServingStatus.NOT_SERVING);
+      await new Promise<void>((ok) => {
+        const force = setTimeout(() => server.forceShutdown(), config.shutdownGraceMs);
+        server.tryShutdown(() => {
+          clearTimeout(force);
+          ok();
+        });
+        // Lease streams never end by themselves: cancel them now, their items go back below.
+        setImmediate(() => server.forceShutdown());
+      });
+      await queues.stop();
+      await registry.stop();
+      await redis.close();
+    };
+    return {
+      address,
+      queues,
+      health,
+      redis,
+      clock,
+      stop: () => (stopping ??= stop()),
+    };
+  } catch (err) {
+    await redis.close();
+    throw err;
+  }
+}
+

@@ -1,0 +1,269 @@
+/**
+ * A typed TypeScript client for Switchyard, built on the generated protobuf-es
+ * code and the same grpc-js adapter the server uses.
+ */
+import * as grpc from "@grpc/grpc-js";
+import { create, type DescMessage, type MessageInitShape } from "@bufbuild/protobuf";
+import { durationFromMs } from "@bufbuild/protobuf/wkt";
+import {
+  type AckResponse,
+  type Delivery,
+  type EnqueueItem,
+  EnqueueItemSchema,
+  type ExtendLeaseResponse,
+  type LeaseOpened,
+  type LeaseRequest,
+  LeaseRequestSchema,
+  type LeaseResponse,
+  type ListQueuesResponse,
+  type Queue,
+  type QueueSchema,
+  QueueService,
+  type QueueStats,
+  type RetryResponse,
+  type SettleResult,
+} from "../gen/switchyard/v1/queue_pb.js";
+import { clientConstructor } from "../grpc/adapter.js";
+
+/** Something to enqueue: bytes, a string (UTF-8), or an item with headers. */
+export type ItemInput = Uint8Array | string | { payload: Uint8Array | string; headers?: Record<string, string> };
+
+/** Options for the client. */
+export interface ClientOptions {
+  credentials?: grpc.ChannelCredentials;
+  channelOptions?: grpc.ChannelOptions;
+  /** Deadline for unary calls (ms). Default 30 s. */
+  timeoutMs?: number;
+}
+
+/** Reply items sent with an ack (SPEC Q9). */
+export interface Reply {
+  queue: string;
+  items: ItemInput[];
+  ttlMs?: number;
+}
+
+type Unary = (req: unknown, meta: grpc.Metadata, opts: grpc.CallOptions, cb: (err: grpc.ServiceError | null, res: unknown) => void) => void;
+
+const utf8 = new TextEncoder();
+
+function toItem(input: ItemInput): EnqueueItem {
+  if (typeof input === "string") return create(EnqueueItemSchema, { payload: utf8.encode(input) });
+  if (input instanceof Uint8Array) return create(EnqueueItemSchema, { payload: input });
+  const payload = typeof input.payload === "string" ? utf8.encode(input.payload) : input.payload;
+  return create(EnqueueItemSchema, { payload, headers: input.headers ?? {} });
+}
+
+function replyFields(reply?: Reply) {
+  if (!reply) return {};
+  return {
+    replyQueue: reply.queue,
+    replies: reply.items.map(toItem),
+    replyTtl: reply.ttlMs ? durationFromMs(reply.ttlMs) : undefined,
+  };
+}
+
+/** A client of QueueService. */
+export class SwitchyardClient {
+  readonly grpc: grpc.Client;
+  private readonly timeoutMs: number;
+
+  constructor(address: string, options: ClientOptions = {}) {
+    const Ctor = clientConstructor(QueueService);
+    this.grpc = new Ctor(address, options.credentials ?? grpc.credentials.createInsecure(), options.channelOptions);
+    this.timeoutMs = options.timeoutMs ?? 30_000;
+  }
+
+  private call<Res>(method: keyof typeof QueueService.method, request: object): Promise<Res> {
+    const fn = (this.grpc as unknown as Record<string, Unary>)[method].bind(this.grpc);
+    const message = create(QueueService.method[method].input as DescMessage, request as Record<string, unknown>);
+    return new Promise((ok, fail) =>
+      fn(message, new grpc.Metadata(), { deadline: Date.now() + this.timeoutMs }, (err, res) => (err ? fail(err) : ok(res as Res))),
+    );
+  }
+
+  /** Declares a queue; resolves to the stored declaration. */
+  async createQueue(queue: MessageInitShape<typeof QueueSchema>): Promise<Queue> {
+    return (await this.call<{ queue: Queue }>("createQueue", { queue })).queue;
+  }
+
+  async getQueue(name: string): Promise<Queue> {
+    return (await this.call<{ queue: Queue }>("getQueue", { name })).queue;
+  }
+
+  listQueues(pageSize = 0, pageToken = ""): Promise<ListQueuesResponse> {
+    return this.call("listQueues", { pageSize, pageToken });
+  }
+
+  async deleteQueue(name: string, options: { purge?: boolean } = {}): Promise<void> {
+    await this.call("deleteQueue", { name, purge: options.purge ?? false });
+  }
+
+  async getQueueStats(name: string): Promise<QueueStats> {
+    return (await this.call<{ stats: QueueStats }>("getQueueStats", { name })).stats;
+  }
+
+  /** Enqueues items in order; resolves to their ids. */
+  async enqueue(queue: string, items: ItemInput[], options: { ttlMs?: number } = {}): Promise<string[]> {
+    const ttl = options.ttlMs ? durationFromMs(options.ttlMs) : undefined;
+    return (await this.call<{ ids: string[] }>("enqueue", { queue, items: items.map(toItem), ttl })).ids;
+  }
+
+  ack(leaseToken: string, reply?: Reply): Promise<AckResponse> {
+    return this.call("ack", { leaseToken, ...replyFields(reply) });
+  }
+
+  retry(leaseToken: string): Promise<RetryResponse> {
+    return this.call("retry", { leaseToken });
+  }
+
+  async drop(leaseToken: string): Promise<void> {
+    await this.call("drop", { leaseToken });
+  }
+
+  extendLease(leaseToken: string): Promise<ExtendLeaseResponse> {
+    return this.call("extendLease", { leaseToken });
+  }
+
+  /** Opens a lease stream on `queue` with `credit` items in flight at most. */
+  lease(queue: string, credit: number): LeaseSession {
+    const stream = (this.grpc as unknown as { lease(): grpc.ClientDuplexStream<LeaseRequest, LeaseResponse> }).lease();
+    return new LeaseSession(stream, queue, credit);
+  }
+
+  close(): void {
+    this.grpc.close();
+  }
+}
+
+/**
+ * One open Lease stream. Iterate it for deliveries; settle each with ack,
+ * retry, drop or extend. Failed settles arrive as settle results.
+ */
+export class LeaseSession implements AsyncIterable<Delivery> {
+  /** Resolves once the server accepted the open; rejects with its status otherwise. */
+  readonly opened: Promise<LeaseOpened>;
+  /** Resolves when the stream ends: undefined when it ended cleanly, else the error. */
+  readonly ended: Promise<grpc.ServiceError | undefined>;
+  private readonly buffered: Delivery[] = [];
+  private waiting?: () => void;
+  private done = false;
+  private readonly resultListeners: ((r: SettleResult) => void)[] = [];
+  private heartbeats = 0;
+  drained = false;
+
+  constructor(
+    private readonly stream: grpc.ClientDuplexStream<LeaseRequest, LeaseResponse>,
+    queue: string,
+    credit: number,
+  ) {
+    let opened!: (o: LeaseOpened) => void;
+    let failed!: (e: unknown) => void;
+    this.opened = new Promise((ok, fail) => ((opened = ok), (failed = fail)));
+    this.opened.catch(() => undefined);
+    this.ended = new Promise((ok) => {
+      stream.on("data", (msg: LeaseResponse) => {
+        const k = msg.kind;
+        if (k.case === "opened") opened(k.value);
+        else if (k.case === "deliveries") this.push(k.value.deliveries);
+        else if (k.case === "settleResult") this.resultListeners.forEach((fn) => fn(k.value));
+        else if (k.case === "heartbeat") this.heartbeats++;
+        else if (k.case === "drain") this.drained = true;
+      });
+      stream.on("error", (err: grpc.ServiceError) => {
+        failed(err);
+        this.finish();
+        ok(err);
+      });
+      stream.on("end", () => {
+        failed(new Error("lease stream ended before it opened"));
+        this.finish();
+        ok(undefined);
+      });
+    });
+    this.send({ case: "open", value: { queue, credit } });
+  }
+
+  /** Heartbeats received so far. */
+  get heartbeatCount(): number {
+    return this.heartbeats;
+  }
+
+  private push(deliveries: Delivery[]): void {
+    this.buffered.push(...deliveries);
+    this.waiting?.();
+  }
+
+  private finish(): void {
+    this.done = true;
+    this.waiting?.();
+  }
+
+  private send(kind: MessageInitShape<typeof LeaseRequestSchema>["kind"]): void {
+    if (!this.done) this.stream.write(create(LeaseRequestSchema, { kind }));
+  }
+
+  /** Calls `fn` with every settle result (failures and extends). */
+  onSettleResult(fn: (r: SettleResult) => void): void {
+    this.resultListeners.push(fn);
+  }
+
+  /** The next delivery, or undefined once the stream has ended. */
+  async next(): Promise<Delivery | undefined> {
+    while (this.buffered.length === 0 && !this.done) {
+      await new Promise<void>((ok) => (this.waiting = ok));
+      this.waiting = undefined;
+    }
+    return this.buffered.shift();
+  }
+
+  /** Waits until `n` deliveries have arrived, and returns them. */
+  async take(n: number): Promise<Delivery[]> {
+    const out: Delivery[] = [];
+    while (out.length < n) {
+      const d = await this.next();
+      if (!d) throw new Error(`lease stream ended after ${out.length} of ${n} deliveries`);
+      out.push(d);
+    }
+    return out;
+  }
+
+  async *[Symbol.asyncIterator](): AsyncIterator<Delivery> {
+    for (;;) {
+      const d = await this.next();
+      if (!d) return;
+      yield d;
+    }
+  }
+
+  ack(leaseToken: string, reply?: Reply): void {
+    this.send({ case: "ack", value: { leaseToken, ...replyFields(reply) } });
+  }
+
+  retry(leaseToken: string): void {
+    this.send({ case: "retry", value: { leaseToken } });
+  }
+
+  drop(leaseToken: string): void {
+    this.send({ case: "drop", value: { leaseToken } });
+  }
+
+  extend(leaseToken: string): void {
+    this.send({ case: "extend", value: { leaseToken } });
+  }
+
+  setCredit(credit: number): void {
+    this.send({ case: "credit", value: { credit } });
+  }
+
+  /** Ends the stream; the server returns unsettled items to the queue. */
+  close(): Promise<grpc.ServiceError | undefined> {
+    if (!this.done) this.stream.end();
+    return this.ended;
+  }
+
+  /** Cancels the stream at once, as a crashed worker's connection would end. */
+  cancel(): void {
+    this.stream.cancel();
+  }
+}

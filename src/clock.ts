@@ -1,0 +1,87 @@
+/** A cancellable timer handle. */
+export interface Timer {
+  cancel(): void;
+}
+
+/**
+ * Time as Switchyard sees it. Every claim score, lease deadline and timer goes
+ * through a Clock, so production follows Redis's clock and tests move time by hand.
+ */
+export interface Clock {
+  /** Milliseconds since the Unix epoch. */
+  now(): number;
+  /** Calls `fn` once after `ms` of this clock's time. */
+  setTimer(ms: number, fn: () => unknown): Timer;
+}
+
+/**
+ * The production clock: the host's clock corrected by the offset to Redis's
+ * TIME, so hosts whose wall clocks disagree still agree on claim times.
+ */
+export class RedisClock implements Clock {
+  private offsetMs = 0;
+
+  /** Measures the offset to Redis's clock; `time` runs Redis TIME. */
+  async sync(time: () => Promise<(string | number)[]>): Promise<void> {
+    const before = Date.now();
+    const [seconds, micros] = await time();
+    const after = Date.now();
+    const redisMs = Number(seconds) * 1000 + Math.floor(Number(micros) / 1000);
+    this.offsetMs = redisMs - (before + after) / 2;
+  }
+
+  now(): number {
+    return Math.round(Date.now() + this.offsetMs);
+  }
+
+  setTimer(ms: number, fn: () => unknown): Timer {
+    const handle = setTimeout(fn, Math.max(0, ms));
+    handle.unref();
+    return { cancel: () => clearTimeout(handle) };
+  }
+}
+
+interface PendingTimer {
+  at: number;
+  seq: number;
+  fn: () => unknown;
+  cancelled: boolean;
+}
+
+/**
+ * A clock that moves only when told to. `advance` fires due timers in time
+ * order and waits for the promises they return, so a test that advances past
+ * min_idle can assert on the watchdog's result straight after.
+ */
+export class ManualClock implements Clock {
+  private timers: PendingTimer[] = [];
+  private seq = 0;
+
+  constructor(private current = Date.UTC(2026, 0, 1)) {}
+
+  now(): number {
+    return this.current;
+  }
+
+  setTimer(ms: number, fn: () => unknown): Timer {
+    const timer: PendingTimer = { at: this.current + Math.max(0, ms), seq: this.seq++, fn, cancelled: false };
+    this.timers.push(timer);
+    return { cancel: () => void (timer.cancelled = true) };
+  }
+
+  /** Moves time forward by `ms`, firing every timer that falls due on the way. */
+  async advance(ms: number): Promise<void> {
+    const target = this.current + ms;
+    for (;;) {
+      this.timers = this.timers.filter((t) => !t.cancelled);
+      const due = this.timers
+        .filter((t) => t.at <= target)
+        .sort((a, b) => a.at - b.at || a.seq - b.seq)[0];
+      if (!due) break;
+      this.timers.splice(this.timers.indexOf(due), 1);
+      this.current = Math.max(this.current, due.at);
+      await due.fn();
+    }
+    this.current = target;
+  }
+}

@@ -1,0 +1,138 @@
+/**
+ * Configuration: the only reader of process.env. Every setting has a default
+ * in one literal below; `loadConfig` validates and freezes the result.
+ */
+import { readFileSync } from "node:fs";
+import { invalid } from "./errors.js";
+import type { LogLevel } from "./log.js";
+import type { RedisTarget } from "./redis/connection.js";
+
+const SECOND = 1000;
+const MINUTE = 60 * SECOND;
+
+/** Switchyard's settings. */
+export interface Config {
+  /** host:port the gRPC server listens on. */
+  readonly grpcAddress: string;
+  readonly redis: RedisTarget;
+  /** Prefix (and hash tag) of Switchyard's own Redis keys. */
+  readonly namespace: string;
+  /** JSON file declaring queues at start-up, or "". */
+  readonly configFile: string;
+  readonly maxPayloadBytes: number;
+  readonly maxItemsPerEnqueue: number;
+  readonly maxMessageBytes: number;
+  readonly maxCredit: number;
+  readonly leaseBatch: number;
+  readonly heartbeatIntervalMs: number;
+  readonly watchdogIntervalMs: number;
+  readonly blockTimeoutSec: number;
+  /** 0: connections live as long as clients keep them. */
+  readonly maxConnectionAgeMs: number;
+  readonly maxConnectionAgeGraceMs: number;
+  readonly shutdownGraceMs: number;
+  readonly logLevel: LogLevel;
+}
+
+/** The defaults, in one place. */
+export const defaults = {
+  grpcAddress: "127.0.0.1:50051",
+  namespace: "switchyard",
+  dataDir: ".switchyard-data",
+  redisServerBin: "redis-server",
+  maxPayloadBytes: 1024 * 1024,
+  maxItemsPerEnqueue: 10_000,
+  maxMessageBytes: 64 * 1024 * 1024,
+  maxCredit: 10_000,
+  leaseBatch: 256,
+  heartbeatIntervalMs: 15 * SECOND,
+  watchdogIntervalMs: 1 * SECOND,
+  blockTimeoutSec: 1,
+  maxConnectionAgeMs: 0,
+  maxConnectionAgeGraceMs: 5 * MINUTE,
+  shutdownGraceMs: 30 * SECOND,
+  logLevel: "info" as LogLevel,
+};
+
+const units: Record<string, number> = { ms: 1, s: SECOND, m: MINUTE, h: 60 * MINUTE };
+
+/** Parses "500ms", "15s", "5m", "24h" (or a bare number of ms). */
+export function parseDuration(name: string, text: string): number {
+  const m = /^(\d+(?:\.\d+)?)(ms|s|m|h)?$/.exec(text.trim());
+  if (!m) throw invalid(`${name}="${text}" is not a duration; write e.g. 500ms, 15s, 5m or 24h`);
+  return Math.round(Number(m[1]) * units[m[2] ?? "ms"]);
+}
+
+function positiveInt(name: string, text: string): number {
+  const n = Number(text);
+  if (!Number.isInteger(n) || n <= 0) throw invalid(`${name}="${text}" must be a positive integer`);
+  return n;
+}
+
+function redisTarget(env: NodeJS.ProcessEnv): RedisTarget {
+  const url = env.SWITCHYARD_REDIS_URL;
+  const nodes = env.SWITCHYARD_REDIS_CLUSTER_NODES;
+  if (url && nodes) throw invalid("set SWITCHYARD_REDIS_URL or SWITCHYARD_REDIS_CLUSTER_NODES, not both");
+  if (url) return { kind: "standalone", url };
+  if (nodes) {
+    return {
+      kind: "cluster",
+      nodes: nodes.split(",").map((hp) => {
+        const m = /^\s*\[?([^\]]+?)\]?:(\d+)\s*$/.exec(hp);
+        if (!m) throw invalid(`SWITCHYARD_REDIS_CLUSTER_NODES entry "${hp}" is not host:port`);
+        return { host: m[1], port: Number(m[2]) };
+      }),
+    };
+  }
+  return {
+    kind: "embedded",
+    dataDir: env.SWITCHYARD_DATA_DIR ?? defaults.dataDir,
+    binary: env.SWITCHYARD_REDIS_SERVER_BIN ?? defaults.redisServerBin,
+  };
+}
+
+const logLevels = new Set(["debug", "info", "warn", "error", "silent"]);
+
+/** Reads the configuration from environment variables (see the README's table). */
+export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
+  const num = (name: string, fallback: number) => (env[name] ? positiveInt(name, env[name]!) : fallback);
+  const dur = (name: string, fallback: number) => (env[name] ? parseDuration(name, env[name]!) : fallback);
+  const logLevel = env.SWITCHYARD_LOG_LEVEL ?? defaults.logLevel;
+  if (!logLevels.has(logLevel)) throw invalid(`SWITCHYARD_LOG_LEVEL="${logLevel}" must be one of debug, info, warn, error, silent`);
+  return Object.freeze({
+    grpcAddress: env.SWITCHYARD_GRPC_ADDRESS ?? defaults.grpcAddress,
+    redis: redisTarget(env),
+    namespace: env.SWITCHYARD_NAMESPACE ?? defaults.namespace,
+    configFile: env.SWITCHYARD_CONFIG_FILE ?? "",
+    maxPayloadBytes: num("SWITCHYARD_MAX_PAYLOAD_BYTES", defaults.maxPayloadBytes),
+    maxItemsPerEnqueue: num("SWITCHYARD_MAX_ITEMS_PER_ENQUEUE", defaults.maxItemsPerEnqueue),
+    maxMessageBytes: num("SWITCHYARD_MAX_MESSAGE_BYTES", defaults.maxMessageBytes),
+    maxCredit: num("SWITCHYARD_MAX_CREDIT", defaults.maxCredit),
+    leaseBatch: num("SWITCHYARD_LEASE_BATCH", defaults.leaseBatch),
+    heartbeatIntervalMs: dur("SWITCHYARD_HEARTBEAT_INTERVAL", defaults.heartbeatIntervalMs),
+    watchdogIntervalMs: dur("SWITCHYARD_WATCHDOG_INTERVAL", defaults.watchdogIntervalMs),
+    blockTimeoutSec: defaults.blockTimeoutSec,
+    maxConnectionAgeMs: dur("SWITCHYARD_MAX_CONNECTION_AGE", defaults.maxConnectionAgeMs),
+    maxConnectionAgeGraceMs: dur("SWITCHYARD_MAX_CONNECTION_AGE_GRACE", defaults.maxConnectionAgeGraceMs),
+    shutdownGraceMs: dur("SWITCHYARD_SHUTDOWN_GRACE", defaults.shutdownGraceMs),
+    logLevel: logLevel as LogLevel,
+  });
+}
+
+/** The contents of a config file: queue declarations in protobuf JSON (see README). */
+export interface ConfigFile {
+  queues: unknown[];
+}
+
+/** Reads and parses the config file; INVALID_ARGUMENT with the file name when it is not valid JSON. */
+export function readConfigFile(path: string): ConfigFile {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(readFileSync(path, "utf8"));
+  } catch (err) {
+    throw invalid(`config file ${path}: ${err instanceof Error ? err.message : String(err)}`);
+  }
+  const queues = (parsed as { queues?: unknown }).queues ?? [];
+  if (!Array.isArray(queues)) throw invalid(`config file ${path}: "queues" must be an array`);
+  return { queues };
+}

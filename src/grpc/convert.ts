@@ -1,0 +1,60 @@
+/** Conversions between protobuf messages and domain values. */
+import { create } from "@bufbuild/protobuf";
+import { DurationSchema, timestampFromMs, type Duration, type Timestamp } from "@bufbuild/protobuf/wkt";
+import { invalid } from "../errors.js";
+import {
+  QueueMode,
+  QueueSchema,
+  type Queue,
+} from "../gen/switchyard/v1/queue_pb.js";
+import type { QueueConfig, QueueSpec } from "../queue/declaration.js";
+
+/** Milliseconds in a Duration, or undefined when it is unset. */
+export function durationMs(name: string, d: Duration | undefined): number | undefined {
+  if (!d) return undefined;
+  const ms = Number(d.seconds) * 1000 + d.nanos / 1e6;
+  if (!Number.isFinite(ms) || ms < 0) throw invalid(`${name} must not be negative`);
+  return ms;
+}
+
+/** A Duration of `ms` milliseconds. */
+export function msDuration(ms: number): Duration {
+  const whole = Math.floor(ms / 1000);
+  return create(DurationSchema, { seconds: BigInt(whole), nanos: Math.round((ms - whole * 1000) * 1e6) });
+}
+
+/** A Timestamp at `ms` since the epoch, or undefined for 0/undefined. */
+export function msTimestamp(ms: number | undefined): Timestamp | undefined {
+  return ms ? timestampFromMs(ms) : undefined;
+}
+
+/** A caller's declaration as a domain spec. */
+export function queueSpec(queue: Queue | undefined): QueueSpec {
+  if (!queue) throw invalid("queue is required");
+  const mode = queue.mode === QueueMode.SIMPLE ? "simple" : queue.mode === QueueMode.RELIABLE ? "reliable" : undefined;
+  return {
+    name: queue.name,
+    mode,
+    processingList: queue.processingList || undefined,
+    recoverySet: queue.recoverySet || undefined,
+    minIdleMs: durationMs("min_idle", queue.minIdle),
+    recoveryTtlMs: durationMs("recovery_ttl", queue.recoveryTtl),
+    maxDeliveries: queue.maxDeliveries || undefined,
+    deadLetterList: queue.deadLetterList || undefined,
+  };
+}
+
+/** A stored declaration as the API shows it. */
+export function queueMessage(config: QueueConfig): Queue {
+  return create(QueueSchema, {
+    name: config.name,
+    mode: config.mode === "simple" ? QueueMode.SIMPLE : QueueMode.RELIABLE,
+    processingList: config.processingList,
+    recoverySet: config.recoverySet,
+    minIdle: config.minIdleMs ? msDuration(config.minIdleMs) : undefined,
+    recoveryTtl: config.recoveryTtlMs ? msDuration(config.recoveryTtlMs) : undefined,
+    maxDeliveries: config.maxDeliveries,
+    deadLetterList: config.deadLetterList,
+    createTime: msTimestamp(config.createTimeMs),
+  });
+}

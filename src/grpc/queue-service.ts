@@ -1,0 +1,211 @@
+/**
+ * gRPC handlers of switchyard.v1.QueueService: each translates messages to a
+ * call on the Queues domain object and back. No Redis logic lives here.
+ */
+import * as grpc from "@grpc/grpc-js";
+import { create, type MessageInitShape } from "@bufbuild/protobuf";
+import { SwitchyardError, invalid } from "../errors.js";
+import {
+  type AckRequest,
+  AckResponseSchema,
+  CreateQueueResponseSchema,
+  DeleteQueueResponseSchema,
+  DropResponseSchema,
+  type EnqueueItem,
+  EnqueueResponseSchema,
+  ExtendLeaseResponseSchema,
+  GetQueueResponseSchema,
+  GetQueueStatsResponseSchema,
+  type LeaseRequest,
+  type LeaseResponse,
+  LeaseResponseSchema,
+  ListQueuesResponseSchema,
+  QueueMode,
+  QueueStatsSchema,
+  RetryResponseSchema,
+  type Delivery as DeliveryMessage,
+  DeliverySchema,
+} from "../gen/switchyard/v1/queue_pb.js";
+import type { Logger } from "../log.js";
+import type { SettleAction } from "../redis/scripts.js";
+import type { Delivery } from "../queue/lease-stream.js";
+import type { LeaseStream } from "../queue/lease-stream.js";
+import type { NewItem, Queues } from "../queue/queues.js";
+import { MalformedMessage } from "./adapter.js";
+import { durationMs, msDuration, msTimestamp, queueMessage, queueSpec } from "./convert.js";
+import { assertWellFormed, grpcCode, toStatus, unary } from "./status.js";
+
+function newItems(items: EnqueueItem[]): NewItem[] {
+  return items.map((i) => ({ payload: i.payload, headers: i.headers }));
+}
+
+function deliveryMessage(d: Delivery): DeliveryMessage {
+  return create(DeliverySchema, {
+    leaseToken: d.token,
+    fence: BigInt(d.fence),
+    id: d.item.id,
+    payload: d.item.payload,
+    headers: d.item.headers,
+    enqueueTime: msTimestamp(d.item.enqueueTimeMs),
+    deliveryCount: d.deliveryCount,
+    queue: d.queue,
+  });
+}
+
+function replyOf(req: AckRequest) {
+  if (req.replies.length === 0) return undefined;
+  if (!req.replyQueue) throw invalid("reply_queue is required with replies");
+  return { queue: req.replyQueue, items: newItems(req.replies), ttlMs: durationMs("reply_ttl", req.replyTtl) ?? 0 };
+}
+
+type Duplex = grpc.ServerDuplexStream<LeaseRequest | MalformedMessage, LeaseResponse>;
+
+/** Runs one Lease stream (see the state notes in queue.proto's Lease rpc). */
+function leaseHandler(queues: Queues, log: Logger, heartbeatIntervalMs: number) {
+  return (call: Duplex) => {
+    let stream: Promise<LeaseStream> | undefined;
+    let ended = false;
+    // Settles received on this stream and not yet applied: the stream's items go back only after them.
+    const pending = new Set<Promise<unknown>>();
+    const write = (kind: MessageInitShape<typeof LeaseResponseSchema>["kind"]) => {
+      if (!ended) call.write(create(LeaseResponseSchema, { kind }));
+    };
+    const finish = (err?: unknown) => {
+      if (ended) return;
+      ended = true;
+      const opened = stream;
+      void Promise.allSettled([...pending])
+        .then(() => opened?.then((s) => queues.closeStream(s), () => undefined))
+        .catch((e: unknown) => log.warn("could not return a closed stream's items", { err: e }));
+      if (err) call.emit("error", toStatus(err, log, "Lease"));
+      else call.end();
+    };
+    const settle = async (s: LeaseStream, token: string, action: SettleAction, ack?: AckRequest) => {
+      try {
+        if (ack) await queues.ack(token, replyOf(ack), s);
+        else {
+          const outcome = await queues.settle(token, action, s);
+          if (action === "x") {
+            write({ case: "settleResult", value: { leaseToken: token, code: 0, expireTime: msTimestamp(outcome.expireTimeMs) } });
+          }
+        }
+      } catch (err) {
+        const code = err instanceof SwitchyardError ? grpcCode(err.code) : grpc.status.INTERNAL;
+        const message = err instanceof SwitchyardError ? err.message : "internal error";
+        if (!(err instanceof SwitchyardError)) log.error("stream settle failed", { err });
+        write({ case: "settleResult", value: { leaseToken: token, code, message } });
+      }
+    };
+    call.on("data", (raw: LeaseRequest | MalformedMessage) => {
+      try {
+        const msg = assertWellFormed(raw);
+        const kind = msg.kind;
+        if (!stream) {
+          if (kind.case !== "open") throw invalid("the first message on a Lease stream must be open {queue, credit}");
+          stream = queues.openStream(kind.value.queue, kind.value.credit, {
+            deliver: (batch) => write({ case: "deliveries", value: { deliveries: batch.map(deliveryMessage) } }),
+            heartbeat: (now) => write({ case: "heartbeat", value: { serverTime: msTimestamp(now) } }),
+          });
+          stream.then(
+            async (s) => {
+              const config = await queues.registry.get(s.queue);
+              write({
+                case: "opened",
+                value: {
+                  queue: s.queue,
+                  mode: config.mode === "simple" ? QueueMode.SIMPLE : QueueMode.RELIABLE,
+                  heartbeatInterval: msDuration(heartbeatIntervalMs),
+                },
+              });
+              if (ended) void queues.closeStream(s);
+            },
+            (err: unknown) => finish(err),
+          );
+          return;
+        }
+        if (kind.case === "open") throw invalid("open may be sent only once per Lease stream");
+        const work = stream.then((s) => {
+          switch (kind.case) {
+            case "ack":
+              return settle(s, kind.value.leaseToken, "a", kind.value);
+            case "retry":
+              return settle(s, kind.value.leaseToken, "r");
+            case "drop":
+              return settle(s, kind.value.leaseToken, "d");
+            case "extend":
+              return settle(s, kind.value.leaseToken, "x");
+            case "credit":
+              try {
+                queues.setCredit(s, kind.value.credit);
+              } catch (err) {
+                finish(err);
+              }
+              return;
+            default:
+              finish(invalid("empty LeaseRequest: set one of open, ack, retry, drop, extend or credit"));
+          }
+        }, () => undefined);
+        pending.add(work);
+        void work.finally(() => pending.delete(work));
+      } catch (err) {
+        finish(err);
+      }
+    });
+    call.on("end", () => finish());
+    call.on("cancelled", () => finish());
+    call.on("error", () => finish());
+    call.on("close", () => finish());
+  };
+}
+
+/** The QueueService implementation for grpc-js. */
+export function queueServiceHandlers(queues: Queues, log: Logger, heartbeatIntervalMs: number): grpc.UntypedServiceImplementation {
+  return {
+    createQueue: unary(log, "CreateQueue", async (req: { queue?: Parameters<typeof queueSpec>[0] }) =>
+      create(CreateQueueResponseSchema, { queue: queueMessage(await queues.registry.create(queueSpec(req.queue))) }),
+    ),
+    getQueue: unary(log, "GetQueue", async (req: { name: string }) =>
+      create(GetQueueResponseSchema, { queue: queueMessage(await queues.registry.get(req.name)) }),
+    ),
+    listQueues: unary(log, "ListQueues", async (req: { pageSize: number; pageToken: string }) => {
+      const page = await queues.registry.list(req.pageSize, req.pageToken);
+      return create(ListQueuesResponseSchema, { queues: page.queues.map(queueMessage), nextPageToken: page.nextPageToken });
+    }),
+    deleteQueue: unary(log, "DeleteQueue", async (req: { name: string; purge: boolean }) => {
+      await queues.registry.delete(req.name, req.purge);
+      return create(DeleteQueueResponseSchema, {});
+    }),
+    getQueueStats: unary(log, "GetQueueStats", async (req: { name: string }) => {
+      const s = await queues.stats(req.name);
+      return create(GetQueueStatsResponseSchema, {
+        stats: create(QueueStatsSchema, {
+          queue: s.queue,
+          ready: BigInt(s.ready),
+          processing: BigInt(s.processing),
+          deadLetter: BigInt(s.deadLetter),
+          oldestClaimAge: s.oldestClaimAgeMs === undefined ? undefined : msDuration(s.oldestClaimAgeMs),
+          leaseStreams: s.leaseStreams,
+        }),
+      });
+    }),
+    enqueue: unary(log, "Enqueue", async (req: { queue: string; items: EnqueueItem[]; ttl?: Parameters<typeof durationMs>[1] }) => {
+      const ids = await queues.enqueue(req.queue, newItems(req.items), durationMs("ttl", req.ttl) ?? 0);
+      return create(EnqueueResponseSchema, { ids });
+    }),
+    lease: leaseHandler(queues, log, heartbeatIntervalMs),
+    ack: unary(log, "Ack", async (req: AckRequest) =>
+      create(AckResponseSchema, { replyIds: await queues.ack(req.leaseToken, replyOf(req)) }),
+    ),
+    retry: unary(log, "Retry", async (req: { leaseToken: string }) =>
+      create(RetryResponseSchema, { deadLettered: (await queues.settle(req.leaseToken, "r")).deadLettered }),
+    ),
+    drop: unary(log, "Drop", async (req: { leaseToken: string }) => {
+      await queues.settle(req.leaseToken, "d");
+      return create(DropResponseSchema, {});
+    }),
+    extendLease: unary(log, "ExtendLease", async (req: { leaseToken: string }) => {
+      const outcome = await queues.settle(req.leaseToken, "x");
+      return create(ExtendLeaseResponseSchema, { expireTime: msTimestamp(outcome.expireTimeMs) });
+    }),
+  };
+}

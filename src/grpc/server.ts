@@ -1,0 +1,53 @@
+/** Builds the gRPC server: queue service, health and reflection, one adapter for all. */
+import * as grpc from "@grpc/grpc-js";
+import type { DescFile } from "@bufbuild/protobuf";
+import { file_grpc_health_v1_health, Health as HealthDesc } from "../gen/grpc/health/v1/health_pb.js";
+import { ServerReflection } from "../gen/grpc/reflection/v1/reflection_pb.js";
+import { file_switchyard_v1_queue, QueueService } from "../gen/switchyard/v1/queue_pb.js";
+import type { Config } from "../config.js";
+import type { Logger } from "../log.js";
+import type { Queues } from "../queue/queues.js";
+import { serviceDefinition } from "./adapter.js";
+import { Health } from "./health.js";
+import { queueServiceHandlers } from "./queue-service.js";
+import { reflectionHandlers } from "./reflection.js";
+
+/** The API files served by reflection. */
+const apiFiles: DescFile[] = [file_switchyard_v1_queue, file_grpc_health_v1_health];
+
+/** A gRPC server not yet bound, and its health registry. */
+export interface GrpcServer {
+  server: grpc.Server;
+  health: Health;
+}
+
+/** Creates the server with every service registered. */
+export function createGrpcServer(config: Config, queues: Queues, log: Logger): GrpcServer {
+  const options: grpc.ServerOptions = {
+    "grpc.max_receive_message_length": config.maxMessageBytes,
+    "grpc.max_send_message_length": config.maxMessageBytes,
+    // Answer client keepalive pings on idle lease streams.
+    "grpc.keepalive_permit_without_calls": 1,
+    "grpc.http2.min_ping_interval_without_data_ms": 10_000,
+  };
+  if (config.maxConnectionAgeMs > 0) {
+    options["grpc.max_connection_age_ms"] = config.maxConnectionAgeMs;
+    options["grpc.max_connection_age_grace_ms"] = config.maxConnectionAgeGraceMs;
+  }
+  const server = new grpc.Server(options);
+  const health = new Health([QueueService.typeName]);
+  server.addService(serviceDefinition(QueueService), queueServiceHandlers(queues, log, config.heartbeatIntervalMs));
+  server.addService(serviceDefinition(HealthDesc), health.handlers());
+  const reflectionNames = [ServerReflection.typeName, "grpc.reflection.v1alpha.ServerReflection"];
+  const served = [QueueService.typeName, HealthDesc.typeName, ...reflectionNames];
+  const reflection = reflectionHandlers([...apiFiles, ServerReflection.file], served);
+  for (const name of reflectionNames) server.addService(serviceDefinition(ServerReflection, name), reflection);
+  return { server, health };
+}
+
+/** Binds `address` ("host:port"; port 0 picks one) and resolves to the bound port. */
+export function bind(server: grpc.Server, address: string): Promise<number> {
+  return new Promise((ok, fail) =>
+    server.bindAsync(address, grpc.ServerCredentials.createInsecure(), (err, port) => (err ? fail(err) : ok(port))),
+  );
+}

@@ -1,0 +1,45 @@
+/**
+ * One worker's lease stream, as the dispatcher sees it: a credit (max in
+ * flight), the deliveries it holds, and where to send things. It knows nothing
+ * of gRPC: the transport gives it a sink.
+ */
+import type { Item } from "./envelope.js";
+import type { LeaseRef } from "./token.js";
+
+/** One leased item on its way to a worker. */
+export interface Delivery {
+  token: string;
+  fence: number;
+  deliveryCount: number;
+  queue: string;
+  item: Item;
+}
+
+/** Where a stream's output goes. */
+export interface LeaseSink {
+  /** Sends a batch of deliveries. */
+  deliver(deliveries: Delivery[]): void;
+  /** Sends a keep-alive on an idle stream. */
+  heartbeat(nowMs: number): void;
+}
+
+export class LeaseStream {
+  /** Token → delivery, for every item this stream holds and has not settled. */
+  readonly held = new Map<string, LeaseRef>();
+  closed = false;
+  lastSendMs: number;
+
+  constructor(
+    readonly queue: string,
+    public credit: number,
+    readonly sink: LeaseSink,
+    nowMs: number,
+  ) {
+    this.lastSendMs = nowMs;
+  }
+
+  /** How many more items this stream may take now. */
+  free(): number {
+    return this.closed ? 0 : Math.max(0, this.credit - this.held.size);
+  }
+}

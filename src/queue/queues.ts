@@ -1,0 +1,282 @@
+/**
+ * The work-queue capability as one object: enqueue, lease streams, settles,
+ * stats. Transports (gRPC) call it; it knows nothing of them.
+ */
+import { SwitchyardError, invalid } from "../errors.js";
+import type { Clock } from "../clock.js";
+import type { Logger } from "../log.js";
+import type { RedisConnection } from "../redis/connection.js";
+import { defineScripts, type SettleAction } from "../redis/scripts.js";
+import { keysOf, type QueueConfig } from "./declaration.js";
+import { QueueDispatcher, type DispatchOptions } from "./dispatcher.js";
+import { encodeItem, newItemId } from "./envelope.js";
+import { LeaseStream, type LeaseSink } from "./lease-stream.js";
+import type { QueueRegistry } from "./registry.js";
+import { Settler } from "./settler.js";
+import { parseToken } from "./token.js";
+import { Watchdog } from "./watchdog.js";
+
+/** Limits and tuning of the queue capability. */
+export interface QueueOptions extends DispatchOptions {
+  maxPayloadBytes: number;
+  maxItemsPerEnqueue: number;
+  maxCredit: number;
+  heartbeatIntervalMs: number;
+  watchdogIntervalMs: number;
+}
+
+/** An item to enqueue. */
+export interface NewItem {
+  payload: Uint8Array;
+  headers?: Record<string, string>;
+}
+
+/** Outcome of a settle. */
+export interface SettleOutcome {
+  deadLettered: boolean;
+  /** For extends with a recovery set: when the watchdog may next recover the item (ms). */
+  expireTimeMs?: number;
+}
+
+/** Counts for one queue. */
+export interface QueueStatsView {
+  queue: string;
+  ready: number;
+  processing: number;
+  deadLetter: number;
+  oldestClaimAgeMs?: number;
+  leaseStreams: number;
+}
+
+/** A prepared enqueue: validated and encoded, not yet written. */
+interface PreparedEnqueue {
+  config: QueueConfig;
+  ids: string[];
+  values: Buffer[];
+  ttlMs: number;
+}
+
+const actionNames: Record<SettleAction, string> = {
+  a: "ack", d: "drop", r: "retry", b: "return", u: "return", x: "extend", c: "check",
+};
+
+export class Queues {
+  private readonly dispatchers = new Map<string, QueueDispatcher>();
+  /** Every token held by a stream on this instance, so a unary settle here frees its credit. */
+  private readonly holders = new Map<string, LeaseStream>();
+  private readonly streams = new Set<LeaseStream>();
+  private readonly settler: Settler;
+  readonly watchdog: Watchdog;
+
+  constructor(
+    readonly registry: QueueRegistry,
+    private readonly redis: RedisConnection,
+    private readonly clock: Clock,
+    private readonly options: QueueOptions,
+    private readonly log: Logger,
+  ) {
+    defineScripts(redis.client);
+    this.settler = new Settler(redis.client, clock);
+    this.watchdog = new Watchdog(redis.client, clock, () => registry.known(), options.watchdogIntervalMs, log);
+    registry.onDeleted((name) => this.closeDispatcher(name));
+  }
+
+  start(): void {
+    this.watchdog.start();
+  }
+
+  /** Stops the watchdog and every pump, and returns every open stream's items to their queues. */
+  async stop(): Promise<void> {
+    this.watchdog.stop();
+    for (const name of [...this.dispatchers.keys()]) this.closeDispatcher(name);
+    await Promise.all([...this.streams].map((s) => this.closeStream(s)));
+  }
+
+  private closeDispatcher(name: string): void {
+    this.dispatchers.get(name)?.close();
+    this.dispatchers.delete(name);
+  }
+
+  private async prepare(queue: string, items: readonly NewItem[], ttlMs: number): Promise<PreparedEnqueue> {
+    if (items.length === 0) throw invalid("items must not be empty");
+    if (items.length > this.options.maxItemsPerEnqueue) {
+      throw invalid(`${items.length} items in one Enqueue; send at most ${this.options.maxItemsPerEnqueue} per call`);
+    }
+    if (!Number.isFinite(ttlMs) || ttlMs < 0) throw invalid("ttl must be a positive duration");
+    items.forEach((item, i) => {
+      if (item.payload.byteLength > this.options.maxPayloadBytes) {
+        throw new SwitchyardError(
+          "resource_exhausted",
+          `item ${i} has a payload of ${item.payload.byteLength} bytes; the limit is ${this.options.maxPayloadBytes}`,
+        );
+      }
+    });
+    const config = await this.registry.get(queue);
+    const now = this.clock.now();
+    const ids = items.map(() => newItemId());
+    const values = items.map((item, i) => encodeItem(ids[i], item.payload, item.headers ?? {}, now));
+    return { config, ids, values, ttlMs };
+  }
+
+  private async write(p: PreparedEnqueue): Promise<string[]> {
+    const { client } = this.redis;
+    if (p.ttlMs > 0) {
+      await client.multi().lpush(p.config.name, ...p.values).pexpire(p.config.name, Math.ceil(p.ttlMs)).exec();
+    } else {
+      await client.lpush(p.config.name, ...p.values);
+    }
+    return p.ids;
+  }
+
+  /** Pushes items onto a declared queue (LPUSH), resetting its expiry when `ttlMs` > 0. */
+  async enqueue(queue: string, items: readonly NewItem[], ttlMs = 0): Promise<string[]> {
+    return this.write(await this.prepare(queue, items, ttlMs));
+  }
+
+  /** Opens a lease stream on a declared queue. */
+  async openStream(queue: string, credit: number, sink: LeaseSink): Promise<LeaseStream> {
+    this.checkCredit(credit, true);
+    const config = await this.registry.get(queue);
+    const stream = new LeaseStream(queue, credit, sink, this.clock.now());
+    let dispatcher = this.dispatchers.get(queue);
+    if (!dispatcher) {
+      dispatcher = new QueueDispatcher(config, this.redis, this.clock, this.settler, this.options, this.log, (token, s) =>
+        this.holders.set(token, s),
+      );
+      this.dispatchers.set(queue, dispatcher);
+    }
+    dispatcher.add(stream);
+    this.streams.add(stream);
+    this.scheduleHeartbeat(stream);
+    return stream;
+  }
+
+  private checkCredit(credit: number, opening: boolean): void {
+    const min = opening ? 1 : 0;
+    if (!Number.isInteger(credit) || credit < min || credit > this.options.maxCredit) {
+      throw invalid(`credit must be between ${min} and ${this.options.maxCredit}`);
+    }
+  }
+
+  /** Changes a stream's credit (max in flight). */
+  setCredit(stream: LeaseStream, credit: number): void {
+    this.checkCredit(credit, false);
+    stream.credit = credit;
+    this.dispatchers.get(stream.queue)?.kick();
+  }
+
+  private scheduleHeartbeat(stream: LeaseStream): void {
+    const interval = this.options.heartbeatIntervalMs;
+    this.clock.setTimer(interval - (this.clock.now() - stream.lastSendMs), () => {
+      if (stream.closed) return;
+      const now = this.clock.now();
+      if (now - stream.lastSendMs >= interval) {
+        stream.lastSendMs = now;
+        stream.sink.heartbeat(now);
+      }
+      this.scheduleHeartbeat(stream);
+    });
+  }
+
+  /** Marks a delivery as no longer held by its stream, freeing a unit of credit. */
+  private release(token: string, ownStream?: LeaseStream): void {
+    const stream = ownStream?.held.has(token) ? ownStream : this.holders.get(token);
+    if (!stream || !stream.held.delete(token)) return;
+    this.holders.delete(token);
+    this.dispatchers.get(stream.queue)?.kick();
+  }
+
+  /**
+   * Ends a stream: its unsettled reliable items go back to the front of the
+   * queue at once (counted as a delivery), without waiting for min_idle.
+   */
+  async closeStream(stream: LeaseStream): Promise<void> {
+    if (stream.closed) return;
+    stream.closed = true;
+    this.streams.delete(stream);
+    const dispatcher = this.dispatchers.get(stream.queue);
+    dispatcher?.remove(stream);
+    const held = [...stream.held.values()];
+    for (const token of stream.held.keys()) this.holders.delete(token);
+    stream.held.clear();
+    if (held.length === 0 || !held[0].sha) return;
+    const config = await this.registry.get(stream.queue).catch(() => undefined);
+    if (!config) return;
+    await Promise.all(held.map((ref) => this.settler.settle(config, { action: "b", sha: ref.sha, fence: ref.fence })));
+  }
+
+  /**
+   * Settles the delivery a token names. Simple queues accept and change
+   * nothing (the item left Redis when it was popped).
+   */
+  async settle(token: string, action: SettleAction, fromStream?: LeaseStream): Promise<SettleOutcome> {
+    const ref = parseToken(token);
+    const config = await this.registry.get(ref.queue);
+    if (config.mode === "simple" || !ref.sha) {
+      if (action !== "x" && action !== "c") this.release(token, fromStream);
+      return { deadLettered: false };
+    }
+    const code = await this.settler.settle(config, { action, sha: ref.sha, fence: ref.fence });
+    if ((action !== "x" && action !== "c") || code < 0) this.release(token, fromStream);
+    const what = actionNames[action];
+    switch (code) {
+      case 1:
+      case 2:
+        return {
+          deadLettered: code === 2,
+          expireTimeMs: action === "x" && config.recoverySet ? this.clock.now() + config.minIdleMs : undefined,
+        };
+      case -1:
+        throw new SwitchyardError(
+          "failed_precondition",
+          `cannot ${what}: lease ${ref.fence} on "${ref.queue}" is no longer held; the item was settled, or recovered after min_idle`,
+        );
+      case -2:
+        throw new SwitchyardError(
+          "failed_precondition",
+          `cannot ${what}: lease ${ref.fence} on "${ref.queue}" was superseded; the item was recovered and leased again`,
+        );
+      default:
+        throw new SwitchyardError("not_found", `cannot ${what}: no lease ${ref.fence} was ever issued on "${ref.queue}"`);
+    }
+  }
+
+  /**
+   * Acknowledges a delivery. Replies are enqueued after the lease is checked
+   * and before the ack, so a crash in between repeats the replies rather than
+   * losing them (at least once).
+   */
+  async ack(token: string, reply?: { queue: string; items: NewItem[]; ttlMs: number }, fromStream?: LeaseStream): Promise<string[]> {
+    if (!reply || reply.items.length === 0) {
+      await this.settle(token, "a", fromStream);
+      return [];
+    }
+    const prepared = await this.prepare(reply.queue, reply.items, reply.ttlMs);
+    await this.settle(token, "c", fromStream);
+    const ids = await this.write(prepared);
+    await this.settle(token, "a", fromStream);
+    return ids;
+  }
+
+  /** Depth, processing, dead letters and oldest claim age of a declared queue. */
+  async stats(name: string): Promise<QueueStatsView> {
+    const config = await this.registry.get(name);
+    const { client } = this.redis;
+    const keys = keysOf(config);
+    const reliable = config.mode === "reliable";
+    const [ready, processing, deadLetter, oldest] = await Promise.all([
+      client.llen(keys.queue),
+      reliable ? client.llen(keys.processing) : 0,
+      reliable ? client.llen(keys.deadLetter) : 0,
+      config.recoverySet ? client.zrange(config.recoverySet, 0, 0, "WITHSCORES") : [],
+    ]);
+    return {
+      queue: name,
+      ready,
+      processing,
+      deadLetter,
+      oldestClaimAgeMs: oldest.length === 2 ? Math.max(0, this.clock.now() - Number(oldest[1])) : undefined,
+      leaseStreams: this.dispatchers.get(name)?.streamCount ?? 0,
+    };
+  }
+}

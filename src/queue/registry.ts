@@ -1,0 +1,143 @@
+/**
+ * The declared queues: stored in one Redis hash, cached on each instance and
+ * kept fresh through a pub/sub channel, so a declaration made through any
+ * instance is usable on every other one.
+ */
+import { SwitchyardError } from "../errors.js";
+import type { Clock } from "../clock.js";
+import type { Logger } from "../log.js";
+import type { RedisClient, RedisConnection } from "../redis/connection.js";
+import { allKeys, type SystemKeys } from "../redis/keys.js";
+import { keysOf, sameDeclaration, validateQueueSpec, type QueueConfig, type QueueSpec } from "./declaration.js";
+
+/** A page of declarations. */
+export interface QueuePage {
+  queues: QueueConfig[];
+  nextPageToken: string;
+}
+
+export class QueueRegistry {
+  private cache = new Map<string, QueueConfig>();
+  private subscriber?: RedisClient;
+  private readonly deletedListeners: ((name: string) => void)[] = [];
+
+  constructor(
+    private readonly redis: RedisConnection,
+    private readonly keys: SystemKeys,
+    private readonly clock: Clock,
+    private readonly log: Logger,
+  ) {}
+
+  /** Loads every declaration and follows changes made by other instances. */
+  async start(): Promise<void> {
+    this.subscriber = await this.redis.duplicate();
+    this.subscriber.on("message", (_channel: string, message: string) => this.onEvent(message));
+    await this.subscriber.subscribe(this.keys.events);
+    const all = await this.redis.client.hgetall(this.keys.queues);
+    this.cache = new Map(Object.entries(all).map(([name, json]) => [name, JSON.parse(json) as QueueConfig]));
+  }
+
+  async stop(): Promise<void> {
+    this.subscriber?.disconnect();
+  }
+
+  /** Calls `fn` with the name of every queue deleted, through any instance. */
+  onDeleted(fn: (name: string) => void): void {
+    this.deletedListeners.push(fn);
+  }
+
+  private onEvent(message: string): void {
+    try {
+      const event = JSON.parse(message) as { op: "put" | "delete"; name: string; config?: QueueConfig };
+      if (event.op === "put" && event.config) this.cache.set(event.name, event.config);
+      if (event.op === "delete") {
+        this.cache.delete(event.name);
+        for (const fn of this.deletedListeners) fn(event.name);
+      }
+    } catch (err) {
+      this.log.warn("ignored a malformed queue event", { err });
+    }
+  }
+
+  /** Every declaration this instance knows of (the cache; fresh within a pub/sub round trip). */
+  known(): QueueConfig[] {
+    return [...this.cache.values()];
+  }
+
+  /** The declaration of `name`, or NOT_FOUND. */
+  async get(name: string): Promise<QueueConfig> {
+    const cached = this.cache.get(name);
+    if (cached) return cached;
+    const json = await this.redis.client.hget(this.keys.queues, name);
+    if (json === null) {
+      throw new SwitchyardError("not_found", `queue "${name}" is not declared; declare it with CreateQueue or in the config file`);
+    }
+    const config = JSON.parse(json) as QueueConfig;
+    this.cache.set(name, config);
+    return config;
+  }
+
+  /** Declarations in name order, a page at a time. */
+  async list(pageSize: number, pageToken: string): Promise<QueuePage> {
+    const size = pageSize <= 0 ? 100 : Math.min(pageSize, 1000);
+    const names = (await this.redis.client.hkeys(this.keys.queues)).sort();
+    const after = pageToken ? Buffer.from(pageToken, "base64url").toString() : "";
+    const start = after ? names.findIndex((n) => n > after) : 0;
+    const page = start < 0 ? [] : names.slice(start, start + size);
+    const queues = await Promise.all(page.map((n) => this.get(n)));
+    const more = start >= 0 && start + size < names.length;
+    return { queues, nextPageToken: more ? Buffer.from(page[page.length - 1]).toString("base64url") : "" };
+  }
+
+  private async checkNoClash(config: QueueConfig): Promise<void> {
+    const mine = new Set(config.mode === "reliable" ? allKeys(keysOf(config)) : [config.name]);
+    const all = await this.redis.client.hgetall(this.keys.queues);
+    for (const [name, json] of Object.entries(all)) {
+      if (name === config.name) continue;
+      const other = JSON.parse(json) as QueueConfig;
+      const theirs = other.mode === "reliable" ? allKeys(keysOf(other)) : [other.name];
+      const shared = theirs.find((k) => mine.has(k));
+      if (shared) {
+        throw new SwitchyardError("already_exists", `key "${shared}" already belongs to queue "${name}"; choose other names`);
+      }
+    }
+  }
+
+  /**
+   * Declares a queue. The same declaration again is a no-op; a different one
+   * for an existing name is ALREADY_EXISTS (unless `replace`, used for the config file).
+   */
+  async create(spec: QueueSpec, options: { replace?: boolean } = {}): Promise<QueueConfig> {
+    const config = validateQueueSpec(spec, this.clock.now());
+    const existingJson = await this.redis.client.hget(this.keys.queues, config.name);
+    if (existingJson !== null) {
+      const existing = JSON.parse(existingJson) as QueueConfig;
+      if (sameDeclaration(existing, config)) return existing;
+      if (!options.replace) {
+        throw new SwitchyardError(
+          "already_exists",
+          `queue "${config.name}" is already declared with other options; delete it first or use another name`,
+        );
+      }
+    }
+    await this.checkNoClash(config);
+    const stored = existingJson === null ? config : { ...config, createTimeMs: (JSON.parse(existingJson) as QueueConfig).createTimeMs };
+    await this.redis.client.hset(this.keys.queues, config.name, JSON.stringify(stored));
+    this.cache.set(config.name, stored);
+    await this.redis.client.publish(this.keys.events, JSON.stringify({ op: "put", name: config.name, config: stored }));
+    return stored;
+  }
+
+  /** Removes a declaration; with `purge`, also the queue's keys. NOT_FOUND if undeclared. */
+  async delete(name: string, purge: boolean): Promise<void> {
+    const config = await this.get(name);
+    await this.redis.client.hdel(this.keys.queues, name);
+    this.cache.delete(name);
+    if (purge) {
+      const keys = config.mode === "reliable" ? allKeys(keysOf(config)) : [config.name, keysOf(config).fence];
+      // One DEL per key: in a cluster, a simple queue's keys may sit in different slots.
+      await Promise.all(keys.map((k) => this.redis.client.del(k)));
+    }
+    await this.redis.client.publish(this.keys.events, JSON.stringify({ op: "delete", name }));
+  }
+}

@@ -1,0 +1,97 @@
+/**
+ * Connects to Redis in one of three ways: a standalone URL, Redis Cluster seed
+ * nodes, or an embedded redis-server child process when nothing is configured.
+ */
+import { Cluster, Redis } from "ioredis";
+import type { Logger } from "../log.js";
+import { startEmbeddedRedis, type EmbeddedRedis } from "./embedded.js";
+
+/** A command connection: a single Redis or a cluster client. */
+export type RedisClient = Redis | Cluster;
+
+/** Where Redis is. */
+export type RedisTarget =
+  | { kind: "standalone"; url: string }
+  | { kind: "socket"; path: string }
+  | { kind: "cluster"; nodes: { host: string; port: number }[] }
+  | { kind: "embedded"; dataDir: string; binary: string };
+
+/** Open connections to one Redis deployment. */
+export interface RedisConnection {
+  /** The shared command connection (ioredis pipelines concurrent commands on it). */
+  readonly client: RedisClient;
+  readonly cluster: boolean;
+  /** A new, connected connection for blocking commands or pub/sub. */
+  duplicate(): Promise<RedisClient>;
+  /** True while the command connection is ready. */
+  ready(): boolean;
+  close(): Promise<void>;
+}
+
+const commonOptions = {
+  // Fail commands at once while disconnected: callers see UNAVAILABLE instead of hanging.
+  enableOfflineQueue: false,
+  maxRetriesPerRequest: 1,
+  retryStrategy: (attempt: number) => Math.min(50 * 2 ** attempt, 1000),
+};
+
+function createClient(target: Exclude<RedisTarget, { kind: "embedded" }>): RedisClient {
+  switch (target.kind) {
+    case "standalone":
+      return new Redis(target.url, { ...commonOptions, lazyConnect: true });
+    case "socket":
+      return new Redis({ ...commonOptions, path: target.path, lazyConnect: true });
+    case "cluster":
+      return new Cluster(target.nodes, {
+        lazyConnect: true,
+        enableOfflineQueue: false,
+        clusterRetryStrategy: (attempt) => Math.min(50 * 2 ** attempt, 1000),
+        redisOptions: { maxRetriesPerRequest: 1 },
+      });
+  }
+}
+
+async function open(client: RedisClient): Promise<RedisClient> {
+  await client.connect();
+  return client;
+}
+
+/** Connects to `target`, starting an embedded redis-server first when asked to. */
+export async function connectRedis(target: RedisTarget, log: Logger): Promise<RedisConnection> {
+  let embedded: EmbeddedRedis | undefined;
+  let direct: Exclude<RedisTarget, { kind: "embedded" }>;
+  if (target.kind === "embedded") {
+    embedded = await startEmbeddedRedis({ dir: target.dataDir, binary: target.binary, appendOnly: true });
+    log.info("embedded redis started", { dir: target.dataDir, socket: embedded.socketPath });
+    direct = { kind: "socket", path: embedded.socketPath };
+  } else {
+    direct = target;
+  }
+  const client = await open(createClient(direct));
+  const extra = new Set<RedisClient>();
+  return {
+    client,
+    cluster: client instanceof Cluster,
+    async duplicate() {
+      const dup = client.duplicate() as RedisClient;
+      extra.add(dup);
+      dup.once("end", () => extra.delete(dup));
+      return open(dup);
+    },
+    ready: () => client.status === "ready",
+    async close() {
+      for (const c of extra) c.disconnect();
+      await client.quit().catch(() => client.disconnect());
+      await embedded?.stop();
+    },
+  };
+}
+
+const connectionErrorPattern =
+  /Connection is closed|Stream isn't writeable|ECONNREFUSED|ECONNRESET|ENOENT|EPIPE|ETIMEDOUT|CLUSTERDOWN|LOADING|MASTERDOWN|None of startup nodes|Reached the max retries/;
+
+/** True for errors that mean Redis could not be reached (as opposed to a bad command). */
+export function isConnectionError(err: unknown): boolean {
+  if (!(err instanceof Error)) return false;
+  return err.name === "MaxRetriesPerRequestError" || connectionErrorPattern.test(err.message);
+}

@@ -1,0 +1,108 @@
+/**
+ * Runs redis-server as a child process on a unix socket (so no port can
+ * clash), with its data kept in a local folder.
+ */
+import { spawn, type ChildProcess } from "node:child_process";
+import { mkdirSync } from "node:fs";
+import { createConnection } from "node:net";
+import { resolve } from "node:path";
+import { SwitchyardError } from "../errors.js";
+
+/** A running redis-server child. */
+export interface EmbeddedRedis {
+  readonly socketPath: string;
+  readonly dir: string;
+  readonly process: ChildProcess;
+  /** Stops the server (SIGTERM, so it flushes its append-only file) and waits for it. */
+  stop(): Promise<void>;
+  /** Kills the server at once (SIGKILL), as a crash would. */
+  kill(): Promise<void>;
+}
+
+/** Options for {@link startEmbeddedRedis}. */
+export interface EmbeddedOptions {
+  dir: string;
+  binary?: string;
+  appendOnly?: boolean;
+  /** Also listen on this loopback TCP port (0: no TCP). */
+  port?: number;
+  extraArgs?: string[];
+}
+
+const missingBinaryHelp = (binary: string) =>
+  `cannot start the embedded Redis: "${binary}" was not found. Install it ` +
+  `(Debian/Ubuntu: apt-get install -y redis-server; macOS: brew install redis), ` +
+  `set SWITCHYARD_REDIS_SERVER_BIN to its path, or point Switchyard at a Redis ` +
+  `with SWITCHYARD_REDIS_URL=redis://host:6379 (or SWITCHYARD_REDIS_CLUSTER_NODES=host:port,...)`;
+
+function canConnect(path: string): Promise<boolean> {
+  return new Promise((ok) => {
+    const socket = createConnection({ path }, () => {
+      socket.end();
+      ok(true);
+    });
+    socket.on("error", () => ok(false));
+  });
+}
+
+function exited(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
+  return new Promise((ok) => child.once("exit", () => ok()));
+}
+
+/** Starts redis-server and resolves once it accepts connections on its socket. */
+export async function startEmbeddedRedis(options: EmbeddedOptions): Promise<EmbeddedRedis> {
+  const dir = resolve(options.dir);
+  const binary = options.binary ?? "redis-server";
+  mkdirSync(dir, { recursive: true });
+  const socketPath = resolve(dir, "redis.sock");
+  const args = [
+    "--port", String(options.port ?? 0),
+    "--bind", "127.0.0.1",
+    "--unixsocket", socketPath,
+    "--unixsocketperm", "700",
+    "--dir", dir,
+    "--save", "",
+    "--appendonly", options.appendOnly === false ? "no" : "yes",
+    "--appendfsync", "everysec",
+    "--daemonize", "no",
+    "--logfile", resolve(dir, "redis.log"),
+    ...(options.extraArgs ?? []),
+  ];
+  const child = spawn(binary, args, { stdio: "ignore" });
+  const spawnError = new Promise<never>((_, fail) => {
+    child.once("error", (err: NodeJS.ErrnoException) =>
+      fail(err.code === "ENOENT" ? new SwitchyardError("unavailable", missingBinaryHelp(binary)) : err),
+    );
+    child.once("exit", (code) =>
+      fail(new SwitchyardError("unavailable", `embedded redis-server exited with code ${code}; see ${dir}/redis.log`)),
+    );
+  });
+  const started = (async () => {
+    for (let i = 0; i < 500; i++) {
+      if (await canConnect(socketPath)) return;
+      await new Promise((r) => setTimeout(r, 10));
+    }
+    throw new SwitchyardError("unavailable", `embedded redis-server did not start in 5 s; see ${dir}/redis.log`);
+  })();
+  try {
+    await Promise.race([started, spawnError]);
+  } catch (err) {
+    child.kill("SIGKILL");
+    throw err;
+  }
+  spawnError.catch(() => undefined);
+  return {
+    socketPath,
+    dir,
+    process: child,
+    async stop() {
+      child.kill("SIGTERM");
+      await exited(child);
+    },
+    async kill() {
+      child.kill("SIGKILL");
+      await exited(child);
+    },
+  };
+}

@@ -1,0 +1,72 @@
+/**
+ * Every Redis key Switchyard uses is built here. A queue's own keys all derive
+ * from its name, so a hash tag in the name keeps them in one cluster slot.
+ */
+import calculateSlot from "cluster-key-slot";
+
+/** Keys Switchyard keeps for itself, all under one hash tag so they share a slot. */
+export interface SystemKeys {
+  /** Hash: queue name → declaration (JSON). */
+  readonly queues: string;
+  /** Pub/sub channel announcing declaration changes. */
+  readonly events: string;
+}
+
+/** Switchyard's own keys under namespace `ns`, e.g. `{switchyard}:queues`. */
+export function systemKeys(ns: string): SystemKeys {
+  const tag = `{${ns}}`;
+  return { queues: `${tag}:queues`, events: `${tag}:events` };
+}
+
+/** The Redis keys of one reliable or simple queue. */
+export interface QueueKeys {
+  readonly queue: string;
+  readonly processing: string;
+  readonly deadLetter: string;
+  /** The recovery zset, or "" when the queue has none. */
+  readonly recovery: string;
+  /** Hash: item sha1 → "fence:value" of its live delivery. */
+  readonly leases: string;
+  /** Hash: item sha1 → deliveries so far. */
+  readonly deliveries: string;
+  /** Counter: the last fence number issued. */
+  readonly fence: string;
+}
+
+/** Default processing list name for queue `name` (the seed's `<key>.processing`). */
+export const defaultProcessing = (name: string) => `${name}.processing`;
+/** Default dead-letter list name for queue `name`. */
+export const defaultDeadLetter = (name: string) => `${name}.dead`;
+
+/** The keys of a queue with the given names. */
+export function queueKeys(name: string, processing: string, deadLetter: string, recovery: string): QueueKeys {
+  return {
+    queue: name,
+    processing,
+    deadLetter,
+    recovery,
+    leases: `${name}.leases`,
+    deliveries: `${name}.deliveries`,
+    fence: `${name}.fence`,
+  };
+}
+
+/** Every key of a queue that Redis holds, in a stable order. */
+export function allKeys(keys: QueueKeys): string[] {
+  return [keys.queue, keys.processing, keys.deadLetter, keys.recovery, keys.leases, keys.deliveries, keys.fence]
+    .filter((k) => k !== "");
+}
+
+/** The cluster hash slot of `key` (honours `{hash tags}`). */
+export function slotOf(key: string): number {
+  return calculateSlot(key);
+}
+
+/** The hash tag of `key` as Redis Cluster reads it, or undefined when it has none. */
+export function hashTag(key: string): string | undefined {
+  const open = key.indexOf("{");
+  if (open < 0) return undefined;
+  const close = key.indexOf("}", open + 1);
+  if (close <= open + 1) return undefined;
+  return key.slice(open + 1, close);
+}

@@ -1,0 +1,31 @@
+--[[
+  Leases up to ARGV[2] items of a reliable queue: moves each from the queue into
+  the processing list (LMOVE, the seed's move) and records the delivery: its
+  lease (fence and value), its delivery count and, with a recovery set, the
+  claim time. All in one call, so no item is ever moved without its record.
+  KEYS[1] queue list      KEYS[2] processing list   KEYS[3] leases hash
+  KEYS[4] deliveries hash KEYS[5] fence counter     KEYS[6] recovery zset (ignored when ARGV[3] ~= "1")
+  ARGV[1] now (ms)   ARGV[2] max items   ARGV[3] "1" with a recovery set
+  ARGV[4] recovery ttl (ms, 0: none)
+  Returns: a flat array: value, sha1, fence, delivery count for each moved item.
+]]
+local out = {}
+local max = tonumber(ARGV[2])
+local recovery = ARGV[3] == "1"
+for _ = 1, max do
+  local value = redis.call("LMOVE", KEYS[1], KEYS[2], "RIGHT", "LEFT")
+  if not value then break end
+  local sha = redis.sha1hex(value)
+  local fence = redis.call("INCR", KEYS[5])
+  local count = redis.call("HINCRBY", KEYS[4], sha, 1)
+  redis.call("HSET", KEYS[3], sha, fence .. ":" .. value)
+  if recovery then redis.call("ZADD", KEYS[6], ARGV[1], value) end
+  out[#out + 1] = value
+  out[#out + 1] = sha
+  out[#out + 1] = fence
+  out[#out + 1] = count
+end
+if recovery and #out > 0 and tonumber(ARGV[4]) > 0 then
+  redis.call("PEXPIRE", KEYS[6], ARGV[4])
+end
+return out

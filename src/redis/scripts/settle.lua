@@ -1,0 +1,62 @@
+--[[
+  Settles deliveries of a reliable queue. Each settle names a delivery by the
+  item's sha1 and the fence it was leased with, and applies only if that
+  delivery still holds the item (fencing: a late settle from a stalled worker
+  never touches the copy another worker now holds).
+  KEYS[1] queue list   KEYS[2] processing list   KEYS[3] leases hash
+  KEYS[4] deliveries hash   KEYS[5] fence counter   KEYS[6] recovery zset (ignored when ARGV[3] ~= "1")
+  KEYS[7] dead-letter list
+  ARGV[1] now (ms)   ARGV[2] max deliveries   ARGV[3] "1" with a recovery set
+  ARGV[4..] triples: action, sha1, fence. Actions:
+    a ack: remove the item          d drop: remove the item
+    r retry: back of the queue      b back: front of the queue (stream closed)
+    u undo: front of the queue, and the delivery is not counted (never reached a worker)
+    x extend: restart the claim     c check: change nothing
+  Returns: one code per settle: 1 done, 2 dead-lettered (r, b),
+    -1 not held (settled or recovered since), -2 superseded (leased again),
+    -3 unknown (no such fence was ever issued).
+]]
+local max = tonumber(ARGV[2])
+local recovery = ARGV[3] == "1"
+local issued = tonumber(redis.call("GET", KEYS[5]) or "0")
+local out = {}
+for i = 4, #ARGV, 3 do
+  local action, sha, fence = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  local lease = redis.call("HGET", KEYS[3], sha)
+  local code
+  if not lease then
+    code = (tonumber(fence) <= issued) and -1 or -3
+  else
+    local sep = string.find(lease, ":", 1, true)
+    if string.sub(lease, 1, sep - 1) ~= fence then
+      code = -2
+    elseif action == "c" then
+      code = 1
+    elseif action == "x" then
+      if recovery then redis.call("ZADD", KEYS[6], "XX", ARGV[1], string.sub(lease, sep + 1)) end
+      code = 1
+    else
+      local value = string.sub(lease, sep + 1)
+      redis.call("LREM", KEYS[2], -1, value)
+      redis.call("HDEL", KEYS[3], sha)
+      if recovery then redis.call("ZREM", KEYS[6], value) end
+      code = 1
+      if action == "a" or action == "d" then
+        redis.call("HDEL", KEYS[4], sha)
+      elseif action == "u" then
+        redis.call("HINCRBY", KEYS[4], sha, -1)
+        redis.call("RPUSH", KEYS[1], value)
+      elseif max > 0 and tonumber(redis.call("HGET", KEYS[4], sha) or "0") >= max then
+        redis.call("HDEL", KEYS[4], sha)
+        redis.call("LPUSH", KEYS[7], value)
+        code = 2
+      elseif action == "r" then
+        redis.call("LPUSH", KEYS[1], value)
+      else
+        redis.call("RPUSH", KEYS[1], value)
+      end
+    end
+  end
+  out[#out + 1] = code
+end
+return out
