@@ -70,15 +70,19 @@ function leaseHandler(queues: Queues, log: Logger, heartbeatIntervalMs: number) 
     const write = (kind: MessageInitShape<typeof LeaseResponseSchema>["kind"]) => {
       if (!ended) call.write(create(LeaseResponseSchema, { kind }));
     };
+    // Ends the call once the stream's settles are applied and its unsettled items are back in
+    // the queue, so a worker that sees the end knows where every item it held is.
     const finish = (err?: unknown) => {
       if (ended) return;
       ended = true;
       const opened = stream;
       void Promise.allSettled([...pending])
         .then(() => opened?.then((s) => queues.closeStream(s), () => undefined))
-        .catch((e: unknown) => log.warn("could not return a closed stream's items", { err: e }));
-      if (err) call.emit("error", toStatus(err, log, "Lease"));
-      else call.end();
+        .catch((e: unknown) => log.warn("could not return a closed stream's items", { err: e }))
+        .finally(() => {
+          if (err) call.emit("error", toStatus(err, log, "Lease"));
+          else call.end();
+        });
     };
     const settle = async (s: LeaseStream, token: string, action: SettleAction, ack?: AckRequest) => {
       try {
