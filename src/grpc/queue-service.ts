@@ -109,6 +109,7 @@ function leaseHandler(queues: Queues, log: Logger, heartbeatIntervalMs: number) 
           stream = queues.openStream(kind.value.queue, kind.value.credit, {
             deliver: (batch) => write({ case: "deliveries", value: { deliveries: batch.map(deliveryMessage) } }),
             heartbeat: (now) => write({ case: "heartbeat", value: { serverTime: msTimestamp(now) } }),
+            fail: (err) => finish(err),
           });
           stream.then(
             async (s) => {

@@ -3,6 +3,7 @@
  * flight), the deliveries it holds, and where to send things. It knows nothing
  * of gRPC: the transport gives it a sink.
  */
+import type { QueueConfig } from "./declaration.js";
 import type { Item } from "./envelope.js";
 import type { LeaseRef } from "./token.js";
 
@@ -21,6 +22,8 @@ export interface LeaseSink {
   deliver(deliveries: Delivery[]): void;
   /** Sends a keep-alive on an idle stream. */
   heartbeat(nowMs: number): void;
+  /** Ends the stream with an error (its queue was deleted). */
+  fail(err: Error): void;
 }
 
 export class LeaseStream {
@@ -30,12 +33,16 @@ export class LeaseStream {
   lastSendMs: number;
 
   constructor(
-    readonly queue: string,
+    readonly config: QueueConfig,
     public credit: number,
     readonly sink: LeaseSink,
     nowMs: number,
   ) {
     this.lastSendMs = nowMs;
+  }
+
+  get queue(): string {
+    return this.config.name;
   }
 
   /** How many more items this stream may take now. */

@@ -78,7 +78,7 @@ export class Queues {
     defineScripts(redis.client);
     this.settler = new Settler(redis.client, clock);
     this.watchdog = new Watchdog(redis.client, clock, () => registry.known(), options.watchdogIntervalMs, log);
-    registry.onDeleted((name) => this.closeDispatcher(name));
+    registry.onDeleted((name) => this.onQueueDeleted(name));
   }
 
   start(): void {
@@ -95,6 +95,12 @@ export class Queues {
   private closeDispatcher(name: string): void {
     this.dispatchers.get(name)?.close();
     this.dispatchers.delete(name);
+  }
+
+  private onQueueDeleted(name: string): void {
+    this.closeDispatcher(name);
+    const gone = new SwitchyardError("not_found", `queue "${name}" was deleted`);
+    for (const stream of this.streams) if (stream.queue === name) stream.sink.fail(gone);
   }
 
   private async prepare(queue: string, items: readonly NewItem[], ttlMs: number): Promise<PreparedEnqueue> {
@@ -137,7 +143,7 @@ export class Queues {
   async openStream(queue: string, credit: number, sink: LeaseSink): Promise<LeaseStream> {
     this.checkCredit(credit, true);
     const config = await this.registry.get(queue);
-    const stream = new LeaseStream(queue, credit, sink, this.clock.now());
+    const stream = new LeaseStream(config, credit, sink, this.clock.now());
     let dispatcher = this.dispatchers.get(queue);
     if (!dispatcher) {
       dispatcher = new QueueDispatcher(config, this.redis, this.clock, this.settler, this.options, this.log, (token, s) =>
@@ -165,16 +171,31 @@ export class Queues {
     this.dispatchers.get(stream.queue)?.kick();
   }
 
+  /**
+   * Every heartbeat interval: a keep-alive if the stream was idle (SPEC Q12),
+   * and a check of the items it holds, so an item settled through another
+   * instance stops counting against its credit.
+   */
   private scheduleHeartbeat(stream: LeaseStream): void {
     const interval = this.options.heartbeatIntervalMs;
-    this.clock.setTimer(interval - (this.clock.now() - stream.lastSendMs), () => {
+    this.clock.setTimer(interval - (this.clock.now() - stream.lastSendMs), async () => {
       if (stream.closed) return;
       const now = this.clock.now();
       if (now - stream.lastSendMs >= interval) {
         stream.lastSendMs = now;
         stream.sink.heartbeat(now);
       }
+      await this.forgetSettledElsewhere(stream).catch((err: unknown) => this.log.warn("lease check failed", { err }));
       this.scheduleHeartbeat(stream);
+    });
+  }
+
+  private async forgetSettledElsewhere(stream: LeaseStream): Promise<void> {
+    const held = [...stream.held].filter(([, ref]) => ref.sha);
+    if (held.length === 0) return;
+    const codes = await Promise.all(held.map(([, ref]) => this.settler.settle(stream.config, { action: "c", sha: ref.sha, fence: ref.fence })));
+    held.forEach(([token], i) => {
+      if (codes[i] < 0) this.release(token, stream);
     });
   }
 
@@ -200,9 +221,7 @@ export class Queues {
     for (const token of stream.held.keys()) this.holders.delete(token);
     stream.held.clear();
     if (held.length === 0 || !held[0].sha) return;
-    const config = await this.registry.get(stream.queue).catch(() => undefined);
-    if (!config) return;
-    await Promise.all(held.map((ref) => this.settler.settle(config, { action: "b", sha: ref.sha, fence: ref.fence })));
+    await Promise.all(held.map((ref) => this.settler.settle(stream.config, { action: "b", sha: ref.sha, fence: ref.fence })));
   }
 
   /**

@@ -67,13 +67,24 @@ export async function connectRedis(target: RedisTarget, log: Logger): Promise<Re
   } else {
     direct = target;
   }
-  const client = await open(createClient(direct));
+  // Connection errors surface as failed commands (UNAVAILABLE) and health changes; the
+  // listeners keep ioredis from reporting them as unhandled.
+  let lastError = "";
+  const onError = (err: Error) => {
+    if (err.message !== lastError) log.warn("redis connection error", { err: err.message });
+    lastError = err.message;
+  };
+  const client = createClient(direct);
+  client.on("error", onError);
+  client.on("ready", () => (lastError = ""));
+  await open(client);
   const extra = new Set<RedisClient>();
   return {
     client,
     cluster: client instanceof Cluster,
     async duplicate() {
       const dup = client.duplicate() as RedisClient;
+      dup.on("error", onError);
       extra.add(dup);
       dup.once("end", () => extra.delete(dup));
       return open(dup);
