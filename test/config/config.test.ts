@@ -1,0 +1,103 @@
+/** Configuration from the environment, the config file, and the embedded Redis. */
+import { mkdtempSync, rmSync, writeFileSync, existsSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { Redis } from "ioredis";
+import { loadConfig, parseDuration } from "../../src/config.js";
+import { connectRedis } from "../../src/redis/connection.js";
+import { createLogger } from "../../src/log.js";
+import { QueueMode } from "../../src/gen/switchyard/v1/queue_pb.js";
+import { startRedis, type TestRedis } from "../helpers/redis.js";
+import { startSwitchyard } from "../helpers/switchyard.js";
+
+const quiet = createLogger("silent");
+let dir: string;
+beforeAll(() => {
+  dir = mkdtempSync(join(tmpdir(), "sy-config-"));
+});
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+describe("loadConfig", () => {
+  it("starts an embedded Redis when no Redis is configured, and connects to one that is", () => {
+    expect(loadConfig({}).redis).toEqual({ kind: "embedded", dataDir: ".switchyard-data", binary: "redis-server" });
+    expect(loadConfig({ SWITCHYARD_REDIS_URL: "redis://127.0.0.1:6380" }).redis).toEqual({ kind: "standalone", url: "redis://127.0.0.1:6380" });
+    expect(loadConfig({ SWITCHYARD_REDIS_CLUSTER_NODES: "127.0.0.1:7000, 127.0.0.1:7001" }).redis).toEqual({
+      kind: "cluster",
+      nodes: [{ host: "127.0.0.1", port: 7000 }, { host: "127.0.0.1", port: 7001 }],
+    });
+  });
+
+  it("reads durations and refuses values it cannot use, naming the variable", () => {
+    expect(parseDuration("X", "15s")).toBe(15_000);
+    expect(parseDuration("X", "250ms")).toBe(250);
+    expect(parseDuration("X", "24h")).toBe(86_400_000);
+    expect(loadConfig({ SWITCHYARD_HEARTBEAT_INTERVAL: "5s" }).heartbeatIntervalMs).toBe(5000);
+    expect(() => loadConfig({ SWITCHYARD_HEARTBEAT_INTERVAL: "soon" })).toThrow(/SWITCHYARD_HEARTBEAT_INTERVAL="soon" is not a duration/);
+    expect(() => loadConfig({ SWITCHYARD_MAX_PAYLOAD_BYTES: "-1" })).toThrow(/SWITCHYARD_MAX_PAYLOAD_BYTES/);
+    expect(() => loadConfig({ SWITCHYARD_REDIS_URL: "redis://x", SWITCHYARD_REDIS_CLUSTER_NODES: "a:1" })).toThrow(/not both/);
+  });
+});
+
+describe("embedded Redis", () => {
+  it("runs redis-server on a unix socket with its data in an append-only file in the data folder", async () => {
+    const dataDir = join(dir, "data");
+    const conn = await connectRedis({ kind: "embedded", dataDir, binary: "redis-server" }, quiet);
+    await conn.client.set("k", "v");
+    const info = await conn.client.config("GET", "appendonly");
+    expect(info).toEqual(["appendonly", "yes"]);
+    expect(await conn.client.config("GET", "port")).toEqual(["port", "0"]);
+    await conn.close();
+    expect(existsSync(join(dataDir, "appendonlydir"))).toBe(true);
+
+    const again = await connectRedis({ kind: "embedded", dataDir, binary: "redis-server" }, quiet);
+    expect(await again.client.get("k")).toBe("v"); // kept on disk across restarts
+    await again.close();
+  });
+
+  it("says how to install redis-server or point at a Redis when the binary is missing", async () => {
+    await expect(
+      connectRedis({ kind: "embedded", dataDir: join(dir, "missing"), binary: "no-such-redis-server" }, quiet),
+    ).rejects.toThrow(/apt-get install -y redis-server.*SWITCHYARD_REDIS_URL/s);
+  });
+});
+
+describe("config file", () => {
+  let redis: TestRedis;
+  beforeAll(async () => {
+    redis = await startRedis();
+  });
+  afterAll(async () => redis.stop());
+
+  it("declares the file's queues at start-up", async () => {
+    const file = join(dir, "switchyard.json");
+    writeFileSync(
+      file,
+      JSON.stringify({
+        queues: [
+          { name: "cache.warmups", mode: "QUEUE_MODE_SIMPLE" },
+          { name: "{thumbnails}", mode: "QUEUE_MODE_RELIABLE", recoverySet: "{thumbnails}.claims", minIdle: "60s" },
+        ],
+      }),
+    );
+    const sy = await startSwitchyard(redis, { config: { configFile: file } });
+    const { queues } = await sy.client.listQueues();
+    expect(queues.map((q) => [q.name, q.mode])).toEqual([
+      ["cache.warmups", QueueMode.SIMPLE],
+      ["{thumbnails}", QueueMode.RELIABLE],
+    ]);
+    expect(queues[1].minIdle?.seconds).toBe(60n);
+    await sy.stop();
+  });
+
+  it("refuses to start with a bad declaration, naming the file and entry", async () => {
+    const file = join(dir, "bad.json");
+    writeFileSync(file, JSON.stringify({ queues: [{ name: "jobs", mode: "QUEUE_MODE_RELIABLE" }] }));
+    await expect(startSwitchyard(redis, { config: { configFile: file } })).rejects.toThrow(/use \{jobs\} and \{jobs\}\.processing/);
+    writeFileSync(file, JSON.stringify({ queues: [{ name: "x", mood: "happy" }] }));
+    await expect(startSwitchyard(redis, { config: { configFile: file } })).rejects.toThrow(/bad\.json: queues\[0\]/);
+    const plain = new Redis({ path: redis.socketPath });
+    expect(await plain.hexists("{switchyard}:queues", "jobs")).toBe(0);
+    plain.disconnect();
+  });
+});
