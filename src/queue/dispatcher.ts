@@ -155,13 +155,14 @@ export class QueueDispatcher {
     if (i < taken.length) void this.giveBack(taken.slice(i));
   }
 
-  /** Returns items that no stream could take to the front of the queue, uncounted. */
+  /** Returns items that no stream could take to the front of the queue, uncounted and in their order. */
   private async giveBack(taken: Taken[]): Promise<void> {
     try {
       if (this.config.mode === "simple") {
         await this.redis.client.rpush(this.config.name, ...taken.map((t) => t.value).reverse());
       } else {
-        await Promise.all(taken.map((t) => this.settler.settle(this.config, { action: "u", sha: t.ref.sha, fence: t.ref.fence })));
+        const lastFirst = [...taken].reverse();
+        await Promise.all(lastFirst.map((t) => this.settler.settle(this.config, { action: "u", sha: t.ref.sha, fence: t.ref.fence })));
       }
     } catch (err) {
       this.log.error("could not return undeliverable items; the watchdog will recover them", { queue: this.config.name, err });

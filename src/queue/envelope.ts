@@ -38,7 +38,8 @@ export function decodeItem(value: Buffer): Item {
   if (value.length >= MAGIC.length && value.subarray(0, MAGIC.length).equals(MAGIC)) {
     try {
       const env = fromBinary(EnvelopeSchema, value.subarray(MAGIC.length));
-      return { id: env.id, payload: env.payload, headers: env.headers, enqueueTimeMs: Number(env.enqueueTimeMs) };
+      // Switchyard's envelopes always carry an id; without one, the magic bytes were a coincidence.
+      if (env.id) return { id: env.id, payload: env.payload, headers: env.headers, enqueueTimeMs: Number(env.enqueueTimeMs) };
     } catch {
       // Not an envelope after all: a raw value that happens to start with the magic bytes.
     }

@@ -221,7 +221,8 @@ export class Queues {
     for (const token of stream.held.keys()) this.holders.delete(token);
     stream.held.clear();
     if (held.length === 0 || !held[0].sha) return;
-    await Promise.all(held.map((ref) => this.settler.settle(stream.config, { action: "b", sha: ref.sha, fence: ref.fence })));
+    // Each return goes to the front: push the last delivered first so the queue keeps its order.
+    await Promise.all(held.reverse().map((ref) => this.settler.settle(stream.config, { action: "b", sha: ref.sha, fence: ref.fence })));
   }
 
   /**

@@ -1,7 +1,9 @@
 --[[
   The watchdog: returns every claim idle longer than min_idle to the front of
   the queue (or to the dead-letter list once it used up its deliveries), and
-  invalidates its lease so the stalled worker's late settle is refused.
+  invalidates its lease so the stalled worker's late settle is refused. Of
+  equal values in flight, the oldest lease goes; the sweep gives the next copy
+  a claim of its own.
   KEYS[1] queue list   KEYS[2] processing list   KEYS[3] leases hash
   KEYS[4] deliveries hash   KEYS[5] recovery zset   KEYS[6] dead-letter list
   ARGV[1] now (ms)   ARGV[2] min idle (ms)   ARGV[3] max claims this call
@@ -16,9 +18,22 @@ for _, value in ipairs(stale) do
   redis.call("ZREM", KEYS[5], value)
   if redis.call("LREM", KEYS[2], -1, value) > 0 then
     local sha = redis.sha1hex(value)
-    redis.call("HDEL", KEYS[3], sha)
-    if max > 0 and tonumber(redis.call("HGET", KEYS[4], sha) or "0") >= max then
-      redis.call("HDEL", KEYS[4], sha)
+    local others = 0
+    local lease = redis.call("HGET", KEYS[3], sha)
+    if lease then
+      local fences = string.sub(lease, 1, string.find(lease, ":", 1, true) - 1)
+      local comma = string.find(fences, ",", 1, true)
+      if comma then
+        local _, commas = string.gsub(fences, ",", "")
+        others = commas
+        redis.call("HSET", KEYS[3], sha, string.sub(lease, comma + 1))
+      else
+        redis.call("HDEL", KEYS[3], sha)
+      end
+    end
+    local count = tonumber(redis.call("HGET", KEYS[4], sha) or "0") - others
+    if max > 0 and count >= max then
+      if others == 0 then redis.call("HDEL", KEYS[4], sha) else redis.call("HSET", KEYS[4], sha, others) end
       redis.call("LPUSH", KEYS[6], value)
       dead = dead + 1
     else

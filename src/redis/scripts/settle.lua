@@ -19,6 +19,15 @@
 local max = tonumber(ARGV[2])
 local recovery = ARGV[3] == "1"
 local issued = tonumber(redis.call("GET", KEYS[5]) or "0")
+
+-- Splits a lease record "f1,f2:value" into its fences and value.
+local function parse(lease)
+  local sep = string.find(lease, ":", 1, true)
+  local fences = {}
+  for f in string.gmatch(string.sub(lease, 1, sep - 1), "[^,]+") do fences[#fences + 1] = f end
+  return fences, string.sub(lease, sep + 1)
+end
+
 local out = {}
 for i = 4, #ARGV, 3 do
   local action, sha, fence = ARGV[i], ARGV[i + 1], ARGV[i + 2]
@@ -27,27 +36,41 @@ for i = 4, #ARGV, 3 do
   if not lease then
     code = (tonumber(fence) <= issued) and -1 or -3
   else
-    local sep = string.find(lease, ":", 1, true)
-    if string.sub(lease, 1, sep - 1) ~= fence then
+    local fences, value = parse(lease)
+    local at
+    for j, f in ipairs(fences) do
+      if f == fence then at = j end
+    end
+    if not at then
       code = -2
     elseif action == "c" then
       code = 1
     elseif action == "x" then
-      if recovery then redis.call("ZADD", KEYS[6], "XX", ARGV[1], string.sub(lease, sep + 1)) end
+      if recovery then redis.call("ZADD", KEYS[6], "XX", ARGV[1], value) end
       code = 1
     else
-      local value = string.sub(lease, sep + 1)
+      table.remove(fences, at)
+      local others = #fences
+      if others == 0 then
+        redis.call("HDEL", KEYS[3], sha)
+        if recovery then redis.call("ZREM", KEYS[6], value) end
+      else
+        redis.call("HSET", KEYS[3], sha, table.concat(fences, ",") .. ":" .. value)
+      end
       redis.call("LREM", KEYS[2], -1, value)
-      redis.call("HDEL", KEYS[3], sha)
-      if recovery then redis.call("ZREM", KEYS[6], value) end
       code = 1
+      -- This copy's deliveries: the value's count less one for each other copy still out.
+      local count = tonumber(redis.call("HGET", KEYS[4], sha) or "0") - others
+      local function forget()
+        if others == 0 then redis.call("HDEL", KEYS[4], sha) else redis.call("HSET", KEYS[4], sha, others) end
+      end
       if action == "a" or action == "d" then
-        redis.call("HDEL", KEYS[4], sha)
+        forget()
       elseif action == "u" then
         redis.call("HINCRBY", KEYS[4], sha, -1)
         redis.call("RPUSH", KEYS[1], value)
-      elseif max > 0 and tonumber(redis.call("HGET", KEYS[4], sha) or "0") >= max then
-        redis.call("HDEL", KEYS[4], sha)
+      elseif max > 0 and count >= max then
+        forget()
         redis.call("LPUSH", KEYS[7], value)
         code = 2
       elseif action == "r" then
