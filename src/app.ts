@@ -15,12 +15,17 @@ import { Queues } from "./queue/queues.js";
 import { queueSpec } from "./grpc/convert.js";
 import { bind, createGrpcServer } from "./grpc/server.js";
 import { ServingStatus, type Health } from "./grpc/health.js";
+import { JobStore } from "./cron/store.js";
+import { JobLogStore } from "./cron/job-log.js";
+import { HandlerRegistry, registerBuiltins, type JobHandler } from "./cron/handlers.js";
+import { Scheduler } from "./cron/scheduler.js";
 
 /** A running Switchyard instance. */
 export interface App {
   /** host:port the gRPC server is bound to. */
   readonly address: string;
   readonly queues: Queues;
+  readonly scheduler: Scheduler;
   readonly health: Health;
   readonly redis: RedisConnection;
   readonly clock: Clock;
@@ -32,6 +37,8 @@ export interface App {
 export interface AppParts {
   clock?: Clock;
   log?: Logger;
+  /** Job handlers to register besides the built-ins (a name registered twice fails start-up). */
+  handlers?: Record<string, JobHandler>;
 }
 
 async function declareFromFile(path: string, registry: QueueRegistry): Promise<void> {
@@ -67,7 +74,26 @@ export async function startApp(config: Config, parts: AppParts = {}): Promise<Ap
     if (config.configFile) await declareFromFile(config.configFile, registry);
     const queues = new Queues(registry, redis, clock, config, log);
     queues.start();
-    const { server, health } = createGrpcServer(config, queues, log);
+    const keys = systemKeys(config.namespace);
+    const store = new JobStore(redis, keys, clock);
+    const logs = new JobLogStore(redis, keys);
+    const handlers = new HandlerRegistry();
+    registerBuiltins(handlers, [{ name: "job logs", clean: (cutoff) => logs.clean(cutoff) }], config.logRetentionDays);
+    for (const [name, handler] of Object.entries(parts.handlers ?? {})) handlers.register(name, handler);
+    const scheduler = new Scheduler(
+      redis, keys, store, logs, clock,
+      { handlers, queues, clock, httpTimeoutMs: config.httpTimeoutMs },
+      {
+        instanceId: config.instanceId || undefined,
+        lockTtlMs: config.jobLockTtlMs,
+        resyncIntervalMs: config.schedulerResyncMs,
+        heartbeatIntervalMs: config.schedulerHeartbeatMs,
+        misfireGraceMs: config.misfireGraceMs,
+      },
+      log,
+    );
+    await scheduler.start();
+    const { server, health } = createGrpcServer(config, queues, { store, logs, scheduler, clock }, log);
     const port = await bind(server, config.grpcAddress);
     const address = `${hostOf(config.grpcAddress)}:${port}`;
     const follow = () => health.setAll(redis.ready() ? ServingStatus.SERVING : ServingStatus.NOT_SERVING);
@@ -86,6 +112,7 @@ export async function startApp(config: Config, parts: AppParts = {}): Promise<Ap
         // Lease streams never end by themselves: cancel them now, their items go back below.
         setImmediate(() => server.forceShutdown());
       });
+      await scheduler.stop();
       await queues.stop();
       await registry.stop();
       await redis.close();
@@ -93,6 +120,7 @@ export async function startApp(config: Config, parts: AppParts = {}): Promise<Ap
     return {
       address,
       queues,
+      scheduler,
       health,
       redis,
       clock,

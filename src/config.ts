@@ -32,6 +32,20 @@ export interface Config {
   readonly maxConnectionAgeGraceMs: number;
   readonly shutdownGraceMs: number;
   readonly logLevel: LogLevel;
+  /** Cron: the execution lock's backstop TTL. */
+  readonly jobLockTtlMs: number;
+  /** Cron: HTTP target timeout. */
+  readonly httpTimeoutMs: number;
+  /** Cron: LogClean's retention when its params name none. */
+  readonly logRetentionDays: number;
+  /** Cron: a tick fired later than this is a misfire. */
+  readonly misfireGraceMs: number;
+  /** Cron: how often each instance reloads every job. */
+  readonly schedulerResyncMs: number;
+  /** Cron: how often each instance records its scheduler status. */
+  readonly schedulerHeartbeatMs: number;
+  /** Cron: a name for this instance in logs and scheduler status ("" = host-pid-random). */
+  readonly instanceId: string;
 }
 
 /** The defaults, in one place. */
@@ -52,6 +66,12 @@ export const defaults = {
   maxConnectionAgeGraceMs: 5 * MINUTE,
   shutdownGraceMs: 30 * SECOND,
   logLevel: "info" as LogLevel,
+  jobLockTtlMs: 300 * SECOND,
+  httpTimeoutMs: 30 * SECOND,
+  logRetentionDays: 90,
+  misfireGraceMs: 5 * SECOND,
+  schedulerResyncMs: 30 * SECOND,
+  schedulerHeartbeatMs: 5 * SECOND,
 };
 
 const units: Record<string, number> = { ms: 1, s: SECOND, m: MINUTE, h: 60 * MINUTE };
@@ -116,6 +136,13 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     maxConnectionAgeGraceMs: dur("SWITCHYARD_MAX_CONNECTION_AGE_GRACE", defaults.maxConnectionAgeGraceMs),
     shutdownGraceMs: dur("SWITCHYARD_SHUTDOWN_GRACE", defaults.shutdownGraceMs),
     logLevel: logLevel as LogLevel,
+    jobLockTtlMs: dur("SWITCHYARD_JOB_LOCK_TTL", defaults.jobLockTtlMs),
+    httpTimeoutMs: dur("SWITCHYARD_HTTP_TIMEOUT", defaults.httpTimeoutMs),
+    logRetentionDays: num("SWITCHYARD_LOG_RETENTION_DAYS", defaults.logRetentionDays),
+    misfireGraceMs: dur("SWITCHYARD_MISFIRE_GRACE", defaults.misfireGraceMs),
+    schedulerResyncMs: dur("SWITCHYARD_SCHEDULER_RESYNC", defaults.schedulerResyncMs),
+    schedulerHeartbeatMs: dur("SWITCHYARD_SCHEDULER_HEARTBEAT", defaults.schedulerHeartbeatMs),
+    instanceId: env.SWITCHYARD_INSTANCE_ID ?? "",
   });
 }
 

@@ -23,6 +23,16 @@ import {
   type RetryResponse,
   type SettleResult,
 } from "../gen/switchyard/v1/queue_pb.js";
+import {
+  CronService,
+  type GetSchedulerStatusResponse,
+  type Job,
+  type JobSchema,
+  type JobStatus,
+  type ListJobLogsResponse,
+  type ListJobsRequestSchema,
+  type ListJobsResponse,
+} from "../gen/switchyard/v1/cron_pb.js";
 import { clientConstructor } from "../grpc/adapter.js";
 
 /** Something to enqueue: bytes, a string (UTF-8), or an item with headers. */
@@ -63,23 +73,33 @@ function replyFields(reply?: Reply) {
   };
 }
 
-/** A client of QueueService. */
+/** A client of QueueService and CronService. */
 export class SwitchyardClient {
   readonly grpc: grpc.Client;
+  readonly cronGrpc: grpc.Client;
   private readonly timeoutMs: number;
 
   constructor(address: string, options: ClientOptions = {}) {
-    const Ctor = clientConstructor(QueueService);
-    this.grpc = new Ctor(address, options.credentials ?? grpc.credentials.createInsecure(), options.channelOptions);
+    const credentials = options.credentials ?? grpc.credentials.createInsecure();
+    this.grpc = new (clientConstructor(QueueService))(address, credentials, options.channelOptions);
+    this.cronGrpc = new (clientConstructor(CronService))(address, credentials, options.channelOptions);
     this.timeoutMs = options.timeoutMs ?? 30_000;
   }
 
-  private call<Res>(method: keyof typeof QueueService.method, request: object): Promise<Res> {
-    const fn = (this.grpc as unknown as Record<string, Unary>)[method].bind(this.grpc);
-    const message = create(QueueService.method[method].input as DescMessage, request as Record<string, unknown>);
+  private send<Res>(client: grpc.Client, input: DescMessage, method: string, request: object): Promise<Res> {
+    const fn = (client as unknown as Record<string, Unary>)[method].bind(client);
+    const message = create(input, request as Record<string, unknown>);
     return new Promise((ok, fail) =>
       fn(message, new grpc.Metadata(), { deadline: Date.now() + this.timeoutMs }, (err, res) => (err ? fail(err) : ok(res as Res))),
     );
+  }
+
+  private call<Res>(method: keyof typeof QueueService.method, request: object): Promise<Res> {
+    return this.send(this.grpc, QueueService.method[method].input, method, request);
+  }
+
+  private cron<Res>(method: keyof typeof CronService.method, request: object): Promise<Res> {
+    return this.send(this.cronGrpc, CronService.method[method].input, method, request);
   }
 
   /** Declares a queue; resolves to the stored declaration. */
@@ -131,8 +151,60 @@ export class SwitchyardClient {
     return new LeaseSession(stream, queue, credit);
   }
 
+  /** Creates a job (always UNPUBLISHED); resolves to it with its normalised schedule and next fire times. */
+  async createJob(job: MessageInitShape<typeof JobSchema>): Promise<Job> {
+    return (await this.cron<{ job: Job }>("createJob", { job })).job;
+  }
+
+  async getJob(id: string): Promise<Job> {
+    return (await this.cron<{ job: Job }>("getJob", { id })).job;
+  }
+
+  listJobs(request: MessageInitShape<typeof ListJobsRequestSchema> = {}): Promise<ListJobsResponse> {
+    return this.cron("listJobs", request);
+  }
+
+  /** Updates the fields named in `paths` (snake_case); all populated ones when empty. */
+  async updateJob(job: MessageInitShape<typeof JobSchema>, paths: string[] = []): Promise<Job> {
+    return (await this.cron<{ job: Job }>("updateJob", { job, updateMask: { paths } })).job;
+  }
+
+  async deleteJob(id: string): Promise<void> {
+    await this.cron("deleteJob", { id });
+  }
+
+  async batchDeleteJobs(ids: string[]): Promise<number> {
+    return (await this.cron<{ deleted: number }>("batchDeleteJobs", { ids })).deleted;
+  }
+
+  async pauseJob(id: string): Promise<Job> {
+    return (await this.cron<{ job: Job }>("pauseJob", { id })).job;
+  }
+
+  async resumeJob(id: string): Promise<Job> {
+    return (await this.cron<{ job: Job }>("resumeJob", { id })).job;
+  }
+
+  async setJobStatus(id: string, status: JobStatus): Promise<Job> {
+    return (await this.cron<{ job: Job }>("setJobStatus", { id, status })).job;
+  }
+
+  /** Runs a job once now, whatever its status; resolves to the id of the log entry it will write. */
+  async runOnce(id: string): Promise<string> {
+    return (await this.cron<{ runId: string }>("runOnce", { id })).runId;
+  }
+
+  getSchedulerStatus(): Promise<GetSchedulerStatusResponse> {
+    return this.cron("getSchedulerStatus", {});
+  }
+
+  listJobLogs(jobId: string, pageSize = 0, pageToken = ""): Promise<ListJobLogsResponse> {
+    return this.cron("listJobLogs", { jobId, pageSize, pageToken });
+  }
+
   close(): void {
     this.grpc.close();
+    this.cronGrpc.close();
   }
 }
 

@@ -9,12 +9,17 @@ import {
 } from "../gen/switchyard/v1/queue_pb.js";
 import type { QueueConfig, QueueSpec } from "../queue/declaration.js";
 
-/** Milliseconds in a Duration, or undefined when it is unset. */
+/** The largest Duration protobuf allows: 10,000 years. */
+const MAX_DURATION_SECONDS = 315_576_000_000n;
+
+/** Whole milliseconds in a Duration (rounded up), or undefined when it is unset. */
 export function durationMs(name: string, d: Duration | undefined): number | undefined {
   if (!d) return undefined;
-  const ms = Number(d.seconds) * 1000 + d.nanos / 1e6;
-  if (!Number.isFinite(ms) || ms < 0) throw invalid(`${name} must not be negative`);
-  return ms;
+  if (d.seconds < 0n || d.nanos < 0) throw invalid(`${name} must not be negative`);
+  if (d.seconds > MAX_DURATION_SECONDS || d.nanos > 999_999_999) {
+    throw invalid(`${name} is out of range: at most ${MAX_DURATION_SECONDS} seconds, nanos below 1e9`);
+  }
+  return Number(d.seconds) * 1000 + Math.ceil(d.nanos / 1e6);
 }
 
 /** A Duration of `ms` milliseconds. */

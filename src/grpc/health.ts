@@ -47,7 +47,11 @@ export class Health {
       },
       watch: (call: grpc.ServerWritableStream<HealthCheckRequest | MalformedMessage, unknown>) => {
         const req = call.request;
-        const service = req instanceof MalformedMessage ? "\0" : req.service;
+        if (req instanceof MalformedMessage) {
+          call.emit("error", { code: grpc.status.INVALID_ARGUMENT, details: `malformed ${req.typeName}` });
+          return;
+        }
+        const service = req.service;
         const send = (status: ServingStatus) => call.write(create(HealthCheckResponseSchema, { status }));
         const watcher = { service, send };
         this.watchers.add(watcher);

@@ -4,8 +4,8 @@
  * google/protobuf/duration.proto), which `buf curl` needs to build requests.
  */
 import * as grpc from "@grpc/grpc-js";
-import { create, toBinary, type DescFile } from "@bufbuild/protobuf";
-import { FileDescriptorProtoSchema } from "@bufbuild/protobuf/wkt";
+import { clone, create, toBinary, type DescFile } from "@bufbuild/protobuf";
+import { type DescriptorProto, type FileDescriptorProto, FileDescriptorProtoSchema } from "@bufbuild/protobuf/wkt";
 import {
   type ServerReflectionRequest,
   type ServerReflectionResponse,
@@ -13,38 +13,97 @@ import {
 } from "../gen/grpc/reflection/v1/reflection_pb.js";
 import { MalformedMessage } from "./adapter.js";
 
-function withImports(file: DescFile, into: Map<string, DescFile>): void {
+function withImports(file: DescFile, into: Map<string, FileDescriptorProto>): void {
   if (into.has(file.proto.name)) return;
-  into.set(file.proto.name, file);
+  into.set(file.proto.name, file.proto);
   for (const dep of file.dependencies) withImports(dep, into);
 }
 
-function symbolsOf(file: DescFile): string[] {
+/** Every symbol a file defines: messages, enums (nested too), services and methods. */
+function symbolsOf(file: FileDescriptorProto): string[] {
+  const prefix = file.package ? `${file.package}.` : "";
   const names: string[] = [];
-  const visitMessage = (m: DescFile["messages"][number]) => {
-    names.push(m.typeName);
-    m.nestedEnums.forEach((e) => names.push(e.typeName));
-    m.nestedMessages.forEach(visitMessage);
+  const visitMessage = (m: DescriptorProto, scope: string) => {
+    const name = `${scope}${m.name}`;
+    names.push(name);
+    m.enumType.forEach((e) => names.push(`${name}.${e.name}`));
+    m.nestedType.forEach((n) => visitMessage(n, `${name}.`));
   };
-  file.messages.forEach(visitMessage);
-  file.enums.forEach((e) => names.push(e.typeName));
-  for (const s of file.services) {
-    names.push(s.typeName);
-    s.methods.forEach((m) => names.push(`${s.typeName}.${m.name}`));
+  file.messageType.forEach((m) => visitMessage(m, prefix));
+  file.enumType.forEach((e) => names.push(`${prefix}${e.name}`));
+  for (const s of file.service) {
+    names.push(`${prefix}${s.name}`);
+    s.method.forEach((m) => names.push(`${prefix}${s.name}.${m.name}`));
   }
   return names;
 }
 
-/** Handlers for grpc.reflection.v1(alpha).ServerReflection over `files` and their imports. */
+const packageOf = (typeName: string) => typeName.slice(0, Math.max(0, typeName.lastIndexOf(".")));
+const simpleName = (typeName: string) => typeName.slice(typeName.lastIndexOf(".") + 1);
+
+/**
+ * A copy of `file` moved to package `to`: the descriptor of a schema that the
+ * server also serves under another full name (reflection's v1alpha alias of
+ * v1). Type references into the old package are rewritten; imports stay.
+ */
+function aliasFile(file: FileDescriptorProto, to: string): FileDescriptorProto {
+  const from = file.package;
+  const alias = clone(FileDescriptorProtoSchema, file);
+  const rename = (typeName: string) => (typeName.startsWith(`.${from}.`) ? `.${to}.${typeName.slice(from.length + 2)}` : typeName);
+  const visitMessage = (m: DescriptorProto) => {
+    for (const f of [...m.field, ...m.extension]) f.typeName = rename(f.typeName);
+    m.nestedType.forEach(visitMessage);
+  };
+  alias.messageType.forEach(visitMessage);
+  for (const s of alias.service) {
+    for (const m of s.method) {
+      m.inputType = rename(m.inputType);
+      m.outputType = rename(m.outputType);
+    }
+  }
+  alias.package = to;
+  const base = file.name.slice(file.name.lastIndexOf("/") + 1);
+  alias.name = `${to.replace(/\./g, "/")}/${base}`;
+  alias.options = undefined; // Language options (go_package, java_package...) name the original package.
+  return alias;
+}
+
+/**
+ * Handlers for grpc.reflection.v1(alpha).ServerReflection over `files` and
+ * their imports. Every name in `services` must be described: one that `files`
+ * do not define is served as an alias of the described service with the same
+ * simple name (the same schema registered under another full name).
+ */
 export function reflectionHandlers(files: DescFile[], services: string[]): grpc.UntypedServiceImplementation {
-  const byName = new Map<string, DescFile>();
+  const byName = new Map<string, FileDescriptorProto>();
   for (const f of files) withImports(f, byName);
-  const bySymbol = new Map<string, DescFile>();
-  for (const f of byName.values()) for (const s of symbolsOf(f)) bySymbol.set(s, f);
-  const encoded = (file: DescFile) => {
-    const all = new Map<string, DescFile>();
-    withImports(file, all);
-    return [...all.values()].map((f) => toBinary(FileDescriptorProtoSchema, f.proto));
+  const bySymbol = new Map<string, FileDescriptorProto>();
+  const index = (file: FileDescriptorProto) => {
+    byName.set(file.name, file);
+    for (const s of symbolsOf(file)) bySymbol.set(s, file);
+  };
+  [...byName.values()].forEach(index);
+  const described = [...byName.values()].flatMap((file) => file.service.map((s) => ({ name: s.name, file })));
+  for (const service of services) {
+    if (bySymbol.has(service)) continue;
+    const original = described.find((d) => d.name === simpleName(service));
+    if (!original) throw new Error(`reflection: no descriptor for service ${service}`);
+    const alias = aliasFile(original.file, packageOf(service));
+    if (byName.has(alias.name)) throw new Error(`reflection: alias file ${alias.name} clashes with a served file`);
+    index(alias);
+  }
+  const encoded = (file: FileDescriptorProto) => {
+    const all = new Map<string, FileDescriptorProto>();
+    const visit = (f: FileDescriptorProto) => {
+      if (all.has(f.name)) return;
+      all.set(f.name, f);
+      for (const dep of f.dependency) {
+        const d = byName.get(dep);
+        if (d) visit(d);
+      }
+    };
+    visit(file);
+    return [...all.values()].map((f) => toBinary(FileDescriptorProtoSchema, f));
   };
 
   const answer = (req: ServerReflectionRequest): ServerReflectionResponse["messageResponse"] => {

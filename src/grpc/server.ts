@@ -4,16 +4,18 @@ import type { DescFile } from "@bufbuild/protobuf";
 import { file_grpc_health_v1_health, Health as HealthDesc } from "../gen/grpc/health/v1/health_pb.js";
 import { ServerReflection } from "../gen/grpc/reflection/v1/reflection_pb.js";
 import { file_switchyard_v1_queue, QueueService } from "../gen/switchyard/v1/queue_pb.js";
+import { CronService, file_switchyard_v1_cron } from "../gen/switchyard/v1/cron_pb.js";
 import type { Config } from "../config.js";
 import type { Logger } from "../log.js";
 import type { Queues } from "../queue/queues.js";
 import { serviceDefinition } from "./adapter.js";
 import { Health } from "./health.js";
 import { queueServiceHandlers } from "./queue-service.js";
+import { cronServiceHandlers, type CronParts } from "./cron-service.js";
 import { reflectionHandlers } from "./reflection.js";
 
 /** The API files served by reflection. */
-const apiFiles: DescFile[] = [file_switchyard_v1_queue, file_grpc_health_v1_health];
+const apiFiles: DescFile[] = [file_switchyard_v1_queue, file_switchyard_v1_cron, file_grpc_health_v1_health];
 
 /** A gRPC server not yet bound, and its health registry. */
 export interface GrpcServer {
@@ -22,7 +24,7 @@ export interface GrpcServer {
 }
 
 /** Creates the server with every service registered. */
-export function createGrpcServer(config: Config, queues: Queues, log: Logger): GrpcServer {
+export function createGrpcServer(config: Config, queues: Queues, cron: CronParts, log: Logger): GrpcServer {
   const options: grpc.ServerOptions = {
     "grpc.max_receive_message_length": config.maxMessageBytes,
     "grpc.max_send_message_length": config.maxMessageBytes,
@@ -35,11 +37,12 @@ export function createGrpcServer(config: Config, queues: Queues, log: Logger): G
     options["grpc.max_connection_age_grace_ms"] = config.maxConnectionAgeGraceMs;
   }
   const server = new grpc.Server(options);
-  const health = new Health([QueueService.typeName]);
+  const health = new Health([QueueService.typeName, CronService.typeName]);
   server.addService(serviceDefinition(QueueService), queueServiceHandlers(queues, log, config.heartbeatIntervalMs));
+  server.addService(serviceDefinition(CronService), cronServiceHandlers(cron, log));
   server.addService(serviceDefinition(HealthDesc), health.handlers());
   const reflectionNames = [ServerReflection.typeName, "grpc.reflection.v1alpha.ServerReflection"];
-  const served = [QueueService.typeName, HealthDesc.typeName, ...reflectionNames];
+  const served = [QueueService.typeName, CronService.typeName, HealthDesc.typeName, ...reflectionNames];
   const reflection = reflectionHandlers([...apiFiles, ServerReflection.file], served);
   for (const name of reflectionNames) server.addService(serviceDefinition(ServerReflection, name), reflection);
   return { server, health };

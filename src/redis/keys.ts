@@ -10,12 +10,51 @@ export interface SystemKeys {
   readonly queues: string;
   /** Pub/sub channel announcing declaration changes. */
   readonly events: string;
+  /** Hash: job id → job (JSON). */
+  readonly jobs: string;
+  /** Counter: the last job id issued. */
+  readonly jobSeq: string;
+  /** Hash: job id → the last tick claimed (ms): each tick runs once across instances. */
+  readonly ticks: string;
+  /** Pub/sub channel announcing job changes. */
+  readonly cronEvents: string;
+  /** Hash: instance id → scheduler status (JSON). */
+  readonly instances: string;
+  /** Counter: the last job log sequence number. */
+  readonly logSeq: string;
+  /** Hash: log id → job log entry (JSON). */
+  readonly logs: string;
+  /** Sorted set: log id by time (ms), for cleaning by age. */
+  readonly logTime: string;
+  /** Set once the built-in jobs have been created. */
+  readonly seeded: string;
+  /** String: the execution lock of job `id` ("owner:fence:expires"). */
+  jobLock(id: string): string;
+  /** Counter: the last fencing number of job `id`'s lock. */
+  jobFence(id: string): string;
+  /** Sorted set: job `id`'s log ids by sequence number. */
+  jobLogs(id: string): string;
 }
 
 /** Switchyard's own keys under namespace `ns`, e.g. `{switchyard}:queues`. */
 export function systemKeys(ns: string): SystemKeys {
   const tag = `{${ns}}`;
-  return { queues: `${tag}:queues`, events: `${tag}:events` };
+  return {
+    queues: `${tag}:queues`,
+    events: `${tag}:events`,
+    jobs: `${tag}:jobs`,
+    jobSeq: `${tag}:job:seq`,
+    ticks: `${tag}:cron:ticks`,
+    cronEvents: `${tag}:cron:events`,
+    instances: `${tag}:cron:instances`,
+    logSeq: `${tag}:joblog:seq`,
+    logs: `${tag}:joblog`,
+    logTime: `${tag}:joblogs:time`,
+    seeded: `${tag}:cron:seeded`,
+    jobLock: (id) => `${tag}:job:lock:${id}`,
+    jobFence: (id) => `${tag}:job:fence:${id}`,
+    jobLogs: (id) => `${tag}:joblogs:${id}`,
+  };
 }
 
 /** The Redis keys of one reliable or simple queue. */

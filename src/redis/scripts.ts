@@ -15,6 +15,9 @@ const definitions = {
   sySettle: { numberOfKeys: 7, lua: load("settle") },
   syRecover: { numberOfKeys: 6, lua: load("recover") },
   sySweep: { numberOfKeys: 2, lua: load("sweep") },
+  syClaimTick: { numberOfKeys: 2, lua: load("claim-tick") },
+  syClaimInterval: { numberOfKeys: 2, lua: load("claim-interval") },
+  syJobLock: { numberOfKeys: 2, lua: load("job-lock") },
 } as const;
 
 type ScriptName = keyof typeof definitions;
@@ -115,4 +118,41 @@ export async function sweepUnclaimed(
 ): Promise<{ added: number; length: number }> {
   const [added, length] = (await call(client, "sySweep", [keys.processing, keys.recovery, now, first, last])) as number[];
   return { added, length };
+}
+
+/** The outcome of a tick or interval claim; `job` is the job's JSON when it was read. */
+export interface Claim {
+  result: "gone" | "taken" | "wait" | "inactive" | "run";
+  job?: string;
+  /** Interval claims: the last run time (wait) or the claimed run time (run, inactive). */
+  atMs?: number;
+}
+
+/** claim-tick.lua: claims the tick at `tickMs` of job `id` once across instances. */
+export async function claimTick(client: RedisClient, jobs: string, ticks: string, id: string, tickMs: number): Promise<Claim> {
+  const [result, job] = (await call(client, "syClaimTick", [jobs, ticks, id, tickMs])) as [Claim["result"], string?];
+  return { result, job };
+}
+
+/** claim-interval.lua: claims the next run of interval job `id` if its interval has passed. */
+export async function claimInterval(
+  client: RedisClient, jobs: string, ticks: string, id: string, now: number, intervalMs: number,
+): Promise<Claim> {
+  const [result, at, job] = (await call(client, "syClaimInterval", [jobs, ticks, id, now, intervalMs])) as [Claim["result"], string?, string?];
+  return { result, atMs: at === undefined ? undefined : Number(at), job };
+}
+
+/** job-lock.lua acquire: the new fence, or undefined while another holder's lock is live. */
+export async function acquireJobLock(
+  client: RedisClient, lock: string, fenceKey: string, owner: string, now: number, ttlMs: number,
+): Promise<{ acquired: boolean; fence: number }> {
+  const [ok, fence] = (await call(client, "syJobLock", [lock, fenceKey, "acquire", owner, 0, now, ttlMs])) as number[];
+  return { acquired: ok === 1, fence };
+}
+
+/** job-lock.lua renew / release: true when the caller still held the lock. */
+export async function touchJobLock(
+  client: RedisClient, op: "renew" | "release", lock: string, fenceKey: string, owner: string, fence: number, now: number, ttlMs: number,
+): Promise<boolean> {
+  return (await call(client, "syJobLock", [lock, fenceKey, op, owner, fence, now, ttlMs])) === 1;
 }

@@ -33,8 +33,10 @@ for i = 4, #ARGV, 3 do
   local action, sha, fence = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local lease = redis.call("HGET", KEYS[3], sha)
   local code
-  if not lease then
-    code = (tonumber(fence) <= issued) and -1 or -3
+  if tonumber(fence) > issued then
+    code = -3
+  elseif not lease then
+    code = -1
   else
     local fences, value = parse(lease)
     local at

@@ -1,0 +1,135 @@
+/**
+ * Cron jobs as stored (SPEC C1–C4, C14), their validation, and the status
+ * machine of seed 001:
+ *
+ *            Status(1) / Resume              Status(2) / Pause
+ *   0 unpublished ─────────────▶ 1 running ─────────────▶ 2 paused
+ *         ▲                          ▲                        │ │
+ *         │                          └──── Status(1)/Resume ──┘ │
+ *         └──────────────────── Status(0) ──────────────────────┘
+ *
+ * Create stores 0; delete is soft from any state; RunOnce changes nothing.
+ * Setting the state a job is already in is a no-op; every other move is
+ * FAILED_PRECONDITION with a message listing the allowed ones.
+ */
+import { SwitchyardError, invalid } from "../errors.js";
+import { parseSchedule, type Schedule } from "./schedule.js";
+
+/** The seed's status numbers. */
+export const UNPUBLISHED = 0;
+export const RUNNING = 1;
+export const PAUSED = 2;
+export type JobStatusCode = typeof UNPUBLISHED | typeof RUNNING | typeof PAUSED;
+
+/** The seed's execute policies: 1 concurrent, 2 singleton (default), 3 abandon. */
+export type ExecutePolicyCode = 1 | 2 | 3;
+export type MisfirePolicyName = "skip" | "run_once";
+
+/** A job as stored in Redis. */
+export interface JobRecord {
+  id: string;
+  name: string;
+  group: string;
+  target: string;
+  params: string;
+  schedule: string;
+  timeZone: string;
+  executePolicy: ExecutePolicyCode;
+  sync: boolean;
+  status: JobStatusCode;
+  remark: string;
+  misfirePolicy: MisfirePolicyName;
+  catchUpWindowMs: number;
+  createTimeMs: number;
+  updateTimeMs: number;
+  createActor: string;
+  updateActor: string;
+  /** When the job last became RUNNING: ticks before it are owed nothing. */
+  activeSinceMs: number;
+  deleted: boolean;
+}
+
+/** The fields a caller sets. */
+export type JobFields = Pick<
+  JobRecord,
+  "name" | "group" | "target" | "params" | "schedule" | "timeZone" | "executePolicy" | "sync" | "remark" | "misfirePolicy" | "catchUpWindowMs"
+>;
+
+/** Field names (snake_case, as in the proto) that UpdateJob may change. */
+export const UPDATABLE: Record<string, keyof JobFields> = {
+  name: "name",
+  group: "group",
+  target: "target",
+  params: "params",
+  schedule: "schedule",
+  time_zone: "timeZone",
+  execute_policy: "executePolicy",
+  sync: "sync",
+  remark: "remark",
+  misfire_policy: "misfirePolicy",
+  catch_up_window: "catchUpWindowMs",
+};
+
+const HANDLER_NAME = /^[A-Za-z][A-Za-z0-9_.-]{0,99}$/;
+
+function checkTarget(target: string): void {
+  if (!target) throw invalid("target is required: an http(s):// URL, a handler name, or queue:<name>");
+  if (/^https?:\/\//i.test(target)) {
+    try {
+      new URL(target);
+    } catch {
+      throw invalid(`target "${target}" is not a valid URL`);
+    }
+    return;
+  }
+  if (target.startsWith("queue:")) {
+    if (target.length === "queue:".length) throw invalid('target "queue:" needs a queue name, e.g. queue:{thumbnails}');
+    return;
+  }
+  if (!HANDLER_NAME.test(target)) {
+    throw invalid(`target "${target}" is neither an http(s):// URL, queue:<name>, nor a handler name (letters, digits, _ . -)`);
+  }
+}
+
+/** Validates fields and fills defaults; returns them with the parsed schedule (normalised expression). */
+export function validateJobFields(fields: JobFields): { fields: JobFields; schedule: Schedule } {
+  const name = fields.name.trim();
+  if (!name) throw invalid("name is required");
+  if (name.length > 200) throw invalid("name is longer than 200 characters");
+  checkTarget(fields.target);
+  if (fields.params.trim()) {
+    try {
+      JSON.parse(fields.params);
+    } catch (err) {
+      throw invalid(`params must be JSON text: ${err instanceof Error ? err.message : String(err)}`);
+    }
+  }
+  const timeZone = fields.timeZone || "UTC";
+  const schedule = parseSchedule(fields.schedule, timeZone);
+  if (![1, 2, 3].includes(fields.executePolicy)) throw invalid("execute_policy must be CONCURRENT (1), SINGLETON (2) or ABANDON (3)");
+  if (fields.misfirePolicy === "run_once" && fields.catchUpWindowMs <= 0) {
+    throw invalid("misfire_policy RUN_ONCE needs a catch_up_window (how late a missed tick may still run), e.g. 10m");
+  }
+  if (fields.catchUpWindowMs < 0) throw invalid("catch_up_window must not be negative");
+  return { fields: { ...fields, name, timeZone, schedule: schedule.expression }, schedule };
+}
+
+const MOVES: Record<JobStatusCode, JobStatusCode[]> = {
+  [UNPUBLISHED]: [RUNNING],
+  [RUNNING]: [PAUSED],
+  [PAUSED]: [RUNNING, UNPUBLISHED],
+};
+
+const NAMES: Record<JobStatusCode, string> = { 0: "UNPUBLISHED (0)", 1: "RUNNING (1)", 2: "PAUSED (2)" };
+
+/** Checks a status move against the diagram above; throws FAILED_PRECONDITION when it is not on it. */
+export function checkTransition(job: JobRecord, to: JobStatusCode): void {
+  if (job.status === to) return;
+  if (!MOVES[job.status].includes(to)) {
+    const allowed = MOVES[job.status].map((s) => NAMES[s]).join(" or ");
+    throw new SwitchyardError(
+      "failed_precondition",
+      `job ${job.id} is ${NAMES[job.status]} and cannot become ${NAMES[to]}; from ${NAMES[job.status]} it can become ${allowed}`,
+    );
+  }
+}

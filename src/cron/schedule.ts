@@ -1,0 +1,98 @@
+/**
+ * Schedules (SPEC C3, C14, I1): six-field cron with seconds, `#` + five
+ * fields, or `@every <duration>`, in an IANA time zone. Parsing either gives a
+ * Schedule or INVALID_ARGUMENT "invalid cron expression: …".
+ *
+ * Daylight saving (croner's behaviour, pinned by tests and documented in the
+ * README): a wall-clock time skipped by a spring-forward gap fires at the first
+ * valid time after the gap (02:30 → 03:00); a time repeated by a fall-back
+ * overlap fires once, at its first occurrence.
+ */
+import { Cron } from "croner";
+import { invalid } from "../errors.js";
+
+/** A parsed schedule. */
+export type Schedule =
+  | { kind: "cron"; expression: string; timeZone: string; cron: Cron }
+  | { kind: "every"; expression: string; intervalMs: number };
+
+const UNITS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
+const MIN_INTERVAL_MS = 1000;
+
+/** Parses "@every 90s", "@every 1h30m", "@every 6000s" into ms. */
+function parseEvery(text: string): number {
+  const body = text.trim();
+  const re = /(\d+(?:\.\d+)?)(ms|s|m|h|d)/gy;
+  let total = 0;
+  let consumed = 0;
+  for (let m = re.exec(body); m; m = re.exec(body)) {
+    total += Number(m[1]) * UNITS[m[2]];
+    consumed = re.lastIndex;
+  }
+  if (consumed === 0 || consumed !== body.length) {
+    throw invalid(`invalid cron expression: "@every ${body}": write a duration such as 30s, 5m, 1h30m or 6000s`);
+  }
+  if (total < MIN_INTERVAL_MS) throw invalid(`invalid cron expression: "@every ${body}": the interval must be at least 1s`);
+  return Math.round(total);
+}
+
+function checkTimeZone(timeZone: string): void {
+  try {
+    new Intl.DateTimeFormat("en-US", { timeZone });
+  } catch {
+    throw invalid(`unknown time zone "${timeZone}"; use an IANA name such as Europe/Berlin or UTC`);
+  }
+}
+
+/** Parses a schedule; throws INVALID_ARGUMENT saying what is wrong. */
+export function parseSchedule(text: string, timeZone = "UTC"): Schedule {
+  const trimmed = text.trim().replace(/\s+/g, " ");
+  if (trimmed.startsWith("@every")) {
+    const intervalMs = parseEvery(trimmed.slice("@every".length));
+    return { kind: "every", expression: `@every ${trimmed.slice("@every".length).trim()}`, intervalMs };
+  }
+  checkTimeZone(timeZone);
+  let fields: string[];
+  if (trimmed.startsWith("#")) {
+    fields = trimmed.slice(1).trim().split(" ").filter(Boolean);
+    if (fields.length !== 5) {
+      throw invalid(`invalid cron expression: "${text}": after "#" write 5 fields (minute hour day month weekday)`);
+    }
+    fields = ["0", ...fields];
+  } else {
+    fields = trimmed.split(" ").filter(Boolean);
+    if (fields.length !== 6) {
+      throw invalid(
+        `invalid cron expression: "${text}": write 6 fields (second minute hour day month weekday), ` +
+          `or "#" and 5 fields, or "@every <duration>"`,
+      );
+    }
+  }
+  const expression = fields.join(" ");
+  try {
+    const cron = new Cron(expression, { timezone: timeZone, paused: true });
+    if (!cron.nextRun(new Date(0))) throw new Error("it never fires");
+    return { kind: "cron", expression, timeZone, cron };
+  } catch (err) {
+    throw invalid(`invalid cron expression: "${text}": ${err instanceof Error ? err.message : String(err)}`);
+  }
+}
+
+/** The first fire time strictly after `afterMs`, or undefined if there is none. */
+export function nextFire(schedule: Schedule, afterMs: number): number | undefined {
+  if (schedule.kind === "every") return afterMs + schedule.intervalMs;
+  return schedule.cron.nextRun(new Date(afterMs))?.getTime();
+}
+
+/** Up to `n` fire times after `afterMs`. */
+export function nextFires(schedule: Schedule, afterMs: number, n: number): number[] {
+  const out: number[] = [];
+  let t = afterMs;
+  while (out.length < n) {
+    const next = nextFire(schedule, t);
+    if (next === undefined) break;
+    out.push(next);
+    t = next;
+  }
+  return out;
+}

@@ -1,0 +1,392 @@
+/**
+ * The scheduler (SPEC C2–C14, I1). Every instance runs one and mounts every
+ * RUNNING job: a timer per job for its next fire time.
+ *
+ * A cron tick is named by its scheduled time, which all instances compute alike
+ * from the schedule; claim-tick.lua lets exactly one instance claim it, so a
+ * tick runs once however many instances fire it, and a job deleted or paused
+ * behind the scheduler's back is seen and unmounted at fire time. An interval
+ * job (`@every`) claims its run with claim-interval.lua: now > last + interval,
+ * checked and recorded in one step.
+ *
+ * A claimed tick then follows the job's execute policy: 1 runs at once; 2 and 3
+ * take the execution lock (job-lock.lua) and skip (2, "overlap") or abandon
+ * (3, "lock held") the tick when another run holds it. A run renews its lock
+ * every third of the TTL, and releases it when it ends. Every tick that does
+ * not run writes a log entry saying why.
+ *
+ * Time comes from the injected clock, which follows Redis's clock in
+ * production, so hosts whose clocks disagree still fire a tick at one time.
+ */
+import { hostname } from "node:os";
+import { randomBytes } from "node:crypto";
+import type { Clock, Timer } from "../clock.js";
+import type { Logger } from "../log.js";
+import type { RedisClient, RedisConnection } from "../redis/connection.js";
+import type { SystemKeys } from "../redis/keys.js";
+import { acquireJobLock, claimInterval, claimTick, touchJobLock, type Claim } from "../redis/scripts.js";
+import { runTarget, RunFailure, type ExecutorOptions } from "./executor.js";
+import { RUNNING, type JobRecord } from "./job.js";
+import type { JobLogEntry, JobLogStore, RunTrigger } from "./job-log.js";
+import { nextFire, parseSchedule, type Schedule } from "./schedule.js";
+import type { JobStore } from "./store.js";
+
+/** Scheduler tuning; defaults in config.ts. */
+export interface SchedulerOptions {
+  instanceId?: string;
+  /** The execution lock's backstop TTL (the seed's 300 s). */
+  lockTtlMs: number;
+  /** How often each instance reloads every job, in case a change announcement was missed. */
+  resyncIntervalMs: number;
+  /** How often each instance records that it is alive and what it has mounted. */
+  heartbeatIntervalMs: number;
+  /** A tick fired later than this is a misfire (its instance was stalled or down). */
+  misfireGraceMs: number;
+}
+
+/** One instance's scheduler, as GetSchedulerStatus reports it. */
+export interface InstanceStatus {
+  instanceId: string;
+  startTimeMs: number;
+  mounted: string[];
+  lastSeenMs: number;
+}
+
+interface Mount {
+  job: JobRecord;
+  schedule: Schedule;
+  timer?: Timer;
+}
+
+/** Misfires scanned at most per job when an instance mounts it. */
+const MAX_MISSED_SCAN = 100_000;
+
+export class Scheduler {
+  readonly instanceId: string;
+  readonly startTimeMs: number;
+  private readonly mounts = new Map<string, Mount>();
+  private readonly runs = new Set<Promise<void>>();
+  private readonly stopRuns = new AbortController();
+  private readonly timers: Timer[] = [];
+  private subscriber?: RedisClient;
+  private stopped = false;
+
+  constructor(
+    private readonly redis: RedisConnection,
+    private readonly keys: SystemKeys,
+    private readonly store: JobStore,
+    private readonly logs: JobLogStore,
+    private readonly clock: Clock,
+    private readonly executor: ExecutorOptions,
+    private readonly options: SchedulerOptions,
+    private readonly log: Logger,
+  ) {
+    this.instanceId = options.instanceId ?? `${hostname()}-${process.pid}-${randomBytes(3).toString("hex")}`;
+    this.startTimeMs = clock.now();
+  }
+
+  private get client(): RedisClient {
+    return this.redis.client;
+  }
+
+  /** Follows job changes, seeds the built-in jobs on first start, and mounts every RUNNING job. */
+  async start(): Promise<void> {
+    this.subscriber = await this.redis.duplicate();
+    this.subscriber.on("message", (_channel: string, id: string) => void this.refresh(id));
+    await this.subscriber.subscribe(this.keys.cronEvents);
+    await this.seedBuiltins();
+    await this.resync();
+    await this.beat();
+    this.every(this.options.resyncIntervalMs, () => this.resync());
+    this.every(this.options.heartbeatIntervalMs, () => this.beat());
+  }
+
+  /** Unmounts everything, stops timers, and waits for detached runs (which are told to stop). */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    for (const t of this.timers) t.cancel();
+    for (const id of [...this.mounts.keys()]) this.unmount(id);
+    this.subscriber?.disconnect();
+    this.stopRuns.abort();
+    await Promise.allSettled([...this.runs]);
+    await this.client.hdel(this.keys.instances, this.instanceId).catch(() => undefined);
+  }
+
+  private every(ms: number, fn: () => Promise<void>): void {
+    const arm = () => {
+      if (this.stopped) return;
+      const timer = this.clock.setTimer(ms, async () => {
+        await fn().catch((err: unknown) => this.log.warn("scheduler housekeeping failed", { err }));
+        arm();
+      });
+      this.timers.push(timer);
+      if (this.timers.length > 16) this.timers.splice(0, this.timers.length - 16);
+    };
+    arm();
+  }
+
+  /** The job ids mounted on this instance. */
+  mounted(): string[] {
+    return [...this.mounts.keys()].sort((a, b) => Number(a) - Number(b));
+  }
+
+  private async beat(): Promise<void> {
+    const status: InstanceStatus = {
+      instanceId: this.instanceId,
+      startTimeMs: this.startTimeMs,
+      mounted: this.mounted(),
+      lastSeenMs: this.clock.now(),
+    };
+    await this.client.hset(this.keys.instances, this.instanceId, JSON.stringify(status));
+  }
+
+  /** Every instance seen within three heartbeats, by id; older records are removed. */
+  async instances(): Promise<InstanceStatus[]> {
+    const all = Object.values(await this.client.hgetall(this.keys.instances)).map((j) => JSON.parse(j) as InstanceStatus);
+    const horizon = this.clock.now() - 3 * this.options.heartbeatIntervalMs;
+    const stale = all.filter((s) => s.lastSeenMs < horizon);
+    if (stale.length) await this.client.hdel(this.keys.instances, ...stale.map((s) => s.instanceId));
+    return all.filter((s) => s.lastSeenMs >= horizon).sort((a, b) => a.instanceId.localeCompare(b.instanceId));
+  }
+
+  private async seedBuiltins(): Promise<void> {
+    if ((await this.client.set(this.keys.seeded, String(this.clock.now()), "NX")) !== "OK") return;
+    const job = await this.store.create(
+      {
+        name: "LogClean",
+        group: "system",
+        target: "LogClean",
+        params: "",
+        schedule: "0 30 2 * * *",
+        timeZone: "UTC",
+        executePolicy: 2,
+        sync: false,
+        remark: "built-in: removes log entries older than retentionDays (default 90)",
+        misfirePolicy: "skip",
+        catchUpWindowMs: 0,
+      },
+      "system",
+    );
+    await this.store.setStatus(job.id, RUNNING, "system");
+  }
+
+  /** Mounts every RUNNING job and unmounts the rest. */
+  async resync(): Promise<void> {
+    const jobs = await this.store.all();
+    const running = new Set<string>();
+    for (const job of jobs) {
+      if (job.status !== RUNNING) continue;
+      running.add(job.id);
+      await this.mount(job);
+    }
+    for (const id of [...this.mounts.keys()]) if (!running.has(id)) this.unmount(id);
+  }
+
+  /** Re-reads one job after a change announcement and mounts or unmounts it. */
+  async refresh(id: string): Promise<void> {
+    if (this.stopped) return;
+    try {
+      const job = await this.store.find(id);
+      if (job && job.status === RUNNING) await this.mount(job);
+      else this.unmount(id);
+    } catch (err) {
+      this.log.warn("could not refresh a job; the next resync will", { job: id, err });
+    }
+  }
+
+  private unmount(id: string): void {
+    this.mounts.get(id)?.timer?.cancel();
+    this.mounts.delete(id);
+  }
+
+  /** Mounts a job, or remounts it when it changed since it was mounted. */
+  private async mount(job: JobRecord): Promise<void> {
+    if (this.stopped) return;
+    const current = this.mounts.get(job.id);
+    if (current && current.job.updateTimeMs === job.updateTimeMs && current.job.status === job.status) return;
+    this.unmount(job.id);
+    let schedule: Schedule;
+    try {
+      schedule = parseSchedule(job.schedule, job.timeZone);
+    } catch (err) {
+      this.log.error("cannot mount a job with an invalid schedule", { job: job.id, err });
+      return;
+    }
+    const mount: Mount = { job, schedule };
+    this.mounts.set(job.id, mount);
+    if (schedule.kind === "every") {
+      this.armInterval(mount, 0);
+    } else {
+      await this.catchUp(mount);
+      this.armCron(mount, this.clock.now());
+    }
+  }
+
+  private armCron(mount: Mount, afterMs: number): void {
+    if (this.mounts.get(mount.job.id) !== mount) return;
+    const tick = nextFire(mount.schedule, afterMs);
+    if (tick === undefined) return;
+    mount.timer = this.clock.setTimer(tick - this.clock.now(), () => this.fireCron(mount, tick));
+  }
+
+  private armInterval(mount: Mount, delayMs: number): void {
+    if (this.mounts.get(mount.job.id) !== mount) return;
+    mount.timer = this.clock.setTimer(Math.max(0, delayMs), () => this.fireInterval(mount));
+  }
+
+  /**
+   * When a job is mounted, looks for ticks nobody fired (every instance was
+   * down): the latest is claimed once and, by the misfire policy, run as a
+   * catch-up or logged as skipped.
+   */
+  private async catchUp(mount: Mount): Promise<void> {
+    const { job, schedule } = mount;
+    const last = Number((await this.client.hget(this.keys.ticks, job.id)) ?? 0);
+    const since = Math.max(last, job.activeSinceMs);
+    const now = this.clock.now();
+    let tick = since > 0 ? nextFire(schedule, since) : undefined;
+    if (tick === undefined || tick > now) return;
+    const first = tick;
+    let missed = 1;
+    for (let next = nextFire(schedule, tick); next !== undefined && next <= now && missed < MAX_MISSED_SCAN; next = nextFire(schedule, next)) {
+      tick = next;
+      missed++;
+    }
+    await this.claimed(mount, tick, await claimTick(this.client, this.keys.jobs, this.keys.ticks, job.id, tick), { missed, first });
+  }
+
+  private async fireCron(mount: Mount, tick: number): Promise<void> {
+    if (this.mounts.get(mount.job.id) !== mount) return;
+    try {
+      const claim = await claimTick(this.client, this.keys.jobs, this.keys.ticks, mount.job.id, tick);
+      await this.claimed(mount, tick, claim);
+    } catch (err) {
+      this.log.warn("tick claim failed", { job: mount.job.id, tick, err });
+    }
+    this.armCron(mount, Math.max(tick, this.clock.now()));
+  }
+
+  private async fireInterval(mount: Mount): Promise<void> {
+    if (this.mounts.get(mount.job.id) !== mount || mount.schedule.kind !== "every") return;
+    const interval = mount.schedule.intervalMs;
+    let next = interval;
+    try {
+      const claim = await claimInterval(this.client, this.keys.jobs, this.keys.ticks, mount.job.id, this.clock.now(), interval);
+      if (claim.result === "wait") next = claim.atMs! + interval + 1 - this.clock.now();
+      else await this.claimed(mount, claim.atMs ?? this.clock.now(), claim);
+    } catch (err) {
+      this.log.warn("interval claim failed", { job: mount.job.id, err });
+    }
+    this.armInterval(mount, next);
+  }
+
+  /** Acts on a claim: unmount, skip with a reason, or run (awaited when the job is sync). */
+  private async claimed(mount: Mount, tick: number, claim: Claim, missed?: { missed: number; first: number }): Promise<void> {
+    const id = mount.job.id;
+    if (claim.result === "gone") return this.unmount(id);
+    if (claim.result === "taken" || claim.result === "wait") return;
+    const job = JSON.parse(claim.job!) as JobRecord;
+    if (claim.result === "inactive") {
+      this.unmount(id);
+      const state = job.status === 2 ? "paused" : "unpublished";
+      return this.skip(job, tick, `skipped: the job is ${state}`);
+    }
+    const lateness = this.clock.now() - tick;
+    let trigger: RunTrigger = "schedule";
+    if (missed || lateness > this.options.misfireGraceMs) {
+      const count = missed ? `${missed.missed}${missed.missed >= MAX_MISSED_SCAN ? "+" : ""} tick(s) since ${new Date(missed.first).toISOString()}` : "the tick";
+      if (job.misfirePolicy !== "run_once" || lateness > job.catchUpWindowMs) {
+        return this.skip(job, tick, `skipped: misfire, ${count} fired no run in time (${Math.round(lateness / 1000)} s late)`);
+      }
+      trigger = "catch_up";
+    }
+    const run = this.track(this.runTick(job, tick, trigger));
+    if (job.sync) await run;
+  }
+
+  private track(run: Promise<void>): Promise<void> {
+    this.runs.add(run);
+    void run.finally(() => this.runs.delete(run));
+    return run;
+  }
+
+  private async skip(job: JobRecord, tick: number, message: string): Promise<void> {
+    await this.writeLog({ jobId: job.id, status: "skipped", message, error: "", durationMs: 0, trigger: "schedule", tickTimeMs: tick, fence: 0 });
+  }
+
+  /** Runs a claimed tick under the job's execute policy. Never throws. */
+  private async runTick(job: JobRecord, tick: number, trigger: RunTrigger): Promise<void> {
+    try {
+      if (job.executePolicy === 1) return await this.execute(job, tick, trigger, 0);
+      const ttl = this.options.lockTtlMs;
+      const lock = this.keys.jobLock(job.id);
+      const fenceKey = this.keys.jobFence(job.id);
+      const got = await acquireJobLock(this.client, lock, fenceKey, this.instanceId, this.clock.now(), ttl);
+      if (!got.acquired) {
+        const reason =
+          job.executePolicy === 2
+            ? `skipped: overlap, the previous run (fence ${got.fence}) is still running`
+            : `abandoned: lock held by run with fence ${got.fence}`;
+        return await this.skip(job, tick, reason);
+      }
+      let renewal: Timer | undefined;
+      const renew = () => {
+        renewal = this.clock.setTimer(ttl / 3, async () => {
+          const held = await touchJobLock(this.client, "renew", lock, fenceKey, this.instanceId, got.fence, this.clock.now(), ttl).catch(
+            () => true,
+          );
+          if (held) renew();
+          else this.log.warn("lost the execution lock while running", { job: job.id, fence: got.fence });
+        });
+      };
+      renew();
+      try {
+        await this.execute(job, tick, trigger, got.fence);
+      } finally {
+        renewal?.cancel();
+        await touchJobLock(this.client, "release", lock, fenceKey, this.instanceId, got.fence, this.clock.now(), ttl);
+      }
+    } catch (err) {
+      this.log.error("job run failed outside its handler", { job: job.id, err });
+    }
+  }
+
+  /** Runs the target and logs the outcome; a throwing handler never hurts the scheduler. */
+  private async execute(job: JobRecord, tick: number, trigger: RunTrigger, fence: number, logId?: string): Promise<void> {
+    const start = this.clock.now();
+    let status: JobLogEntry["status"] = "succeeded";
+    let message = "";
+    let error = "";
+    try {
+      message = await runTarget(job, { jobId: job.id, fence, signal: this.stopRuns.signal, clock: this.clock, log: this.log }, tick, this.executor);
+    } catch (err) {
+      status = "failed";
+      error = err instanceof RunFailure ? err.message : `handler threw: ${err instanceof Error ? err.message : String(err)}`;
+    }
+    await this.writeLog({ jobId: job.id, status, message, error, durationMs: this.clock.now() - start, trigger, tickTimeMs: tick, fence, startTimeMs: start }, logId);
+  }
+
+  private async writeLog(
+    entry: Omit<JobLogEntry, "id" | "instanceId" | "startTimeMs"> & { startTimeMs?: number },
+    id?: string,
+  ): Promise<void> {
+    try {
+      await this.logs.append({
+        ...entry,
+        id: id ?? (await this.logs.newId(entry.jobId)),
+        instanceId: this.instanceId,
+        startTimeMs: entry.startTimeMs ?? this.clock.now(),
+      });
+    } catch (err) {
+      this.log.error("could not write a job log entry", { job: entry.jobId, err });
+    }
+  }
+
+  /** RunOnce: runs the job now, detached, whatever its status; resolves to the log entry's id. */
+  async runOnce(id: string): Promise<string> {
+    const job = await this.store.get(id);
+    const logId = await this.logs.newId(id);
+    this.track(this.execute(job, 0, "run_once", 0, logId));
+    return logId;
+  }
+}

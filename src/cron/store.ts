@@ -1,0 +1,127 @@
+/**
+ * Jobs in Redis: one hash of JSON records, ids from a counter, and a pub/sub
+ * channel on which every change is announced so each instance's scheduler
+ * remounts within a second (SPEC C13).
+ */
+import { SwitchyardError } from "../errors.js";
+import type { Clock } from "../clock.js";
+import type { RedisConnection } from "../redis/connection.js";
+import type { SystemKeys } from "../redis/keys.js";
+import { checkTransition, RUNNING, UNPUBLISHED, validateJobFields, type JobFields, type JobRecord, type JobStatusCode } from "./job.js";
+
+/** A page of jobs. */
+export interface JobPage {
+  jobs: JobRecord[];
+  nextPageToken: string;
+}
+
+/** Filters for {@link JobStore.list}. */
+export interface JobFilter {
+  status?: JobStatusCode;
+  name?: string;
+  pageSize?: number;
+  pageToken?: string;
+}
+
+export class JobStore {
+  constructor(
+    private readonly redis: RedisConnection,
+    readonly keys: SystemKeys,
+    private readonly clock: Clock,
+  ) {}
+
+  private async put(job: JobRecord): Promise<void> {
+    await this.redis.client.hset(this.keys.jobs, job.id, JSON.stringify(job));
+    await this.redis.client.publish(this.keys.cronEvents, job.id);
+  }
+
+  /** Creates a job; it is always stored UNPUBLISHED. */
+  async create(fields: JobFields, actor: string): Promise<JobRecord> {
+    const valid = validateJobFields(fields).fields;
+    const id = String(await this.redis.client.incr(this.keys.jobSeq));
+    const now = this.clock.now();
+    const job: JobRecord = {
+      ...valid,
+      id,
+      status: UNPUBLISHED,
+      createTimeMs: now,
+      updateTimeMs: now,
+      createActor: actor,
+      updateActor: actor,
+      activeSinceMs: 0,
+      deleted: false,
+    };
+    await this.put(job);
+    return job;
+  }
+
+  /** The job, including soft-deleted ones when `withDeleted`. */
+  async find(id: string, withDeleted = false): Promise<JobRecord | undefined> {
+    const json = await this.redis.client.hget(this.keys.jobs, id);
+    if (json === null) return undefined;
+    const job = JSON.parse(json) as JobRecord;
+    return job.deleted && !withDeleted ? undefined : job;
+  }
+
+  /** The job, or NOT_FOUND. */
+  async get(id: string): Promise<JobRecord> {
+    const job = id ? await this.find(id) : undefined;
+    if (!job) throw new SwitchyardError("not_found", id ? `job ${id} does not exist` : "id is required");
+    return job;
+  }
+
+  /** Every job that is not deleted, by id. */
+  async all(): Promise<JobRecord[]> {
+    const all = await this.redis.client.hvals(this.keys.jobs);
+    return all
+      .map((json) => JSON.parse(json) as JobRecord)
+      .filter((j) => !j.deleted)
+      .sort((a, b) => Number(a.id) - Number(b.id));
+  }
+
+  /** Jobs by id, filtered and a page at a time. */
+  async list(filter: JobFilter): Promise<JobPage> {
+    const size = !filter.pageSize || filter.pageSize <= 0 ? 100 : Math.min(filter.pageSize, 1000);
+    const after = filter.pageToken ? Number(Buffer.from(filter.pageToken, "base64url").toString()) : 0;
+    if (!Number.isInteger(after) || after < 0) throw new SwitchyardError("invalid_argument", "page_token is not one this server issued");
+    const needle = filter.name?.toLowerCase() ?? "";
+    const matching = (await this.all()).filter(
+      (j) => Number(j.id) > after && (filter.status === undefined || j.status === filter.status) && j.name.toLowerCase().includes(needle),
+    );
+    const jobs = matching.slice(0, size);
+    const more = matching.length > size;
+    return { jobs, nextPageToken: more ? Buffer.from(jobs[jobs.length - 1].id).toString("base64url") : "" };
+  }
+
+  /** Replaces the given fields; nothing is saved when the result is invalid. */
+  async update(id: string, patch: Partial<JobFields>, actor: string): Promise<JobRecord> {
+    const job = await this.get(id);
+    const merged = validateJobFields({ ...job, ...patch }).fields;
+    const updated: JobRecord = { ...job, ...merged, updateTimeMs: this.clock.now(), updateActor: actor };
+    await this.put(updated);
+    return updated;
+  }
+
+  /** Moves a job along the status diagram (see job.ts). */
+  async setStatus(id: string, status: JobStatusCode, actor: string): Promise<JobRecord> {
+    const job = await this.get(id);
+    checkTransition(job, status);
+    if (job.status === status) return job;
+    const now = this.clock.now();
+    const updated: JobRecord = {
+      ...job,
+      status,
+      updateTimeMs: now,
+      updateActor: actor,
+      activeSinceMs: status === RUNNING ? now : job.activeSinceMs,
+    };
+    await this.put(updated);
+    return updated;
+  }
+
+  /** Soft-deletes a job (NOT_FOUND if it does not exist or is already deleted). */
+  async delete(id: string, actor: string): Promise<void> {
+    const job = await this.get(id);
+    await this.put({ ...job, deleted: true, updateTimeMs: this.clock.now(), updateActor: actor });
+  }
+}

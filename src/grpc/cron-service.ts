@@ -1,0 +1,106 @@
+/**
+ * gRPC handlers of switchyard.v1.CronService: each translates messages to a
+ * call on the job store or the scheduler and back.
+ */
+import type * as grpc from "@grpc/grpc-js";
+import { create } from "@bufbuild/protobuf";
+import {
+  BatchDeleteJobsResponseSchema,
+  CreateJobResponseSchema,
+  type CreateJobRequest,
+  DeleteJobResponseSchema,
+  GetJobResponseSchema,
+  GetSchedulerStatusResponseSchema,
+  ListJobLogsResponseSchema,
+  type ListJobsRequest,
+  ListJobsResponseSchema,
+  JobStatus,
+  PauseJobResponseSchema,
+  ResumeJobResponseSchema,
+  RunOnceResponseSchema,
+  SetJobStatusResponseSchema,
+  type SetJobStatusRequest,
+  UpdateJobResponseSchema,
+  type UpdateJobRequest,
+  type ListJobLogsRequest,
+} from "../gen/switchyard/v1/cron_pb.js";
+import type { Clock } from "../clock.js";
+import type { Logger } from "../log.js";
+import { PAUSED, RUNNING } from "../cron/job.js";
+import type { JobLogStore } from "../cron/job-log.js";
+import type { Scheduler } from "../cron/scheduler.js";
+import type { JobStore } from "../cron/store.js";
+import { jobFields, jobLogMessage, jobMessage, jobPatch, statusCode } from "./cron-convert.js";
+import { msTimestamp } from "./convert.js";
+import { unary } from "./status.js";
+
+/** Who made a change; authentication (a later issue) will name the caller. */
+const ACTOR = "api";
+
+/** The parts CronService works with. */
+export interface CronParts {
+  store: JobStore;
+  logs: JobLogStore;
+  scheduler: Scheduler;
+  clock: Clock;
+}
+
+/** The CronService implementation for grpc-js. */
+export function cronServiceHandlers({ store, logs, scheduler, clock }: CronParts, log: Logger): grpc.UntypedServiceImplementation {
+  const show = (job: Parameters<typeof jobMessage>[0]) => jobMessage(job, clock.now());
+  return {
+    createJob: unary(log, "CreateJob", async (req: CreateJobRequest) =>
+      create(CreateJobResponseSchema, { job: show(await store.create(jobFields(req.job), ACTOR)) }),
+    ),
+    getJob: unary(log, "GetJob", async (req: { id: string }) => create(GetJobResponseSchema, { job: show(await store.get(req.id)) })),
+    listJobs: unary(log, "ListJobs", async (req: ListJobsRequest) => {
+      const page = await store.list({
+        status: req.status === JobStatus.UNSPECIFIED ? undefined : statusCode(req.status),
+        name: req.name,
+        pageSize: req.pageSize,
+        pageToken: req.pageToken,
+      });
+      return create(ListJobsResponseSchema, { jobs: page.jobs.map(show), nextPageToken: page.nextPageToken });
+    }),
+    updateJob: unary(log, "UpdateJob", async (req: UpdateJobRequest) => {
+      const patch = jobPatch(req.job, req.updateMask?.paths ?? []);
+      return create(UpdateJobResponseSchema, { job: show(await store.update(req.job?.id ?? "", patch, ACTOR)) });
+    }),
+    deleteJob: unary(log, "DeleteJob", async (req: { id: string }) => {
+      await store.delete(req.id, ACTOR);
+      return create(DeleteJobResponseSchema, {});
+    }),
+    batchDeleteJobs: unary(log, "BatchDeleteJobs", async (req: { ids: string[] }) => {
+      for (const id of req.ids) await store.get(id); // all or nothing: refuse before deleting any
+      for (const id of req.ids) await store.delete(id, ACTOR);
+      return create(BatchDeleteJobsResponseSchema, { deleted: req.ids.length });
+    }),
+    pauseJob: unary(log, "PauseJob", async (req: { id: string }) =>
+      create(PauseJobResponseSchema, { job: show(await store.setStatus(req.id, PAUSED, ACTOR)) }),
+    ),
+    resumeJob: unary(log, "ResumeJob", async (req: { id: string }) =>
+      create(ResumeJobResponseSchema, { job: show(await store.setStatus(req.id, RUNNING, ACTOR)) }),
+    ),
+    setJobStatus: unary(log, "SetJobStatus", async (req: SetJobStatusRequest) =>
+      create(SetJobStatusResponseSchema, { job: show(await store.setStatus(req.id, statusCode(req.status), ACTOR)) }),
+    ),
+    runOnce: unary(log, "RunOnce", async (req: { id: string }) => create(RunOnceResponseSchema, { runId: await scheduler.runOnce(req.id) })),
+    getSchedulerStatus: unary(log, "GetSchedulerStatus", async () => {
+      const instances = await scheduler.instances();
+      return create(GetSchedulerStatusResponseSchema, {
+        instances: instances.map((s) => ({
+          instanceId: s.instanceId,
+          startTime: msTimestamp(s.startTimeMs),
+          mountedJobIds: s.mounted,
+          mountedCount: s.mounted.length,
+          lastSeenTime: msTimestamp(s.lastSeenMs),
+        })),
+      });
+    }),
+    listJobLogs: unary(log, "ListJobLogs", async (req: ListJobLogsRequest) => {
+      await store.get(req.jobId);
+      const page = await logs.list(req.jobId, req.pageSize, req.pageToken);
+      return create(ListJobLogsResponseSchema, { logs: page.logs.map(jobLogMessage), nextPageToken: page.nextPageToken });
+    }),
+  };
+}
