@@ -69,7 +69,9 @@ export async function startEmbeddedRedis(options: EmbeddedOptions): Promise<Embe
     "--logfile", resolve(dir, "redis.log"),
     ...(options.extraArgs ?? []),
   ];
-  const child = spawn(binary, args, { stdio: "ignore" });
+  // Its own process group: a Ctrl-C in the terminal must not stop Redis while
+  // Switchyard is still returning held items to it on the way out.
+  const child = spawn(binary, args, { stdio: "ignore", detached: true });
   const spawnError = new Promise<never>((_, fail) => {
     child.once("error", (err: NodeJS.ErrnoException) =>
       fail(err.code === "ENOENT" ? new SwitchyardError("unavailable", missingBinaryHelp(binary)) : err),

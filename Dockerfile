@@ -1,0 +1,47 @@
+# syntax=docker/dockerfile:1
+# Switchyard: build with `docker build -t switchyard .`, run with
+#   docker run -p 50051:50051 -e SWITCHYARD_REDIS_URL=redis://redis:6379 switchyard
+# Without SWITCHYARD_REDIS_URL / SWITCHYARD_REDIS_CLUSTER_NODES the container runs its own
+# embedded redis-server with data in /data (mount a volume there to keep it).
+
+# --- build: compile TypeScript (src/gen is committed, so buf is not needed here) ---
+FROM node:20-slim AS build
+WORKDIR /app
+COPY package.json package-lock.json ./
+# The build needs no dependency's install script (only @bufbuild/buf and protobufjs have one).
+RUN npm ci --ignore-scripts
+COPY tsconfig.json tsconfig.build.json ./
+COPY scripts ./scripts
+COPY src ./src
+RUN npm run build
+
+# --- deps: production dependencies only ---
+FROM node:20-slim AS deps
+WORKDIR /app
+COPY package.json package-lock.json ./
+RUN npm ci --omit=dev --ignore-scripts \
+ && npm cache clean --force
+
+# --- runtime ---
+FROM node:20-slim
+# redis-server only for the embedded mode (no Redis configured); unused when one is.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends redis-server \
+ && rm -rf /var/lib/apt/lists/*
+WORKDIR /app
+ENV NODE_ENV=production \
+    SWITCHYARD_GRPC_ADDRESS=0.0.0.0:50051 \
+    SWITCHYARD_DATA_DIR=/data
+# package.json carries "type": "module", which dist/*.js need.
+COPY package.json ./
+COPY --from=deps /app/node_modules ./node_modules
+COPY --from=build /app/dist ./dist
+COPY scripts/health-probe.mjs ./scripts/health-probe.mjs
+RUN mkdir -p /data && chown node:node /data
+USER node
+VOLUME ["/data"]
+EXPOSE 50051
+# grpc.health.v1 Check on the port of SWITCHYARD_GRPC_ADDRESS; SERVING only while Redis is reachable.
+HEALTHCHECK --interval=15s --timeout=5s --start-period=15s --retries=3 \
+  CMD node scripts/health-probe.mjs "127.0.0.1:${SWITCHYARD_GRPC_ADDRESS##*:}"
+CMD ["node", "dist/main.js"]
