@@ -5,7 +5,7 @@
 import { fromJson, type JsonValue } from "@bufbuild/protobuf";
 import { readConfigFile, type Config } from "./config.js";
 import { invalid } from "./errors.js";
-import { RedisClock, type Clock } from "./clock.js";
+import { SyncedClock, redisTime, systemClock, type Clock, type Timer } from "./clock.js";
 import { createLogger, type Logger } from "./log.js";
 import { QueueSchema } from "./gen/switchyard/v1/queue_pb.js";
 import { connectRedis, type RedisConnection } from "./redis/connection.js";
@@ -64,10 +64,17 @@ export async function startApp(config: Config, parts: AppParts = {}): Promise<Ap
   const redis = await connectRedis(config.redis, log);
   try {
     let clock = parts.clock;
+    let clockResync: Timer | undefined;
     if (!clock) {
-      const redisClock = new RedisClock();
-      await redisClock.sync(() => redis.client.time());
-      clock = redisClock;
+      const synced = new SyncedClock();
+      const reference = redisTime(() => redis.client.time());
+      await synced.sync(reference);
+      // Host clocks drift: re-measure the offset to Redis's clock every minute.
+      const resync = () => {
+        clockResync = systemClock.setTimer(60_000, () => synced.sync(reference).catch(() => undefined).finally(resync));
+      };
+      resync();
+      clock = synced;
     }
     const registry = new QueueRegistry(redis, systemKeys(config.namespace), clock, log);
     await registry.start();
@@ -112,6 +119,7 @@ export async function startApp(config: Config, parts: AppParts = {}): Promise<Ap
         // Lease streams never end by themselves: cancel them now, their items go back below.
         setImmediate(() => server.forceShutdown());
       });
+      clockResync?.cancel();
       await scheduler.stop();
       await queues.stop();
       await registry.stop();

@@ -14,31 +14,49 @@ export interface Clock {
   setTimer(ms: number, fn: () => unknown): Timer;
 }
 
-/**
- * The production clock: the host's clock corrected by the offset to Redis's
- * TIME, so hosts whose wall clocks disagree still agree on claim times.
- */
-export class RedisClock implements Clock {
-  private offsetMs = 0;
-
-  /** Measures the offset to Redis's clock; `time` runs Redis TIME. */
-  async sync(time: () => Promise<(string | number)[]>): Promise<void> {
-    const before = Date.now();
-    const [seconds, micros] = await time();
-    const after = Date.now();
-    const redisMs = Number(seconds) * 1000 + Math.floor(Number(micros) / 1000);
-    this.offsetMs = redisMs - (before + after) / 2;
-  }
-
-  now(): number {
-    return Math.round(Date.now() + this.offsetMs);
-  }
-
-  setTimer(ms: number, fn: () => unknown): Timer {
+/** The host's own clock. */
+export const systemClock: Clock = {
+  now: () => Date.now(),
+  setTimer(ms, fn) {
     const handle = setTimeout(fn, Math.max(0, ms));
     handle.unref();
     return { cancel: () => clearTimeout(handle) };
+  },
+};
+
+/**
+ * A host clock corrected by its measured offset to a reference clock (Redis's
+ * TIME in production), so hosts whose wall clocks disagree still agree on claim
+ * times and fire a tick at one moment. Timers are relative, so the host runs them.
+ */
+export class SyncedClock implements Clock {
+  private offsetMs = 0;
+
+  constructor(private readonly host: Clock = systemClock) {}
+
+  /** Measures the offset to `reference` (ms since the epoch), halving the round trip. */
+  async sync(reference: () => Promise<number>): Promise<void> {
+    const before = this.host.now();
+    const ref = await reference();
+    const after = this.host.now();
+    this.offsetMs = ref - (before + after) / 2;
   }
+
+  now(): number {
+    return Math.round(this.host.now() + this.offsetMs);
+  }
+
+  setTimer(ms: number, fn: () => unknown): Timer {
+    return this.host.setTimer(ms, fn);
+  }
+}
+
+/** Redis's clock, from TIME, in ms since the epoch. */
+export function redisTime(time: () => Promise<(string | number)[]>): () => Promise<number> {
+  return async () => {
+    const [seconds, micros] = await time();
+    return Number(seconds) * 1000 + Math.floor(Number(micros) / 1000);
+  };
 }
 
 interface PendingTimer {
@@ -83,5 +101,21 @@ export class ManualClock implements Clock {
       await due.fn();
     }
     this.current = target;
+  }
+}
+
+/** A clock `skewMs` ahead of (or behind) another, as a host whose wall clock is off would be. */
+export class SkewedClock implements Clock {
+  constructor(
+    private readonly base: Clock,
+    private readonly skewMs: number,
+  ) {}
+
+  now(): number {
+    return this.base.now() + this.skewMs;
+  }
+
+  setTimer(ms: number, fn: () => unknown): Timer {
+    return this.base.setTimer(ms, fn);
   }
 }

@@ -87,12 +87,17 @@ export class JobLogStore {
       const byJob = new Map<string, string[]>();
       for (const id of ids) {
         const jobId = id.slice(0, id.lastIndexOf("-"));
-        byJob.set(jobId, [...(byJob.get(jobId) ?? []), id]);
+        const same = byJob.get(jobId);
+        if (same) same.push(id);
+        else byJob.set(jobId, [id]);
       }
       const tx = this.redis.client.multi().zrem(this.keys.logTime, ...ids).hdel(this.keys.logs, ...ids);
       for (const [jobId, jobIds] of byJob) tx.zrem(this.keys.jobLogs(jobId), ...jobIds);
-      await tx.exec();
-      removed += ids.length;
+      const results = await tx.exec();
+      // Count what this call removed: a concurrent clean may have taken some of these ids already.
+      const [err, gone] = results?.[0] ?? [null, ids.length];
+      if (err) throw err;
+      removed += Number(gone);
       if (ids.length < batch) break;
     }
     return removed;

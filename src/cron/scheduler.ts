@@ -68,7 +68,7 @@ export class Scheduler {
   private readonly runs = new Set<Promise<void>>();
   private readonly stopRuns = new AbortController();
   private readonly timers: Timer[] = [];
-  private subscriber?: RedisClient;
+  private unsubscribe?: () => void;
   private stopped = false;
 
   constructor(
@@ -91,9 +91,7 @@ export class Scheduler {
 
   /** Follows job changes, seeds the built-in jobs on first start, and mounts every RUNNING job. */
   async start(): Promise<void> {
-    this.subscriber = await this.redis.duplicate();
-    this.subscriber.on("message", (_channel: string, id: string) => void this.refresh(id));
-    await this.subscriber.subscribe(this.keys.cronEvents);
+    this.unsubscribe = await this.redis.subscribe(this.keys.cronEvents, (id) => void this.refresh(id));
     await this.seedBuiltins();
     await this.resync();
     await this.beat();
@@ -106,7 +104,7 @@ export class Scheduler {
     this.stopped = true;
     for (const t of this.timers) t.cancel();
     for (const id of [...this.mounts.keys()]) this.unmount(id);
-    this.subscriber?.disconnect();
+    this.unsubscribe?.();
     this.stopRuns.abort();
     await Promise.allSettled([...this.runs]);
     await this.client.hdel(this.keys.instances, this.instanceId).catch(() => undefined);

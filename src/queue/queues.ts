@@ -6,7 +6,7 @@ import { SwitchyardError, invalid } from "../errors.js";
 import type { Clock } from "../clock.js";
 import type { Logger } from "../log.js";
 import type { RedisConnection } from "../redis/connection.js";
-import { defineScripts, type SettleAction } from "../redis/scripts.js";
+import { defineScripts, pushItems, type SettleAction } from "../redis/scripts.js";
 import { keysOf, type QueueConfig } from "./declaration.js";
 import { QueueDispatcher, type DispatchOptions } from "./dispatcher.js";
 import { encodeItem, newItemId } from "./envelope.js";
@@ -125,12 +125,7 @@ export class Queues {
   }
 
   private async write(p: PreparedEnqueue): Promise<string[]> {
-    const { client } = this.redis;
-    if (p.ttlMs > 0) {
-      await client.multi().lpush(p.config.name, ...p.values).pexpire(p.config.name, Math.ceil(p.ttlMs)).exec();
-    } else {
-      await client.lpush(p.config.name, ...p.values);
-    }
+    await pushItems(this.redis.client, p.config.name, Math.ceil(p.ttlMs), p.values);
     return p.ids;
   }
 

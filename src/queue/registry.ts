@@ -6,7 +6,7 @@
 import { SwitchyardError } from "../errors.js";
 import type { Clock } from "../clock.js";
 import type { Logger } from "../log.js";
-import type { RedisClient, RedisConnection } from "../redis/connection.js";
+import type { RedisConnection } from "../redis/connection.js";
 import { allKeys, type SystemKeys } from "../redis/keys.js";
 import { keysOf, sameDeclaration, validateQueueSpec, type QueueConfig, type QueueSpec } from "./declaration.js";
 
@@ -18,7 +18,7 @@ export interface QueuePage {
 
 export class QueueRegistry {
   private cache = new Map<string, QueueConfig>();
-  private subscriber?: RedisClient;
+  private unsubscribe?: () => void;
   private readonly deletedListeners: ((name: string) => void)[] = [];
 
   constructor(
@@ -30,15 +30,13 @@ export class QueueRegistry {
 
   /** Loads every declaration and follows changes made by other instances. */
   async start(): Promise<void> {
-    this.subscriber = await this.redis.duplicate();
-    this.subscriber.on("message", (_channel: string, message: string) => this.onEvent(message));
-    await this.subscriber.subscribe(this.keys.events);
+    this.unsubscribe = await this.redis.subscribe(this.keys.events, (message) => this.onEvent(message));
     const all = await this.redis.client.hgetall(this.keys.queues);
     this.cache = new Map(Object.entries(all).map(([name, json]) => [name, JSON.parse(json) as QueueConfig]));
   }
 
   async stop(): Promise<void> {
-    this.subscriber?.disconnect();
+    this.unsubscribe?.();
   }
 
   /** Calls `fn` with the name of every queue deleted, through any instance. */

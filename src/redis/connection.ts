@@ -21,8 +21,13 @@ export interface RedisConnection {
   /** The shared command connection (ioredis pipelines concurrent commands on it). */
   readonly client: RedisClient;
   readonly cluster: boolean;
-  /** A new, connected connection for blocking commands or pub/sub. */
+  /** A new, connected connection for blocking commands. */
   duplicate(): Promise<RedisClient>;
+  /**
+   * Calls `fn` with every message on `channel`. All subscriptions share one
+   * pub/sub connection; the returned function unsubscribes.
+   */
+  subscribe(channel: string, fn: (message: string) => void): Promise<() => void>;
   /** True while the command connection is ready. */
   ready(): boolean;
   close(): Promise<void>;
@@ -79,15 +84,34 @@ export async function connectRedis(target: RedisTarget, log: Logger): Promise<Re
   client.on("ready", () => (lastError = ""));
   await open(client);
   const extra = new Set<RedisClient>();
+  const duplicate = async () => {
+    const dup = client.duplicate() as RedisClient;
+    dup.on("error", onError);
+    extra.add(dup);
+    dup.once("end", () => extra.delete(dup));
+    return open(dup);
+  };
+  const listeners = new Map<string, Set<(message: string) => void>>();
+  let subscriber: Promise<RedisClient> | undefined;
+  const subscriberConnection = () =>
+    (subscriber ??= duplicate().then((sub) => {
+      sub.on("message", (channel: string, message: string) => listeners.get(channel)?.forEach((fn) => fn(message)));
+      return sub;
+    }));
   return {
     client,
     cluster: client instanceof Cluster,
-    async duplicate() {
-      const dup = client.duplicate() as RedisClient;
-      dup.on("error", onError);
-      extra.add(dup);
-      dup.once("end", () => extra.delete(dup));
-      return open(dup);
+    duplicate,
+    async subscribe(channel, fn) {
+      const sub = await subscriberConnection();
+      let fns = listeners.get(channel);
+      if (!fns) {
+        fns = new Set();
+        listeners.set(channel, fns);
+        await sub.subscribe(channel);
+      }
+      fns.add(fn);
+      return () => void fns.delete(fn);
     },
     ready: () => client.status === "ready",
     async close() {

@@ -6,11 +6,13 @@
 import { readFileSync } from "node:fs";
 import type { RedisClient } from "./connection.js";
 import type { QueueKeys } from "./keys.js";
+import { SwitchyardError } from "../errors.js";
 
 const scriptDir = new URL("./scripts/", import.meta.url);
 const load = (name: string) => readFileSync(new URL(`${name}.lua`, scriptDir), "utf8");
 
 const definitions = {
+  syPush: { numberOfKeys: 1, lua: load("push") },
   syLease: { numberOfKeys: 6, lua: load("lease") },
   sySettle: { numberOfKeys: 7, lua: load("settle") },
   syRecover: { numberOfKeys: 6, lua: load("recover") },
@@ -32,6 +34,20 @@ export function defineScripts(client: RedisClient): void {
 
 function call(client: RedisClient, name: ScriptName | `${ScriptName}Buffer`, args: (string | number | Buffer)[]) {
   return (client as unknown as Record<string, Invoke>)[name](...args);
+}
+
+/** push.lua: LPUSHes `values` and resets the expiry when `ttlMs` > 0; FAILED_PRECONDITION on a non-list key. */
+export async function pushItems(client: RedisClient, key: string, ttlMs: number, values: Buffer[]): Promise<number> {
+  try {
+    return (await call(client, "syPush", [key, ttlMs, ...values])) as number;
+  } catch (err) {
+    const m = err instanceof Error ? /SYWRONGTYPE (\w+)/.exec(err.message) : null;
+    if (!m) throw err;
+    throw new SwitchyardError(
+      "failed_precondition",
+      `key "${key}" holds a ${m[1]}, not a list; delete or rename it before using it as a queue`,
+    );
+  }
 }
 
 /** A delivery recorded by the lease script. */

@@ -4,6 +4,7 @@ import { loadConfig, type Config } from "../../src/config.js";
 import { ManualClock, type Clock } from "../../src/clock.js";
 import { createLogger } from "../../src/log.js";
 import { SwitchyardClient } from "../../src/client/client.js";
+import type { JobHandler } from "../../src/cron/handlers.js";
 import type { TestRedis } from "./redis.js";
 
 /** A running instance and a client connected to it. */
@@ -18,12 +19,12 @@ export interface TestSwitchyard {
 /** Starts an instance against `redis` with an injected clock (a ManualClock unless given). */
 export async function startSwitchyard(
   redis: TestRedis,
-  options: { clock?: Clock; env?: Record<string, string>; config?: Partial<Config> } = {},
+  options: { clock?: Clock; env?: Record<string, string>; config?: Partial<Config>; handlers?: Record<string, JobHandler> } = {},
 ): Promise<TestSwitchyard> {
   const base = loadConfig({ SWITCHYARD_GRPC_ADDRESS: "127.0.0.1:0", SWITCHYARD_LOG_LEVEL: "error", ...options.env });
   const config: Config = { ...base, redis: { kind: "socket", path: redis.socketPath }, shutdownGraceMs: 2000, ...options.config };
   const clock = options.clock ?? new ManualClock();
-  const app = await startApp(config, { clock, log: createLogger(config.logLevel) });
+  const app = await startApp(config, { clock, log: createLogger(config.logLevel), handlers: options.handlers });
   const client = new SwitchyardClient(app.address);
   return {
     app,

@@ -33,7 +33,7 @@ for i = 4, #ARGV, 3 do
   local action, sha, fence = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local lease = redis.call("HGET", KEYS[3], sha)
   local code
-  if tonumber(fence) > issued then
+  if tonumber(fence) < 1 or tonumber(fence) > issued then
     code = -3
   elseif not lease then
     code = -1

@@ -1,0 +1,15 @@
+--[[
+  Enqueues: LPUSHes the values onto the queue list and, with a publish TTL,
+  resets the key's expiry (seed 000: every push resets it). Refuses, changing
+  nothing, when the key holds something other than a list.
+  KEYS[1] queue list
+  ARGV[1] ttl (ms, 0: leave the expiry alone)   ARGV[2..] values, oldest first
+  Returns: the list's new length, or an error "SYWRONGTYPE <type>".
+]]
+local kind = redis.call("TYPE", KEYS[1]).ok
+if kind ~= "list" and kind ~= "none" then
+  return redis.error_reply("SYWRONGTYPE " .. kind)
+end
+local length = redis.call("LPUSH", KEYS[1], unpack(ARGV, 2))
+if tonumber(ARGV[1]) > 0 then redis.call("PEXPIRE", KEYS[1], ARGV[1]) end
+return length
