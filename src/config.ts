@@ -93,6 +93,7 @@ function redisTarget(env: NodeJS.ProcessEnv): RedisTarget {
   const url = env.SWITCHYARD_REDIS_URL;
   const nodes = env.SWITCHYARD_REDIS_CLUSTER_NODES;
   if (url && nodes) throw invalid("set SWITCHYARD_REDIS_URL or SWITCHYARD_REDIS_CLUSTER_NODES, not both");
+  if (url?.startsWith("unix://")) return { kind: "socket", path: url.slice("unix://".length) };
   if (url) return { kind: "standalone", url };
   if (nodes) {
     return {

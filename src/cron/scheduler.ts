@@ -70,6 +70,7 @@ export class Scheduler {
   private readonly timers: Timer[] = [];
   private unsubscribe?: () => void;
   private stopped = false;
+  private beatPending = false;
 
   constructor(
     private readonly redis: RedisConnection,
@@ -193,8 +194,21 @@ export class Scheduler {
   }
 
   private unmount(id: string): void {
-    this.mounts.get(id)?.timer?.cancel();
+    const mount = this.mounts.get(id);
+    if (!mount) return;
+    mount.timer?.cancel();
     this.mounts.delete(id);
+    this.mountsChanged();
+  }
+
+  /** Publishes this instance's mounted jobs soon after they change (once per turn of the event loop). */
+  private mountsChanged(): void {
+    if (this.beatPending || this.stopped) return;
+    this.beatPending = true;
+    setImmediate(() => {
+      this.beatPending = false;
+      if (!this.stopped) this.beat().catch((err: unknown) => this.log.warn("could not record scheduler status", { err }));
+    });
   }
 
   /** Mounts a job, or remounts it when it changed since it was mounted. */
@@ -212,6 +226,7 @@ export class Scheduler {
     }
     const mount: Mount = { job, schedule };
     this.mounts.set(job.id, mount);
+    this.mountsChanged();
     if (schedule.kind === "every") {
       this.armInterval(mount, 0);
     } else {

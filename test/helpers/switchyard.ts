@@ -16,21 +16,24 @@ export interface TestSwitchyard {
   stop(): Promise<void>;
 }
 
-/** Starts an instance against `redis` with an injected clock (a ManualClock unless given). */
+/**
+ * Starts an instance against `redis` with an injected clock: a ManualClock
+ * unless given one, or the production clock (Redis's) with "redis".
+ */
 export async function startSwitchyard(
   redis: TestRedis,
-  options: { clock?: Clock; env?: Record<string, string>; config?: Partial<Config>; handlers?: Record<string, JobHandler> } = {},
+  options: { clock?: Clock | "redis"; env?: Record<string, string>; config?: Partial<Config>; handlers?: Record<string, JobHandler> } = {},
 ): Promise<TestSwitchyard> {
   const base = loadConfig({ SWITCHYARD_GRPC_ADDRESS: "127.0.0.1:0", SWITCHYARD_LOG_LEVEL: "error", ...options.env });
   const config: Config = { ...base, redis: { kind: "socket", path: redis.socketPath }, shutdownGraceMs: 2000, ...options.config };
-  const clock = options.clock ?? new ManualClock();
+  const clock = options.clock === "redis" ? undefined : (options.clock ?? new ManualClock());
   const app = await startApp(config, { clock, log: createLogger(config.logLevel), handlers: options.handlers });
   const client = new SwitchyardClient(app.address);
   return {
     app,
     client,
     address: app.address,
-    clock,
+    clock: app.clock,
     async stop() {
       client.close();
       await app.stop();
