@@ -97,7 +97,16 @@ export class JobStore {
   async update(id: string, patch: Partial<JobFields>, actor: string): Promise<JobRecord> {
     const job = await this.get(id);
     const merged = validateJobFields({ ...job, ...patch }).fields;
-    const updated: JobRecord = { ...job, ...merged, updateTimeMs: this.clock.now(), updateActor: actor };
+    const now = this.clock.now();
+    // A new schedule owes nothing for the old one's past ticks: count misfires from now on.
+    const rescheduled = merged.schedule !== job.schedule || merged.timeZone !== job.timeZone;
+    const updated: JobRecord = {
+      ...job,
+      ...merged,
+      updateTimeMs: now,
+      updateActor: actor,
+      activeSinceMs: rescheduled && job.status === RUNNING ? now : job.activeSinceMs,
+    };
     await this.put(updated);
     return updated;
   }

@@ -119,8 +119,12 @@ export class QueueRegistry {
       }
     }
     await this.checkNoClash(config);
+    if (existingJson === null) {
+      // HSETNX: of two instances declaring one name at once, the second sees the first's.
+      if (!(await this.redis.client.hsetnx(this.keys.queues, config.name, JSON.stringify(config)))) return this.create(spec, options);
+    }
     const stored = existingJson === null ? config : { ...config, createTimeMs: (JSON.parse(existingJson) as QueueConfig).createTimeMs };
-    await this.redis.client.hset(this.keys.queues, config.name, JSON.stringify(stored));
+    if (existingJson !== null) await this.redis.client.hset(this.keys.queues, config.name, JSON.stringify(stored));
     this.cache.set(config.name, stored);
     await this.redis.client.publish(this.keys.events, JSON.stringify({ op: "put", name: config.name, config: stored }));
     return stored;

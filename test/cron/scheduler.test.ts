@@ -212,4 +212,19 @@ describe("self-healing and misfires", () => {
     expect(caught.trigger).toBe(3); // CATCH_UP
     expect(tickOf(caught)).toBe(Date.UTC(2026, 5, 1, 12, 5, 0));
   });
+
+  it("owes nothing for the old schedule's past ticks when a running job is rescheduled", async () => {
+    base = new ManualClock(Date.UTC(2026, 5, 1, 12, 0, 0, 500));
+    const a = await instance();
+    const { id } = await a.client.createJob({ name: "hourly", target: "Quick", schedule: "0 0 * * * *" });
+    await a.client.resumeJob(id);
+    await advance(30 * 60_000, 60_000);
+    await a.client.updateJob({ id, schedule: "0 * * * * *" }, ["schedule"]);
+    await expect.poll(() => a.app.scheduler.mounted().includes(id)).toBe(true);
+    await advance(60_000, 1000);
+    await expect.poll(async () => (await allLogs(a, id)).length).toBe(1);
+    const [run] = await allLogs(a, id);
+    expect(run.status).toBe(JobRunStatus.SUCCEEDED);
+    expect(tickOf(run)).toBe(Date.UTC(2026, 5, 1, 12, 31, 0));
+  });
 });
