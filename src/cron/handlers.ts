@@ -59,8 +59,12 @@ export function registerBuiltins(registry: HandlerRegistry, logs: CleanableLog[]
   registry.register("LogClean", async (ctx, params) => {
     let days = 0;
     if (params.trim()) {
-      const parsed = JSON.parse(params) as { retentionDays?: unknown };
-      if (typeof parsed.retentionDays === "number" && parsed.retentionDays > 0) days = parsed.retentionDays;
+      // Params are any JSON text (validated on create): `null` or a bare number name no retention either.
+      const given = (JSON.parse(params) as { retentionDays?: unknown } | null)?.retentionDays;
+      days = given === undefined || given === null ? 0 : Number(given);
+      if (!Number.isFinite(days) || days < 0) {
+        throw new Error(`retentionDays must be a number of days (0 or missing: ${defaultRetentionDays}), not ${JSON.stringify(given)}`);
+      }
     }
     if (days <= 0) days = defaultRetentionDays > 0 ? defaultRetentionDays : 90;
     const cutoff = ctx.clock.now() - days * DAY_MS;

@@ -13,7 +13,7 @@
  * FAILED_PRECONDITION with a message listing the allowed ones.
  */
 import { SwitchyardError, invalid } from "../errors.js";
-import { parseSchedule, type Schedule } from "./schedule.js";
+import { checkTimeZone, parseSchedule, type Schedule } from "./schedule.js";
 
 /** The seed's status numbers. */
 export const UNPUBLISHED = 0;
@@ -105,6 +105,7 @@ export function validateJobFields(fields: JobFields): { fields: JobFields; sched
     }
   }
   const timeZone = fields.timeZone || "UTC";
+  checkTimeZone(timeZone); // interval schedules ignore it, but a later cron schedule would not
   const schedule = parseSchedule(fields.schedule, timeZone);
   if (![1, 2, 3].includes(fields.executePolicy)) throw invalid("execute_policy must be CONCURRENT (1), SINGLETON (2) or ABANDON (3)");
   if (fields.misfirePolicy === "run_once" && fields.catchUpWindowMs <= 0) {

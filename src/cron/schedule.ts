@@ -36,7 +36,8 @@ function parseEvery(text: string): number {
   return Math.round(total);
 }
 
-function checkTimeZone(timeZone: string): void {
+/** Throws INVALID_ARGUMENT unless `timeZone` is an IANA zone this runtime knows. */
+export function checkTimeZone(timeZone: string): void {
   try {
     new Intl.DateTimeFormat("en-US", { timeZone });
   } catch {

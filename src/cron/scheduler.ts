@@ -149,7 +149,8 @@ export class Scheduler {
   }
 
   private async seedBuiltins(): Promise<void> {
-    if ((await this.client.set(this.keys.seeded, String(this.clock.now()), "NX")) !== "OK") return;
+    // "pending" expires, so an instance that dies between the flag and the job leaves the seeding to the next.
+    if ((await this.client.set(this.keys.seeded, "pending", "PX", 60_000, "NX")) !== "OK") return;
     const job = await this.store.create(
       {
         name: "LogClean",
@@ -167,6 +168,7 @@ export class Scheduler {
       "system",
     );
     await this.store.setStatus(job.id, RUNNING, "system");
+    await this.client.set(this.keys.seeded, job.id);
   }
 
   /** Mounts every RUNNING job and unmounts the rest. */

@@ -7,6 +7,7 @@ import { SwitchyardError } from "../errors.js";
 import type { Clock } from "../clock.js";
 import type { RedisConnection } from "../redis/connection.js";
 import type { SystemKeys } from "../redis/keys.js";
+import { replaceJob } from "../redis/scripts.js";
 import { checkTransition, RUNNING, UNPUBLISHED, validateJobFields, type JobFields, type JobRecord, type JobStatusCode } from "./job.js";
 
 /** A page of jobs. */
@@ -93,44 +94,51 @@ export class JobStore {
     return { jobs, nextPageToken: more ? Buffer.from(jobs[jobs.length - 1].id).toString("base64url") : "" };
   }
 
+  /**
+   * Applies `change` to the current record and stores the result, unless the
+   * record changed meanwhile: then it re-reads and applies `change` again.
+   */
+  private async mutate(id: string, change: (job: JobRecord) => JobRecord | undefined): Promise<JobRecord> {
+    for (let attempt = 0; attempt < 10; attempt++) {
+      const read = id ? await this.redis.client.hget(this.keys.jobs, id) : null;
+      const job = read === null ? undefined : (JSON.parse(read) as JobRecord);
+      if (!job || job.deleted) throw new SwitchyardError("not_found", id ? `job ${id} does not exist` : "id is required");
+      const next = change(job);
+      if (!next) return job;
+      if (await replaceJob(this.redis.client, this.keys.jobs, this.keys.cronEvents, id, read!, JSON.stringify(next))) return next;
+    }
+    throw new SwitchyardError("unavailable", `job ${id} is changing too often to update; retry`);
+  }
+
   /** Replaces the given fields; nothing is saved when the result is invalid. */
   async update(id: string, patch: Partial<JobFields>, actor: string): Promise<JobRecord> {
-    const job = await this.get(id);
-    const merged = validateJobFields({ ...job, ...patch }).fields;
-    const now = this.clock.now();
-    // A new schedule owes nothing for the old one's past ticks: count misfires from now on.
-    const rescheduled = merged.schedule !== job.schedule || merged.timeZone !== job.timeZone;
-    const updated: JobRecord = {
-      ...job,
-      ...merged,
-      updateTimeMs: now,
-      updateActor: actor,
-      activeSinceMs: rescheduled && job.status === RUNNING ? now : job.activeSinceMs,
-    };
-    await this.put(updated);
-    return updated;
+    return this.mutate(id, (job) => {
+      const merged = validateJobFields({ ...job, ...patch }).fields;
+      const now = this.clock.now();
+      // A new schedule owes nothing for the old one's past ticks: count misfires from now on.
+      const rescheduled = merged.schedule !== job.schedule || merged.timeZone !== job.timeZone;
+      return {
+        ...job,
+        ...merged,
+        updateTimeMs: now,
+        updateActor: actor,
+        activeSinceMs: rescheduled && job.status === RUNNING ? now : job.activeSinceMs,
+      };
+    });
   }
 
   /** Moves a job along the status diagram (see job.ts). */
   async setStatus(id: string, status: JobStatusCode, actor: string): Promise<JobRecord> {
-    const job = await this.get(id);
-    checkTransition(job, status);
-    if (job.status === status) return job;
-    const now = this.clock.now();
-    const updated: JobRecord = {
-      ...job,
-      status,
-      updateTimeMs: now,
-      updateActor: actor,
-      activeSinceMs: status === RUNNING ? now : job.activeSinceMs,
-    };
-    await this.put(updated);
-    return updated;
+    return this.mutate(id, (job) => {
+      checkTransition(job, status);
+      if (job.status === status) return undefined;
+      const now = this.clock.now();
+      return { ...job, status, updateTimeMs: now, updateActor: actor, activeSinceMs: status === RUNNING ? now : job.activeSinceMs };
+    });
   }
 
   /** Soft-deletes a job (NOT_FOUND if it does not exist or is already deleted). */
   async delete(id: string, actor: string): Promise<void> {
-    const job = await this.get(id);
-    await this.put({ ...job, deleted: true, updateTimeMs: this.clock.now(), updateActor: actor });
+    await this.mutate(id, (job) => ({ ...job, deleted: true, updateTimeMs: this.clock.now(), updateActor: actor }));
   }
 }

@@ -71,9 +71,10 @@ export function cronServiceHandlers({ store, logs, scheduler, clock }: CronParts
       return create(DeleteJobResponseSchema, {});
     }),
     batchDeleteJobs: unary(log, "BatchDeleteJobs", async (req: { ids: string[] }) => {
-      for (const id of req.ids) await store.get(id); // all or nothing: refuse before deleting any
-      for (const id of req.ids) await store.delete(id, ACTOR);
-      return create(BatchDeleteJobsResponseSchema, { deleted: req.ids.length });
+      const ids = [...new Set(req.ids)];
+      for (const id of ids) await store.get(id); // all or nothing: refuse before deleting any
+      for (const id of ids) await store.delete(id, ACTOR);
+      return create(BatchDeleteJobsResponseSchema, { deleted: ids.length });
     }),
     pauseJob: unary(log, "PauseJob", async (req: { id: string }) =>
       create(PauseJobResponseSchema, { job: show(await store.setStatus(req.id, PAUSED, ACTOR)) }),

@@ -6,7 +6,7 @@ import { SwitchyardError, invalid } from "../errors.js";
 import type { Clock } from "../clock.js";
 import type { Logger } from "../log.js";
 import type { RedisConnection } from "../redis/connection.js";
-import { defineScripts, pushItems, type SettleAction } from "../redis/scripts.js";
+import { pushItems, type SettleAction } from "../redis/scripts.js";
 import { keysOf, type QueueConfig } from "./declaration.js";
 import { QueueDispatcher, type DispatchOptions } from "./dispatcher.js";
 import { encodeItem, newItemId } from "./envelope.js";
@@ -75,7 +75,6 @@ export class Queues {
     private readonly options: QueueOptions,
     private readonly log: Logger,
   ) {
-    defineScripts(redis.client);
     this.settler = new Settler(redis.client, clock);
     this.watchdog = new Watchdog(redis.client, clock, () => registry.known(), options.watchdogIntervalMs, log);
     registry.onDeleted((name) => this.onQueueDeleted(name));

@@ -5,6 +5,7 @@
 import { Cluster, Redis } from "ioredis";
 import type { Logger } from "../log.js";
 import { startEmbeddedRedis, type EmbeddedRedis } from "./embedded.js";
+import { defineScripts } from "./scripts.js";
 
 /** A command connection: a single Redis or a cluster client. */
 export type RedisClient = Redis | Cluster;
@@ -83,6 +84,7 @@ export async function connectRedis(target: RedisTarget, log: Logger): Promise<Re
   client.on("error", onError);
   client.on("ready", () => (lastError = ""));
   await open(client);
+  defineScripts(client);
   const extra = new Set<RedisClient>();
   const duplicate = async () => {
     const dup = client.duplicate() as RedisClient;

@@ -20,12 +20,13 @@ const definitions = {
   syClaimTick: { numberOfKeys: 2, lua: load("claim-tick") },
   syClaimInterval: { numberOfKeys: 2, lua: load("claim-interval") },
   syJobLock: { numberOfKeys: 2, lua: load("job-lock") },
+  syJobPut: { numberOfKeys: 1, lua: load("job-put") },
 } as const;
 
 type ScriptName = keyof typeof definitions;
 type Invoke = (...args: (string | number | Buffer)[]) => Promise<unknown>;
 
-/** Registers Switchyard's scripts on a connection (idempotent). */
+/** Registers Switchyard's scripts on a connection (idempotent); connectRedis does it for the command connection. */
 export function defineScripts(client: RedisClient): void {
   for (const [name, def] of Object.entries(definitions)) {
     if (!(name in client)) client.defineCommand(name, def);
@@ -171,4 +172,9 @@ export async function touchJobLock(
   client: RedisClient, op: "renew" | "release", lock: string, fenceKey: string, owner: string, fence: number, now: number, ttlMs: number,
 ): Promise<boolean> {
   return (await call(client, "syJobLock", [lock, fenceKey, op, owner, fence, now, ttlMs])) === 1;
+}
+
+/** job-put.lua: stores `next` for job `id` if its record is still `read`; announces it on `channel`. */
+export async function replaceJob(client: RedisClient, jobs: string, channel: string, id: string, read: string, next: string): Promise<boolean> {
+  return (await call(client, "syJobPut", [jobs, id, read, next, channel])) === 1;
 }

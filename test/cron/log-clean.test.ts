@@ -186,6 +186,7 @@ describe("LogClean runs", () => {
   it.each([
     ["missing", ""],
     ["0", '{"retentionDays": 0}'],
+    ["absent from JSON null params", "null"],
   ])("uses the configured retention (default 90 days) when retentionDays is %s", async (_, params) => {
     const owner = await sy.client.createJob({ name: "retention", target: "HelloWorld", schedule: "0 0 3 * * *" });
     const gone = [entry(owner.id, now - 91 * DAY), entry(owner.id, now - 90 * DAY - 1000)];

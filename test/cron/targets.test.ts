@@ -85,9 +85,8 @@ describe("handler targets", () => {
     const explode = await job("Explode", "", { sync: true });
     const explodeSync = await job("ExplodeSync");
     const healthy = await job("HelloWorld");
-    const every = ["* * * * * *"];
     for (const j of [explode, explodeSync, healthy]) {
-      await sy.client.updateJob({ id: j.id, schedule: every[0] }, ["schedule"]);
+      await sy.client.updateJob({ id: j.id, schedule: "* * * * * *" }, ["schedule"]);
       await sy.client.resumeJob(j.id);
     }
     await expect.poll(() => [explode.id, explodeSync.id, healthy.id].every((id) => sy.app.scheduler.mounted().includes(id))).toBe(true);

@@ -44,7 +44,7 @@ describe("Europe/Berlin, 02:30 daily", () => {
       "2026-04-01T00:30:00.000Z",
       "2026-04-02T00:30:00.000Z",
     ]);
-    // Before the change, 02:30 CET is 01:30Z.
+    // GetJob computes them alike (02:30 CET would have been 01:30Z, which never comes).
     expect(fireTimes(await sy.client.getJob(job.id))[0]).toBe("2026-03-29T01:00:00.000Z");
   });
 
@@ -59,6 +59,17 @@ describe("Europe/Berlin, 02:30 daily", () => {
       "2026-10-29T01:30:00.000Z",
     ]);
     expect(fireTimes(job)).not.toContain("2026-10-25T01:30:00.000Z");
+  });
+
+  it("keeps an hourly job on every real hour through both changes", async () => {
+    const { sy } = await startAt("2026-03-28T23:45:00Z");
+    const spring = await berlin(sy, "0 30 * * * *");
+    // 01:30 CET, then 03:30 CEST: wall-clock 02:30 does not exist, and no real hour is skipped.
+    expect(fireTimes(spring).slice(0, 3)).toEqual(["2026-03-29T00:30:00.000Z", "2026-03-29T01:30:00.000Z", "2026-03-29T02:30:00.000Z"]);
+    const later = await startAt("2026-10-24T23:45:00Z");
+    const autumn = await berlin(later.sy, "0 30 * * * *");
+    // 02:30 CEST and 02:30 CET are both real hours, an hour apart.
+    expect(fireTimes(autumn).slice(0, 3)).toEqual(["2026-10-25T00:30:00.000Z", "2026-10-25T01:30:00.000Z", "2026-10-25T02:30:00.000Z"]);
   });
 
   it("runs the scheduled tick at 01:00Z on the spring-forward day, not before", async () => {
@@ -77,7 +88,9 @@ describe("Europe/Berlin, 02:30 daily", () => {
     expect(entry.status).toBe(JobRunStatus.SUCCEEDED);
     expect(entry.trigger).toBe(JobTrigger.SCHEDULE);
     expect(iso(entry.tickTime)).toBe("2026-03-29T01:00:00.000Z");
-    expect(iso(entry.startTime)).toBe("2026-03-29T01:00:00.000Z");
+    const started = Date.parse(iso(entry.startTime)) - Date.parse("2026-03-29T01:00:00Z");
+    expect(started).toBeGreaterThanOrEqual(0);
+    expect(started).toBeLessThanOrEqual(500);
     expect(fireTimes(await sy.client.getJob(job.id))[0]).toBe("2026-03-30T00:30:00.000Z");
   });
 
