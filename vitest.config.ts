@@ -6,5 +6,7 @@ export default defineConfig({
     pool: "forks",
     testTimeout: 30_000,
     hookTimeout: 30_000,
+    // The machine is shared: give polls for asynchronous outcomes room beyond vitest's 1 s default.
+    expect: { poll: { timeout: 5000 } },
   },
 });

@@ -108,16 +108,16 @@ export async function startApp(config: Config, parts: AppParts = {}): Promise<Ap
     follow();
     log.info("switchyard listening", { address });
     let stopping: Promise<void> | undefined;
+    // Graceful shutdown (SPEC S5): NOT_SERVING first; lease streams drain within the grace
+    // (settles still arrive, unary ones too), then their leftovers go back to the queues;
+    // the scheduler stops and releases its locks; Redis closes last.
     const stop = async () => {
       health.setAll(ServingStatus.NOT_SERVING);
+      await queues.drain(config.shutdownGraceMs);
       await new Promise<void>((ok) => {
-        const force = setTimeout(() => server.forceShutdown(), config.shutdownGraceMs);
-        server.tryShutdown(() => {
-          clearTimeout(force);
-          ok();
-        });
-        // Lease streams never end by themselves: cancel them now, their items go back below.
-        setImmediate(() => server.forceShutdown());
+        server.tryShutdown(() => ok());
+        // Calls still open (a stream whose worker never half-closes) are cut after a moment.
+        setTimeout(() => server.forceShutdown(), 1000).unref();
       });
       clockResync?.cancel();
       await scheduler.stop();

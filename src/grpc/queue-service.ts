@@ -110,6 +110,8 @@ function leaseHandler(queues: Queues, log: Logger, heartbeatIntervalMs: number) 
             deliver: (batch) => write({ case: "deliveries", value: { deliveries: batch.map(deliveryMessage) } }),
             heartbeat: (now) => write({ case: "heartbeat", value: { serverTime: msTimestamp(now) } }),
             fail: (err) => finish(err),
+            drain: (graceMs) => write({ case: "drain", value: { grace: msDuration(graceMs) } }),
+            end: () => finish(),
           });
           stream.then(
             async (s) => {

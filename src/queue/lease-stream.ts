@@ -24,6 +24,10 @@ export interface LeaseSink {
   heartbeat(nowMs: number): void;
   /** Ends the stream with an error (its queue was deleted). */
   fail(err: Error): void;
+  /** Tells the worker the server is shutting down: settle what you hold within `graceMs`. */
+  drain(graceMs: number): void;
+  /** Ends the stream normally (after a drain). */
+  end(): void;
 }
 
 export class LeaseStream {

@@ -3,7 +3,7 @@
  * stats. Transports (gRPC) call it; it knows nothing of them.
  */
 import { SwitchyardError, invalid } from "../errors.js";
-import type { Clock } from "../clock.js";
+import { systemClock, type Clock } from "../clock.js";
 import type { Logger } from "../log.js";
 import type { RedisConnection } from "../redis/connection.js";
 import { pushItems, type SettleAction } from "../redis/scripts.js";
@@ -65,6 +65,9 @@ export class Queues {
   /** Every token held by a stream on this instance, so a unary settle here frees its credit. */
   private readonly holders = new Map<string, LeaseStream>();
   private readonly streams = new Set<LeaseStream>();
+  private draining = false;
+  /** Called after every release while draining. */
+  private onRelease?: () => void;
   private readonly settler: Settler;
   readonly watchdog: Watchdog;
 
@@ -82,6 +85,36 @@ export class Queues {
 
   start(): void {
     this.watchdog.start();
+  }
+
+  /**
+   * Graceful shutdown (SPEC S5): refuses new streams, stops deliveries, sends
+   * every stream a drain notice, waits up to `graceMs` for held items to be
+   * settled, then returns what is left and ends the streams. The grace is wall
+   * time (a process lifecycle deadline, like Kubernetes' termination period),
+   * not the injected clock.
+   */
+  async drain(graceMs: number): Promise<void> {
+    this.draining = true;
+    for (const stream of this.streams) {
+      stream.credit = 0;
+      stream.sink.drain(graceMs);
+    }
+    const settled = () => [...this.streams].every((s) => s.held.size === 0);
+    if (!settled()) {
+      await new Promise<void>((done) => {
+        const timer = systemClock.setTimer(graceMs, done);
+        this.onRelease = () => {
+          if (!settled()) return;
+          timer.cancel();
+          done();
+        };
+      });
+      this.onRelease = undefined;
+    }
+    const open = [...this.streams];
+    await this.stop();
+    for (const stream of open) stream.sink.end();
   }
 
   /** Stops the watchdog and every pump, and returns every open stream's items to their queues. */
@@ -135,6 +168,7 @@ export class Queues {
 
   /** Opens a lease stream on a declared queue. */
   async openStream(queue: string, credit: number, sink: LeaseSink): Promise<LeaseStream> {
+    if (this.draining) throw new SwitchyardError("unavailable", "this instance is shutting down; open the lease stream on another instance");
     this.checkCredit(credit, true);
     const config = await this.registry.get(queue);
     const stream = new LeaseStream(config, credit, sink, this.clock.now());
@@ -161,6 +195,7 @@ export class Queues {
   /** Changes a stream's credit (max in flight). */
   setCredit(stream: LeaseStream, credit: number): void {
     this.checkCredit(credit, false);
+    if (this.draining) return; // a draining stream takes nothing more
     stream.credit = credit;
     this.dispatchers.get(stream.queue)?.kick();
   }
@@ -199,6 +234,7 @@ export class Queues {
     if (!stream || !stream.held.delete(token)) return;
     this.holders.delete(token);
     this.dispatchers.get(stream.queue)?.kick();
+    this.onRelease?.();
   }
 
   /**

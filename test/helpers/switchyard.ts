@@ -25,7 +25,7 @@ export async function startSwitchyard(
   options: { clock?: Clock | "redis"; env?: Record<string, string>; config?: Partial<Config>; handlers?: Record<string, JobHandler> } = {},
 ): Promise<TestSwitchyard> {
   const base = loadConfig({ SWITCHYARD_GRPC_ADDRESS: "127.0.0.1:0", SWITCHYARD_LOG_LEVEL: "error", ...options.env });
-  const config: Config = { ...base, redis: { kind: "socket", path: redis.socketPath }, shutdownGraceMs: 2000, ...options.config };
+  const config: Config = { ...base, redis: { kind: "socket", path: redis.socketPath }, shutdownGraceMs: 200, ...options.config };
   const clock = options.clock === "redis" ? undefined : (options.clock ?? new ManualClock());
   const app = await startApp(config, { clock, log: createLogger(config.logLevel), handlers: options.handlers });
   const client = new SwitchyardClient(app.address);

@@ -1,0 +1,57 @@
+/** Graceful shutdown (SPEC S5): drain, settle within the grace, return the rest. */
+import { describe, expect, it } from "vitest";
+import { QueueMode } from "../../src/gen/switchyard/v1/queue_pb.js";
+import { ServingStatus } from "../../src/grpc/health.js";
+import { startRedis } from "../helpers/redis.js";
+import { startSwitchyard } from "../helpers/switchyard.js";
+
+describe("graceful shutdown", () => {
+  it("goes NOT_SERVING, drains streams, takes settles within the grace and returns what is left", async () => {
+    const redis = await startRedis();
+    const sy = await startSwitchyard(redis, { config: { shutdownGraceMs: 1000 } });
+    const Q = "{drain}";
+    await sy.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
+    const ids = await sy.client.enqueue(Q, ["a", "b", "c", "d"]);
+    const lease = sy.client.lease(Q, 3);
+    const held = await lease.take(3);
+    expect(await redis.plain.llen(Q)).toBe(1);
+
+    const stopping = sy.app.stop();
+    expect(sy.app.health.status("")).toBe(ServingStatus.NOT_SERVING);
+    await expect.poll(() => lease.drained).toBe(true);
+    // A new stream is refused while draining, and nothing more is delivered to the old one.
+    const late = sy.client.lease(Q, 1);
+    await expect(late.opened).rejects.toMatchObject({ code: 14 });
+    // Settles still count during the grace: ack two, keep one.
+    lease.ack(held[0].leaseToken);
+    await sy.client.ack(held[1].leaseToken);
+    await stopping;
+    expect(await lease.ended).toBeUndefined(); // ended cleanly
+    // The one left unsettled went back to the front of the queue; nothing was lost.
+    const queued = await redis.plain.lrangeBuffer(Q, 0, -1);
+    expect(queued.map((v) => v.includes(Buffer.from("c")) || v.includes(Buffer.from("d")))).toEqual([true, true]);
+    expect(await redis.plain.llen(`${Q}.processing`)).toBe(0);
+    expect(ids).toHaveLength(4);
+    sy.client.close();
+    await redis.stop();
+  });
+
+  it("ends at once when every held item is settled before the grace runs out", async () => {
+    const redis = await startRedis();
+    const sy = await startSwitchyard(redis, { config: { shutdownGraceMs: 60_000 } });
+    await sy.client.createQueue({ name: "{quick}", mode: QueueMode.RELIABLE });
+    await sy.client.enqueue("{quick}", ["x"]);
+    const lease = sy.client.lease("{quick}", 1);
+    const [d] = await lease.take(1);
+    const started = Date.now();
+    const stopping = sy.app.stop();
+    await expect.poll(() => lease.drained).toBe(true);
+    lease.ack(d.leaseToken);
+    await stopping;
+    expect(Date.now() - started).toBeLessThan(10_000);
+    expect(await redis.plain.llen("{quick}.processing")).toBe(0);
+    expect(await redis.plain.llen("{quick}")).toBe(0);
+    sy.client.close();
+    await redis.stop();
+  });
+});
