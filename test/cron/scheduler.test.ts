@@ -20,9 +20,11 @@ const openGate = () => {
   const wait = new Promise<void>((ok) => (release = ok));
   gate = { release, wait };
 };
+let slowCalls = 0;
 const handlers: Record<string, JobHandler> = {
   Quick: async () => "done",
   Slow: async () => {
+    slowCalls++;
     await gate.wait;
     return "finally done";
   },
@@ -150,6 +152,33 @@ describe("execute policies", () => {
     gate.release();
     await expect.poll(async () => (await allLogs(a, id)).filter((l) => l.status === JobRunStatus.SUCCEEDED).length).toBe(3);
     expect((await allLogs(a, id)).every((l) => l.fence === 0n)).toBe(true);
+  });
+
+  it("a sync job's run holds up its own next tick on the instance; a detached one does not", async () => {
+    for (const sync of [true, false]) {
+      base = new ManualClock(Date.UTC(2026, 5, 1, 12, 0, 0, 500));
+      openGate();
+      slowCalls = 0;
+      const a = await instance();
+      const { id } = await a.client.createJob({ name: `sync ${sync}`, target: "Slow", schedule: "* * * * * *", executePolicy: ExecutePolicy.CONCURRENT, sync });
+      await a.client.resumeJob(id);
+      await expect.poll(() => a.app.scheduler.mounted().includes(id)).toBe(true);
+      const advancing = advance(3000);
+      if (sync) {
+        // The dispatch awaits the run: the clock cannot even get past the first tick until it ends.
+        await expect.poll(() => slowCalls).toBe(1);
+        gate.release();
+        await advancing;
+        await expect.poll(async () => (await allLogs(a, id)).length).toBeGreaterThanOrEqual(1);
+      } else {
+        await advancing;
+        expect(slowCalls).toBe(3); // one run per tick, all at once
+        gate.release();
+      }
+      await a.stop();
+      instances = [];
+      await redis.plain.flushall();
+    }
   });
 
   it("keeps the lock through a run longer than its TTL by renewing it", async () => {
