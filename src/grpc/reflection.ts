@@ -4,7 +4,7 @@
  * google/protobuf/duration.proto), which `buf curl` needs to build requests.
  */
 import * as grpc from "@grpc/grpc-js";
-import { clone, create, toBinary, type DescFile } from "@bufbuild/protobuf";
+import { clone, create, toBinary, type DescFile, type MessageInitShape } from "@bufbuild/protobuf";
 import { type DescriptorProto, type FileDescriptorProto, FileDescriptorProtoSchema } from "@bufbuild/protobuf/wkt";
 import {
   type ServerReflectionRequest,
@@ -106,27 +106,31 @@ export function reflectionHandlers(files: DescFile[], services: string[]): grpc.
     return [...all.values()].map((f) => toBinary(FileDescriptorProtoSchema, f));
   };
 
-  const answer = (req: ServerReflectionRequest): ServerReflectionResponse["messageResponse"] => {
-    const notFound = (what: string) =>
-      ({ case: "errorResponse", value: { errorCode: grpc.status.NOT_FOUND, errorMessage: `${what} not found` } }) as const;
+  type Answer = MessageInitShape<typeof ServerReflectionResponseSchema>["messageResponse"];
+  const notFound = (what: string): Answer => ({
+    case: "errorResponse",
+    value: { errorCode: grpc.status.NOT_FOUND, errorMessage: `${what} not found` },
+  });
+  const withFile = (file: FileDescriptorProto): Answer => ({ case: "fileDescriptorResponse", value: { fileDescriptorProto: encoded(file) } });
+  const answer = (req: ServerReflectionRequest): Answer => {
     const r = req.messageRequest;
     switch (r.case) {
       case "listServices":
-        return { case: "listServicesResponse", value: { service: services.map((name) => ({ name })) } } as never;
+        return { case: "listServicesResponse", value: { service: services.map((name) => ({ name })) } };
       case "fileByFilename": {
         const file = byName.get(r.value);
-        return file ? ({ case: "fileDescriptorResponse", value: { fileDescriptorProto: encoded(file) } } as never) : (notFound(`file ${r.value}`) as never);
+        return file ? withFile(file) : notFound(`file ${r.value}`);
       }
       case "fileContainingSymbol": {
         const file = bySymbol.get(r.value.replace(/^\./, ""));
-        return file ? ({ case: "fileDescriptorResponse", value: { fileDescriptorProto: encoded(file) } } as never) : (notFound(`symbol ${r.value}`) as never);
+        return file ? withFile(file) : notFound(`symbol ${r.value}`);
       }
       case "fileContainingExtension":
-        return notFound(`extension ${r.value.containingType}(${r.value.extensionNumber})`) as never;
+        return notFound(`extension ${r.value.containingType}(${r.value.extensionNumber})`);
       case "allExtensionNumbersOfType":
-        return { case: "allExtensionNumbersResponse", value: { baseTypeName: r.value, extensionNumber: [] } } as never;
+        return { case: "allExtensionNumbersResponse", value: { baseTypeName: r.value, extensionNumber: [] } };
       default:
-        return { case: "errorResponse", value: { errorCode: grpc.status.INVALID_ARGUMENT, errorMessage: "empty request" } } as never;
+        return { case: "errorResponse", value: { errorCode: grpc.status.INVALID_ARGUMENT, errorMessage: "empty request" } };
     }
   };
 
@@ -138,7 +142,7 @@ export function reflectionHandlers(files: DescFile[], services: string[]): grpc.
           return;
         }
         call.write(
-          create(ServerReflectionResponseSchema, { validHost: req.host, originalRequest: req, messageResponse: answer(req) as never }),
+          create(ServerReflectionResponseSchema, { validHost: req.host, originalRequest: req, messageResponse: answer(req) }),
         );
       });
       call.on("end", () => call.end());
