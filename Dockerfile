@@ -31,16 +31,21 @@ RUN apt-get update \
 WORKDIR /app
 ENV NODE_ENV=production \
     SWITCHYARD_GRPC_ADDRESS=0.0.0.0:50051 \
+    SWITCHYARD_HTTP_ADDRESS=0.0.0.0:9090 \
     SWITCHYARD_DATA_DIR=/data
 # package.json carries "type": "module", which dist/*.js need.
 COPY package.json ./
 COPY --from=deps /app/node_modules ./node_modules
 COPY --from=build /app/dist ./dist
 COPY scripts/health-probe.mjs ./scripts/health-probe.mjs
-RUN mkdir -p /data && chown node:node /data
+# `switchyard` on PATH: `docker exec <container> switchyard queue stats` talks to the server inside.
+RUN printf '#!/bin/sh\nexec node /app/dist/cli/main.js "$@"\n' > /usr/local/bin/switchyard \
+ && chmod 755 /usr/local/bin/switchyard \
+ && mkdir -p /data && chown node:node /data
 USER node
 VOLUME ["/data"]
-EXPOSE 50051
+# 50051 gRPC; 9090 the side HTTP port: /metrics, /healthz, /readyz.
+EXPOSE 50051 9090
 # grpc.health.v1 Check on the port of SWITCHYARD_GRPC_ADDRESS; SERVING only while Redis is reachable.
 HEALTHCHECK --interval=15s --timeout=5s --start-period=15s --retries=3 \
   CMD node scripts/health-probe.mjs "127.0.0.1:${SWITCHYARD_GRPC_ADDRESS##*:}"

@@ -3,6 +3,8 @@ import { defineConfig } from "vitest/config";
 export default defineConfig({
   test: {
     include: ["test/**/*.test.ts"],
+    // The chaos suite is its own project: npm run test:chaos (vitest.chaos.config.ts).
+    exclude: ["test/chaos/**", "**/node_modules/**"],
     pool: "forks",
     testTimeout: 30_000,
     hookTimeout: 30_000,

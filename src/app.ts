@@ -19,6 +19,14 @@ import { JobStore } from "./cron/store.js";
 import { JobLogStore } from "./cron/job-log.js";
 import { HandlerRegistry, registerBuiltins, type JobHandler } from "./cron/handlers.js";
 import { Scheduler } from "./cron/scheduler.js";
+import { HttpGuard, type HostResolver } from "./cron/http-guard.js";
+import { AuditLogStore } from "./auth/audit-log.js";
+import { Authenticator } from "./auth/authenticator.js";
+import { authInterceptor } from "./grpc/auth-interceptor.js";
+import { serverCredentials } from "./grpc/tls.js";
+import { observeCalls } from "./grpc/observe.js";
+import { PromMetrics } from "./metrics/registry.js";
+import { redisReadiness, startSideServer, type SideServer } from "./metrics/http.js";
 
 /** A running Switchyard instance. */
 export interface App {
@@ -29,6 +37,9 @@ export interface App {
   readonly health: Health;
   readonly redis: RedisConnection;
   readonly clock: Clock;
+  /** host:port of the side HTTP port (/metrics, /healthz, /readyz); "" when it is off. */
+  readonly httpAddress: string;
+  readonly metrics: PromMetrics;
   /** Stops taking work, returns held items, closes Redis. */
   stop(): Promise<void>;
 }
@@ -39,6 +50,8 @@ export interface AppParts {
   log?: Logger;
   /** Job handlers to register besides the built-ins (a name registered twice fails start-up). */
   handlers?: Record<string, JobHandler>;
+  /** Resolves HTTP job targets' host names for the SSRF guard (default: the system resolver). */
+  resolveHost?: HostResolver;
 }
 
 async function declareFromFile(path: string, registry: QueueRegistry): Promise<void> {
@@ -61,13 +74,21 @@ function hostOf(address: string): string {
 /** Starts an instance from `config`. */
 export async function startApp(config: Config, parts: AppParts = {}): Promise<App> {
   const log = parts.log ?? createLogger(config.logLevel);
+  const metrics = new PromMetrics();
   const redis = await connectRedis(config.redis, log);
+  // Why the instance is not serving, for /readyz; undefined once it is.
+  let phase: "starting" | "shutting down" | "shut down" | undefined = "starting";
+  let side: SideServer | undefined;
   try {
+    if (config.httpAddress) {
+      const ready = redisReadiness(redis, () => phase);
+      side = await startSideServer(config.httpAddress, { metrics, live: () => phase !== "shut down", ready }, log);
+    }
     let clock = parts.clock;
     let clockResync: Timer | undefined;
     if (!clock) {
       const synced = new SyncedClock();
-      const reference = redisTime(() => redis.client.time());
+      const reference = redisTime(() => redis.time());
       await synced.sync(reference);
       // Host clocks drift: re-measure the offset to Redis's clock every minute.
       const resync = () => {
@@ -79,17 +100,22 @@ export async function startApp(config: Config, parts: AppParts = {}): Promise<Ap
     const registry = new QueueRegistry(redis, systemKeys(config.namespace), clock, log);
     await registry.start();
     if (config.configFile) await declareFromFile(config.configFile, registry);
-    const queues = new Queues(registry, redis, clock, config, log);
+    const queues = new Queues(registry, redis, clock, config, log, metrics);
     queues.start();
     const keys = systemKeys(config.namespace);
-    const store = new JobStore(redis, keys, clock);
+    const store = new JobStore(redis, keys, clock, config.maxCronJobs);
     const logs = new JobLogStore(redis, keys);
+    const audit = new AuditLogStore(redis, keys);
     const handlers = new HandlerRegistry();
-    registerBuiltins(handlers, [{ name: "job logs", clean: (cutoff) => logs.clean(cutoff) }], config.logRetentionDays);
+    const cleanable = [
+      { name: "job logs", clean: (cutoff: number) => logs.clean(cutoff) },
+      { name: "audit log", clean: (cutoff: number) => audit.clean(cutoff) },
+    ];
+    registerBuiltins(handlers, cleanable, config.logRetentionDays);
     for (const [name, handler] of Object.entries(parts.handlers ?? {})) handlers.register(name, handler);
     const scheduler = new Scheduler(
       redis, keys, store, logs, clock,
-      { handlers, queues, clock, httpTimeoutMs: config.httpTimeoutMs },
+      { handlers, queues, clock, httpTimeoutMs: config.httpTimeoutMs, httpGuard: new HttpGuard(config.httpAllow, parts.resolveHost) },
       {
         instanceId: config.instanceId || undefined,
         lockTtlMs: config.jobLockTtlMs,
@@ -98,20 +124,37 @@ export async function startApp(config: Config, parts: AppParts = {}): Promise<Ap
         misfireGraceMs: config.misfireGraceMs,
       },
       log,
+      metrics,
     );
     await scheduler.start();
-    const { server, health } = createGrpcServer(config, queues, { store, logs, scheduler, clock }, log);
-    const port = await bind(server, config.grpcAddress);
+    const authenticator = new Authenticator(config.auth);
+    if (config.auth.implicitlyOff) {
+      log.warn("authentication is off: every caller may call every RPC; configure SWITCHYARD_AUTH_TOKENS, or set SWITCHYARD_AUTH=off to say so");
+    }
+    const security = authInterceptor({
+      authenticator, audit, clock, instanceId: scheduler.instanceId, maxLeaseStreamsPerToken: config.maxLeaseStreamsPerToken, log,
+    });
+    const { server, health } = createGrpcServer(
+      config, queues, { store, logs, scheduler, clock }, log, [observeCalls(metrics, log), security], audit,
+    );
+    const port = await bind(server, config.grpcAddress, serverCredentials(config.tls));
     const address = `${hostOf(config.grpcAddress)}:${port}`;
     const follow = () => health.setAll(redis.ready() ? ServingStatus.SERVING : ServingStatus.NOT_SERVING);
     for (const event of ["ready", "close", "end", "reconnecting", "error"]) redis.client.on(event, follow);
     follow();
-    log.info("switchyard listening", { address });
+    side?.setQueues({
+      names: () => registry.known().map((q) => q.name),
+      stats: (name) => queues.stats(name),
+      redisReady: () => redis.ready(),
+    });
+    phase = undefined;
+    log.info("switchyard listening", { address, httpAddress: side?.address });
     let stopping: Promise<void> | undefined;
     // Graceful shutdown (SPEC S5): NOT_SERVING first; lease streams drain within the grace
     // (settles still arrive, unary ones too), then their leftovers go back to the queues;
     // the scheduler stops and releases its locks; Redis closes last.
     const stop = async () => {
+      phase = "shutting down";
       health.setAll(ServingStatus.NOT_SERVING);
       await queues.drain(config.shutdownGraceMs);
       await new Promise<void>((ok) => {
@@ -124,6 +167,8 @@ export async function startApp(config: Config, parts: AppParts = {}): Promise<Ap
       await queues.stop();
       await registry.stop();
       await redis.close();
+      phase = "shut down";
+      await side?.close();
     };
     return {
       address,
@@ -132,9 +177,12 @@ export async function startApp(config: Config, parts: AppParts = {}): Promise<Ap
       health,
       redis,
       clock,
+      httpAddress: side?.address ?? "",
+      metrics,
       stop: () => (stopping ??= stop()),
     };
   } catch (err) {
+    await side?.close();
     await redis.close();
     throw err;
   }

@@ -14,12 +14,20 @@ export interface Clock {
   setTimer(ms: number, fn: () => unknown): Timer;
 }
 
+/** setTimeout's longest delay, 2^31 - 1 ms (24.8 days): Node fires a longer one after 1 ms. */
+const MAX_TIMEOUT_MS = 2 ** 31 - 1;
+
 /** The host's own clock. */
 export const systemClock: Clock = {
   now: () => Date.now(),
   setTimer(ms, fn) {
-    const handle = setTimeout(fn, Math.max(0, ms));
-    handle.unref();
+    let handle: ReturnType<typeof setTimeout>;
+    // A longer wait (a yearly cron tick) goes in steps, or it would fire at once.
+    const arm = (left: number) => {
+      handle = left > MAX_TIMEOUT_MS ? setTimeout(() => arm(left - MAX_TIMEOUT_MS), MAX_TIMEOUT_MS) : setTimeout(fn, Math.max(0, left));
+      handle.unref();
+    };
+    arm(ms);
     return { cancel: () => clearTimeout(handle) };
   },
 };

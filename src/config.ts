@@ -6,6 +6,8 @@ import { readFileSync } from "node:fs";
 import { invalid } from "./errors.js";
 import type { LogLevel } from "./log.js";
 import type { RedisTarget } from "./redis/connection.js";
+import { securitySettings, type AuthSettings, type TlsSettings } from "./auth/settings.js";
+import { parseAllowlist, type AllowRule } from "./cron/http-guard.js";
 
 const SECOND = 1000;
 const MINUTE = 60 * SECOND;
@@ -14,6 +16,12 @@ const MINUTE = 60 * SECOND;
 export interface Config {
   /** host:port the gRPC server listens on. */
   readonly grpcAddress: string;
+  /** host:port of the side HTTP port (/metrics, /healthz, /readyz); "" when turned off. */
+  readonly httpAddress: string;
+  /** Load an OpenTelemetry preload module before grpc-js (main.ts). */
+  readonly otel: boolean;
+  /** The module `otel` loads: a package name, a path or a file: URL. */
+  readonly otelModule: string;
   readonly redis: RedisTarget;
   /** Prefix (and hash tag) of Switchyard's own Redis keys. */
   readonly namespace: string;
@@ -46,11 +54,23 @@ export interface Config {
   readonly schedulerHeartbeatMs: number;
   /** Cron: a name for this instance in logs and scheduler status ("" = host-pid-random). */
   readonly instanceId: string;
+  /** Who may call what (bearer tokens, client certificates, scopes); see src/auth. */
+  readonly auth: AuthSettings;
+  /** TLS on the gRPC port; undefined for plaintext. */
+  readonly tls: TlsSettings | undefined;
+  /** Cron: HTTP targets let through the SSRF guard although internal. */
+  readonly httpAllow: readonly AllowRule[];
+  /** Open Lease streams per authenticated caller per instance. */
+  readonly maxLeaseStreamsPerToken: number;
+  /** Cron: jobs that may exist (not deleted) at once. */
+  readonly maxCronJobs: number;
 }
 
 /** The defaults, in one place. */
 export const defaults = {
   grpcAddress: "127.0.0.1:50051",
+  httpAddress: "127.0.0.1:9090",
+  otelModule: "@opentelemetry/auto-instrumentations-node/register",
   namespace: "switchyard",
   dataDir: ".switchyard-data",
   redisServerBin: "redis-server",
@@ -72,6 +92,8 @@ export const defaults = {
   misfireGraceMs: 5 * SECOND,
   schedulerResyncMs: 30 * SECOND,
   schedulerHeartbeatMs: 5 * SECOND,
+  maxLeaseStreamsPerToken: 1000,
+  maxCronJobs: 10_000,
 };
 
 const units: Record<string, number> = { ms: 1, s: SECOND, m: MINUTE, h: 60 * MINUTE };
@@ -112,6 +134,20 @@ function redisTarget(env: NodeJS.ProcessEnv): RedisTarget {
   };
 }
 
+function httpAddress(text: string): string {
+  if (text === "off") return "";
+  if (!/^(\[[0-9a-fA-F:.]+\]|[^:\s]+):\d{1,5}$/.test(text)) {
+    throw invalid(`SWITCHYARD_HTTP_ADDRESS="${text}" must be host:port (port 0 picks one) or off`);
+  }
+  return text;
+}
+
+function onOff(name: string, text: string | undefined): boolean {
+  if (text === undefined || text === "" || text === "off") return false;
+  if (text === "on") return true;
+  throw invalid(`${name}="${text}" must be on or off`);
+}
+
 const logLevels = new Set(["debug", "info", "warn", "error", "silent"]);
 
 /** Reads the configuration from environment variables (see the README's table). */
@@ -122,6 +158,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   if (!logLevels.has(logLevel)) throw invalid(`SWITCHYARD_LOG_LEVEL="${logLevel}" must be one of debug, info, warn, error, silent`);
   return Object.freeze({
     grpcAddress: env.SWITCHYARD_GRPC_ADDRESS ?? defaults.grpcAddress,
+    httpAddress: httpAddress(env.SWITCHYARD_HTTP_ADDRESS ?? defaults.httpAddress),
+    otel: onOff("SWITCHYARD_OTEL", env.SWITCHYARD_OTEL),
+    otelModule: env.SWITCHYARD_OTEL_MODULE || defaults.otelModule,
     redis: redisTarget(env),
     namespace: env.SWITCHYARD_NAMESPACE ?? defaults.namespace,
     configFile: env.SWITCHYARD_CONFIG_FILE ?? "",
@@ -144,6 +183,18 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     schedulerResyncMs: dur("SWITCHYARD_SCHEDULER_RESYNC", defaults.schedulerResyncMs),
     schedulerHeartbeatMs: dur("SWITCHYARD_SCHEDULER_HEARTBEAT", defaults.schedulerHeartbeatMs),
     instanceId: env.SWITCHYARD_INSTANCE_ID ?? "",
+    ...securitySettings({
+      auth: env.SWITCHYARD_AUTH,
+      tokens: env.SWITCHYARD_AUTH_TOKENS,
+      tlsCert: env.SWITCHYARD_TLS_CERT,
+      tlsKey: env.SWITCHYARD_TLS_KEY,
+      tlsCa: env.SWITCHYARD_TLS_CA,
+      tlsClientAuth: env.SWITCHYARD_TLS_CLIENT_AUTH,
+      tlsClientScopes: env.SWITCHYARD_TLS_CLIENT_SCOPES,
+    }),
+    httpAllow: parseAllowlist(env.SWITCHYARD_HTTP_ALLOW ?? ""),
+    maxLeaseStreamsPerToken: num("SWITCHYARD_MAX_LEASE_STREAMS_PER_TOKEN", defaults.maxLeaseStreamsPerToken),
+    maxCronJobs: num("SWITCHYARD_MAX_CRON_JOBS", defaults.maxCronJobs),
   });
 }
 

@@ -1,33 +1,73 @@
+/**
+ * Structured logs: one JSON object per line on stderr, written by pino.
+ *
+ * Lines look like `{"level":"info","time":"2026-…Z","msg":"…",…fields}`. Calls
+ * log with a `requestId` (see grpc/observe.ts); secrets and payloads are never
+ * passed in fields, and `redact` blanks them anyway should one slip in.
+ */
+import { pino, type DestinationStream, type Logger as Pino } from "pino";
+
 /** Log levels in increasing severity. */
 export type LogLevel = "debug" | "info" | "warn" | "error" | "silent";
 
-const rank: Record<LogLevel, number> = { debug: 10, info: 20, warn: 30, error: 40, silent: 99 };
-
-/** A structured logger: one JSON object per line on stderr. */
+/** A structured logger. */
 export interface Logger {
   debug(msg: string, fields?: Record<string, unknown>): void;
   info(msg: string, fields?: Record<string, unknown>): void;
   warn(msg: string, fields?: Record<string, unknown>): void;
   error(msg: string, fields?: Record<string, unknown>): void;
+  /** A logger that adds `fields` to every line (see {@link withFields}). */
+  child?(fields: Record<string, unknown>): Logger;
 }
 
-function describe(value: unknown): unknown {
-  if (value instanceof Error) return { name: value.name, message: value.message, stack: value.stack };
-  return value;
+/** Field names whose values never reach a log line, at the top level or one object down. */
+const REDACTED = ["authorization", "password", "payload", "replies"];
+
+const serializeError = pino.stdSerializers.err;
+
+/** Errors at the top level of the fields keep their type, message and stack (pino's own serializer does `err`). */
+function errorsToObjects(fields: Record<string, unknown>): Record<string, unknown> {
+  for (const [k, v] of Object.entries(fields)) if (v instanceof Error && k !== "err") fields[k] = serializeError(v);
+  return fields;
 }
 
-/** A logger writing JSON lines at `level` and above. */
-export function createLogger(level: LogLevel, write: (line: string) => void = (l) => process.stderr.write(l)): Logger {
-  const emit = (lvl: LogLevel, msg: string, fields?: Record<string, unknown>) => {
-    if (rank[lvl] < rank[level]) return;
-    const entry: Record<string, unknown> = { time: new Date().toISOString(), level: lvl, msg };
-    if (fields) for (const [k, v] of Object.entries(fields)) entry[k] = describe(v);
-    write(JSON.stringify(entry) + "\n");
-  };
+function wrap(p: Pino): Logger {
   return {
-    debug: (m, f) => emit("debug", m, f),
-    info: (m, f) => emit("info", m, f),
-    warn: (m, f) => emit("warn", m, f),
-    error: (m, f) => emit("error", m, f),
+    debug: (msg, fields) => p.debug(fields ?? {}, msg),
+    info: (msg, fields) => p.info(fields ?? {}, msg),
+    warn: (msg, fields) => p.warn(fields ?? {}, msg),
+    error: (msg, fields) => p.error(fields ?? {}, msg),
+    child: (fields) => wrap(p.child(fields)),
+  };
+}
+
+/**
+ * A logger writing JSON lines at `level` and above to stderr, or to `write`
+ * (one call per line, with its newline) when given one: tests capture lines so.
+ */
+export function createLogger(level: LogLevel, write?: (line: string) => void): Logger {
+  const destination: DestinationStream = write ? { write } : pino.destination({ dest: 2, sync: true });
+  const p = pino(
+    {
+      level,
+      base: undefined,
+      timestamp: pino.stdTimeFunctions.isoTime,
+      formatters: { level: (label) => ({ level: label }), log: errorsToObjects },
+      redact: { paths: [...REDACTED, ...REDACTED.map((k) => `*.${k}`)], censor: "[redacted]" },
+    },
+    destination,
+  );
+  return wrap(p);
+}
+
+/** `log` with `fields` on every line: its own child logger, or a wrapper for loggers without one. */
+export function withFields(log: Logger, fields: Record<string, unknown>): Logger {
+  if (log.child) return log.child(fields);
+  const merge = (f?: Record<string, unknown>) => ({ ...fields, ...f });
+  return {
+    debug: (m, f) => log.debug(m, merge(f)),
+    info: (m, f) => log.info(m, merge(f)),
+    warn: (m, f) => log.warn(m, merge(f)),
+    error: (m, f) => log.error(m, merge(f)),
   };
 }

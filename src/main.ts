@@ -1,14 +1,19 @@
-/** `npm start`: runs one Switchyard instance until SIGTERM or SIGINT. */
-import { startApp } from "./app.js";
+/**
+ * `npm start` and `switchyard serve`: runs one Switchyard instance until
+ * SIGTERM or SIGINT. Nothing here imports grpc-js: app.js is imported only
+ * after the OpenTelemetry preload module (otel.ts), when that is on.
+ */
 import { loadConfig } from "./config.js";
 import { SwitchyardError } from "./errors.js";
 import { createLogger } from "./log.js";
+import { loadInstrumentation } from "./otel.js";
 
 async function main(): Promise<void> {
   const config = loadConfig();
   const log = createLogger(config.logLevel);
+  if (await loadInstrumentation(config)) log.info("opentelemetry preloaded", { module: config.otelModule });
+  const { startApp } = await import("./app.js");
   const app = await startApp(config, { log });
-  process.stdout.write(`switchyard listening on ${app.address}\n`);
   let signals = 0;
   const shutdown = (signal: string) => {
     if (++signals > 1) process.exit(1); // A second signal: exit at once.
@@ -23,6 +28,9 @@ async function main(): Promise<void> {
   };
   process.on("SIGTERM", () => shutdown("SIGTERM"));
   process.on("SIGINT", () => shutdown("SIGINT"));
+  // Announced only now: whoever waits for these lines may send a signal at once.
+  process.stdout.write(`switchyard listening on ${app.address}\n`);
+  if (app.httpAddress) process.stdout.write(`switchyard metrics on http://${app.httpAddress}/metrics\n`);
 }
 
 main().catch((err: unknown) => {

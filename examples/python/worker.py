@@ -13,6 +13,11 @@ Two modes:
               once it holds them all, then sleeps until killed without settling
               anything (to show what happens to a crashed worker's items).
 
+  --work N    Leases N items with credit N, settles each with --settle (ack,
+              retry or drop; unary RPCs, so each outcome is known), closes the
+              stream, and prints one JSON line: the deliveries (headers too,
+              so a traceparent from the producer shows) and each settle's outcome.
+
 Everything but the summary / HOLDING line goes to stderr.
 
 The stubs come from examples/python/generate.sh: they are found on PYTHONPATH,
@@ -302,6 +307,37 @@ def hold_items(lease, n, timeout):
     threading.Event().wait()
 
 
+def work(stub, args):
+    n = args.work
+    out = {"queue": args.queue, "settle": args.settle}
+    with LeaseStream(stub, args.queue, credit=n) as lease:
+        wait_for_opened(lease, args.timeout)
+        deliveries = []
+        while len(deliveries) < n:
+            response = lease.receive(args.timeout)
+            if response is None:
+                raise WorkerError(f"Lease stream ended after {len(deliveries)} of {n} deliveries")
+            if response.WhichOneof("kind") == "deliveries":
+                deliveries.extend(response.deliveries.deliveries)
+        # Take nothing more while settling: a retried item would come straight back.
+        lease.send(pb.LeaseRequest(credit=pb.LeaseCredit(credit=0)))
+        settled = []
+        for d in deliveries:
+            entry = delivery_json(d)
+            if args.settle == "ack":
+                stub.Ack(pb.AckRequest(lease_token=d.lease_token), timeout=args.timeout)
+            elif args.settle == "retry":
+                entry["dead_lettered"] = stub.Retry(pb.RetryRequest(lease_token=d.lease_token), timeout=args.timeout).dead_lettered
+            else:
+                stub.Drop(pb.DropRequest(lease_token=d.lease_token), timeout=args.timeout)
+            settled.append(entry)
+        out["deliveries"] = settled
+        lease.close()
+        while lease.receive(args.timeout) is not None:
+            pass
+    print(json.dumps(out), flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--address", required=True, help="Switchyard's gRPC address, host:port")
@@ -311,9 +347,12 @@ def main():
     mode = parser.add_mutually_exclusive_group(required=True)
     mode.add_argument("--tour", action="store_true", help="enqueue, lease and settle six items every way; print a JSON summary")
     mode.add_argument("--hold", type=int, metavar="N", help="lease N items, print HOLDING, then sleep until killed")
+    mode.add_argument("--work", type=int, metavar="N", help="lease N items, settle each with --settle, print a JSON summary")
+    parser.add_argument("--settle", choices=["ack", "retry", "drop"], default="ack", help="how --work settles (default ack)")
     args = parser.parse_args()
-    if args.hold is not None and not 1 <= args.hold <= 10000:
-        parser.error("--hold must be between 1 and 10000 (the server's credit limit)")
+    for flag, value in (("--hold", args.hold), ("--work", args.work)):
+        if value is not None and not 1 <= value <= 10000:
+            parser.error(f"{flag} must be between 1 and 10000 (the server's credit limit)")
 
     # Switchyard serves plaintext gRPC unless it is put behind TLS.
     with grpc.insecure_channel(args.address) as channel:
@@ -321,6 +360,8 @@ def main():
         try:
             if args.tour:
                 tour(stub, args)
+            elif args.work is not None:
+                work(stub, args)
             else:
                 hold(stub, args)
         except grpc.RpcError as err:

@@ -16,7 +16,9 @@ import {
   LeaseRequestSchema,
   type LeaseResponse,
   type ListQueuesResponse,
+  type PeekQueueResponse,
   type Queue,
+  QueueList,
   type QueueSchema,
   QueueService,
   type QueueStats,
@@ -33,6 +35,7 @@ import {
   type ListJobsRequestSchema,
   type ListJobsResponse,
 } from "../gen/switchyard/v1/cron_pb.js";
+import { AuditService, type ListAuditLogsResponse } from "../gen/switchyard/v1/audit_pb.js";
 import { clientConstructor } from "../grpc/adapter.js";
 
 /** Something to enqueue: bytes, a string (UTF-8), or an item with headers. */
@@ -44,6 +47,19 @@ export interface ClientOptions {
   channelOptions?: grpc.ChannelOptions;
   /** Deadline for unary calls (ms). Default 30 s. */
   timeoutMs?: number;
+  /** A bearer token, sent as `authorization: Bearer <token>` on every call, Lease streams included. */
+  token?: string;
+}
+
+/** A client interceptor that adds the bearer token to every call's metadata. */
+function bearer(token: string): grpc.Interceptor {
+  return (options, nextCall) =>
+    new grpc.InterceptingCall(nextCall(options), {
+      start: (metadata, listener, next) => {
+        metadata.set("authorization", `Bearer ${token}`);
+        next(metadata, listener);
+      },
+    });
 }
 
 /** Reply items sent with an ack (SPEC Q9). */
@@ -77,12 +93,16 @@ function replyFields(reply?: Reply) {
 export class SwitchyardClient {
   readonly grpc: grpc.Client;
   readonly cronGrpc: grpc.Client;
+  readonly auditGrpc: grpc.Client;
   private readonly timeoutMs: number;
 
   constructor(address: string, options: ClientOptions = {}) {
     const credentials = options.credentials ?? grpc.credentials.createInsecure();
-    this.grpc = new (clientConstructor(QueueService))(address, credentials, options.channelOptions);
-    this.cronGrpc = new (clientConstructor(CronService))(address, credentials, options.channelOptions);
+    const clientOptions: grpc.ClientOptions = { ...options.channelOptions };
+    if (options.token) clientOptions.interceptors = [...(clientOptions.interceptors ?? []), bearer(options.token)];
+    this.grpc = new (clientConstructor(QueueService))(address, credentials, clientOptions);
+    this.cronGrpc = new (clientConstructor(CronService))(address, credentials, clientOptions);
+    this.auditGrpc = new (clientConstructor(AuditService))(address, credentials, clientOptions);
     this.timeoutMs = options.timeoutMs ?? 30_000;
   }
 
@@ -102,6 +122,11 @@ export class SwitchyardClient {
     return this.send(this.cronGrpc, CronService.method[method].input, method, request);
   }
 
+  /** Audit log entries (mutating calls), newest first; needs scope sys:audit:list. */
+  listAuditLogs(pageSize = 0, pageToken = ""): Promise<ListAuditLogsResponse> {
+    return this.send(this.auditGrpc, AuditService.method.listAuditLogs.input, "listAuditLogs", { pageSize, pageToken });
+  }
+
   /** Declares a queue; resolves to the stored declaration. */
   async createQueue(queue: MessageInitShape<typeof QueueSchema>): Promise<Queue> {
     return (await this.call<{ queue: Queue }>("createQueue", { queue })).queue;
@@ -117,6 +142,11 @@ export class SwitchyardClient {
 
   async deleteQueue(name: string, options: { purge?: boolean } = {}): Promise<void> {
     await this.call("deleteQueue", { name, purge: options.purge ?? false });
+  }
+
+  /** Items of a queue's ready or dead-letter list, next to leave first, without moving them (limit 0: 10). */
+  peekQueue(name: string, list: QueueList = QueueList.READY, limit = 0): Promise<PeekQueueResponse> {
+    return this.call("peekQueue", { name, list, limit });
   }
 
   async getQueueStats(name: string): Promise<QueueStats> {
@@ -205,6 +235,7 @@ export class SwitchyardClient {
   close(): void {
     this.grpc.close();
     this.cronGrpc.close();
+    this.auditGrpc.close();
   }
 }
 

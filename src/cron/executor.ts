@@ -6,6 +6,8 @@ import type { Clock } from "../clock.js";
 import type { Queues } from "../queue/queues.js";
 import type { HandlerRegistry, RunContext } from "./handlers.js";
 import type { JobRecord } from "./job.js";
+import { callHttp, TooManyRedirects } from "./http-call.js";
+import { RefusedDestination, type HttpGuard } from "./http-guard.js";
 
 /** A run that failed; `message` goes to the job log's error. */
 export class RunFailure extends Error {
@@ -19,31 +21,28 @@ export interface ExecutorOptions {
   clock: Clock;
   /** HTTP target timeout (the seed's 30 s). */
   httpTimeoutMs: number;
+  /** Refuses HTTP targets inside the network (SSRF), on every redirect too. */
+  httpGuard: HttpGuard;
 }
 
 const BODY_CHARS = 1000;
 
-async function callHttp(job: JobRecord, ctx: RunContext, options: ExecutorOptions): Promise<string> {
+async function callHttpTarget(job: JobRecord, ctx: RunContext, options: ExecutorOptions): Promise<string> {
   const abort = new AbortController();
   const timer = options.clock.setTimer(options.httpTimeoutMs, () =>
     abort.abort(new RunFailure(`HTTP request timed out after ${options.httpTimeoutMs / 1000} s`)),
   );
   const onStop = () => abort.abort(new RunFailure("run cancelled"));
   ctx.signal.addEventListener("abort", onStop, { once: true });
-  const post = job.params.trim() !== "";
   try {
-    const response = await fetch(job.target, {
-      method: post ? "POST" : "GET",
-      headers: post ? { "content-type": "application/json" } : undefined,
-      body: post ? job.params : undefined,
-      signal: abort.signal,
-    });
-    const body = (await response.text()).slice(0, BODY_CHARS);
+    const response = await callHttp(job.target, job.params, options.httpGuard, abort.signal);
+    const body = response.body.slice(0, BODY_CHARS);
     if (response.status !== 200) throw new RunFailure(`HTTP ${response.status}: ${body}`);
     return `HTTP 200: ${body}`;
   } catch (err) {
     if (err instanceof RunFailure) throw err;
     if (abort.signal.aborted && abort.signal.reason instanceof RunFailure) throw abort.signal.reason;
+    if (err instanceof RefusedDestination || err instanceof TooManyRedirects) throw new RunFailure(err.message);
     const cause = err instanceof Error && err.cause instanceof Error ? `: ${err.cause.message}` : "";
     throw new RunFailure(`HTTP request failed: ${err instanceof Error ? err.message : String(err)}${cause}`);
   } finally {
@@ -55,7 +54,7 @@ async function callHttp(job: JobRecord, ctx: RunContext, options: ExecutorOption
 /** Runs `job`'s target; resolves to the log message or rejects with a RunFailure. */
 export async function runTarget(job: JobRecord, ctx: RunContext, tickMs: number, options: ExecutorOptions): Promise<string> {
   const { target } = job;
-  if (/^https?:\/\//i.test(target)) return callHttp(job, ctx, options);
+  if (/^https?:\/\//i.test(target)) return callHttpTarget(job, ctx, options);
   if (target.startsWith("queue:")) {
     const queue = target.slice("queue:".length);
     const headers: Record<string, string> = { "switchyard-job-id": job.id, "switchyard-fence": String(ctx.fence) };

@@ -22,6 +22,7 @@ import { hostname } from "node:os";
 import { randomBytes } from "node:crypto";
 import type { Clock, Timer } from "../clock.js";
 import type { Logger } from "../log.js";
+import { noMetrics, type Metrics, type SkipReason } from "../metrics/hooks.js";
 import type { RedisClient, RedisConnection } from "../redis/connection.js";
 import type { SystemKeys } from "../redis/keys.js";
 import { acquireJobLock, claimInterval, claimTick, touchJobLock, type Claim } from "../redis/scripts.js";
@@ -81,6 +82,7 @@ export class Scheduler {
     private readonly executor: ExecutorOptions,
     private readonly options: SchedulerOptions,
     private readonly log: Logger,
+    private readonly metrics: Metrics = noMetrics,
   ) {
     this.instanceId = options.instanceId ?? `${hostname()}-${process.pid}-${randomBytes(3).toString("hex")}`;
     this.startTimeMs = clock.now();
@@ -232,8 +234,10 @@ export class Scheduler {
     if (schedule.kind === "every") {
       this.armInterval(mount, 0);
     } else {
+      // Arm from the moment of mounting: a tick that falls due while catchUp waits on Redis still fires.
+      const mountedAt = this.clock.now();
       await this.catchUp(mount);
-      this.armCron(mount, this.clock.now());
+      this.armCron(mount, mountedAt);
     }
   }
 
@@ -304,14 +308,14 @@ export class Scheduler {
     if (claim.result === "inactive") {
       this.unmount(id);
       const state = job.status === 2 ? "paused" : "unpublished";
-      return this.skip(job, tick, `skipped: the job is ${state}`);
+      return this.skip(job, tick, state, `skipped: the job is ${state}`);
     }
     const lateness = this.clock.now() - tick;
     let trigger: RunTrigger = "schedule";
     if (missed || lateness > this.options.misfireGraceMs) {
       const count = missed ? `${missed.missed}${missed.missed >= MAX_MISSED_SCAN ? "+" : ""} tick(s) since ${new Date(missed.first).toISOString()}` : "the tick";
       if (job.misfirePolicy !== "run_once" || lateness > job.catchUpWindowMs) {
-        return this.skip(job, tick, `skipped: misfire, ${count} fired no run in time (${Math.round(lateness / 1000)} s late)`);
+        return this.skip(job, tick, "misfire", `skipped: misfire, ${count} fired no run in time (${Math.round(lateness / 1000)} s late)`);
       }
       trigger = "catch_up";
     }
@@ -325,7 +329,8 @@ export class Scheduler {
     return run;
   }
 
-  private async skip(job: JobRecord, tick: number, message: string): Promise<void> {
+  private async skip(job: JobRecord, tick: number, reason: SkipReason, message: string): Promise<void> {
+    this.metrics.tickSkipped(reason);
     await this.writeLog({ jobId: job.id, status: "skipped", message, error: "", durationMs: 0, trigger: "schedule", tickTimeMs: tick, fence: 0 });
   }
 
@@ -337,12 +342,11 @@ export class Scheduler {
       const lock = this.keys.jobLock(job.id);
       const fenceKey = this.keys.jobFence(job.id);
       const got = await acquireJobLock(this.client, lock, fenceKey, this.instanceId, this.clock.now(), ttl);
+      this.metrics.jobLock(got.acquired ? "acquired" : "contended");
       if (!got.acquired) {
-        const reason =
-          job.executePolicy === 2
-            ? `skipped: overlap, the previous run (fence ${got.fence}) is still running`
-            : `abandoned: lock held by run with fence ${got.fence}`;
-        return await this.skip(job, tick, reason);
+        return job.executePolicy === 2
+          ? await this.skip(job, tick, "overlap", `skipped: overlap, the previous run (fence ${got.fence}) is still running`)
+          : await this.skip(job, tick, "lock_held", `abandoned: lock held by run with fence ${got.fence}`);
       }
       let renewal: Timer | undefined;
       const renew = () => {
@@ -350,8 +354,9 @@ export class Scheduler {
           const held = await touchJobLock(this.client, "renew", lock, fenceKey, this.instanceId, got.fence, this.clock.now(), ttl).catch(
             () => true,
           );
-          if (held) renew();
-          else this.log.warn("lost the execution lock while running", { job: job.id, fence: got.fence });
+          if (held) return renew();
+          this.metrics.jobLock("lost");
+          this.log.warn("lost the execution lock while running", { job: job.id, fence: got.fence });
         });
       };
       renew();
@@ -378,6 +383,7 @@ export class Scheduler {
       status = "failed";
       error = err instanceof RunFailure ? err.message : `handler threw: ${err instanceof Error ? err.message : String(err)}`;
     }
+    this.metrics.jobRun(status === "succeeded" ? "succeeded" : "failed");
     await this.writeLog({ jobId: job.id, status, message, error, durationMs: this.clock.now() - start, trigger, tickTimeMs: tick, fence, startTimeMs: start }, logId);
   }
 

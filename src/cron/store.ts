@@ -29,6 +29,8 @@ export class JobStore {
     private readonly redis: RedisConnection,
     readonly keys: SystemKeys,
     private readonly clock: Clock,
+    /** Jobs that may exist (not deleted) at once; CreateJob beyond it is RESOURCE_EXHAUSTED. */
+    private readonly maxJobs = Number.POSITIVE_INFINITY,
   ) {}
 
   private async put(job: JobRecord): Promise<void> {
@@ -39,6 +41,14 @@ export class JobStore {
   /** Creates a job; it is always stored UNPUBLISHED. */
   async create(fields: JobFields, actor: string): Promise<JobRecord> {
     const valid = validateJobFields(fields).fields;
+    // Checked before the write, so racing creates may pass the limit by a few: it guards size, not an exact count.
+    const existing = (await this.all()).length;
+    if (existing >= this.maxJobs) {
+      throw new SwitchyardError(
+        "resource_exhausted",
+        `${existing} jobs exist, the limit (SWITCHYARD_MAX_CRON_JOBS=${this.maxJobs}); delete jobs you no longer need, or raise the limit`,
+      );
+    }
     const id = String(await this.redis.client.incr(this.keys.jobSeq));
     const now = this.clock.now();
     const job: JobRecord = {

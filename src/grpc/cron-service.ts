@@ -33,9 +33,10 @@ import type { JobStore } from "../cron/store.js";
 import { jobFields, jobLogMessage, jobMessage, jobPatch, statusCode } from "./cron-convert.js";
 import { msTimestamp } from "./convert.js";
 import { unary } from "./status.js";
+import { callerOf } from "./auth-interceptor.js";
 
-/** Who made a change; authentication (a later issue) will name the caller. */
-const ACTOR = "api";
+/** Who made a change: the caller's token name, certificate subject, or "anonymous". */
+const actor = (call: grpc.ServerUnaryCall<unknown, unknown>) => callerOf(call.metadata).name;
 
 /** The parts CronService works with. */
 export interface CronParts {
@@ -49,8 +50,8 @@ export interface CronParts {
 export function cronServiceHandlers({ store, logs, scheduler, clock }: CronParts, log: Logger): grpc.UntypedServiceImplementation {
   const show = (job: Parameters<typeof jobMessage>[0]) => jobMessage(job, clock.now());
   return {
-    createJob: unary(log, "CreateJob", async (req: CreateJobRequest) =>
-      create(CreateJobResponseSchema, { job: show(await store.create(jobFields(req.job), ACTOR)) }),
+    createJob: unary(log, "CreateJob", async (req: CreateJobRequest, call) =>
+      create(CreateJobResponseSchema, { job: show(await store.create(jobFields(req.job), actor(call))) }),
     ),
     getJob: unary(log, "GetJob", async (req: { id: string }) => create(GetJobResponseSchema, { job: show(await store.get(req.id)) })),
     listJobs: unary(log, "ListJobs", async (req: ListJobsRequest) => {
@@ -62,28 +63,28 @@ export function cronServiceHandlers({ store, logs, scheduler, clock }: CronParts
       });
       return create(ListJobsResponseSchema, { jobs: page.jobs.map(show), nextPageToken: page.nextPageToken });
     }),
-    updateJob: unary(log, "UpdateJob", async (req: UpdateJobRequest) => {
+    updateJob: unary(log, "UpdateJob", async (req: UpdateJobRequest, call) => {
       const patch = jobPatch(req.job, req.updateMask?.paths ?? []);
-      return create(UpdateJobResponseSchema, { job: show(await store.update(req.job?.id ?? "", patch, ACTOR)) });
+      return create(UpdateJobResponseSchema, { job: show(await store.update(req.job?.id ?? "", patch, actor(call))) });
     }),
-    deleteJob: unary(log, "DeleteJob", async (req: { id: string }) => {
-      await store.delete(req.id, ACTOR);
+    deleteJob: unary(log, "DeleteJob", async (req: { id: string }, call) => {
+      await store.delete(req.id, actor(call));
       return create(DeleteJobResponseSchema, {});
     }),
-    batchDeleteJobs: unary(log, "BatchDeleteJobs", async (req: { ids: string[] }) => {
+    batchDeleteJobs: unary(log, "BatchDeleteJobs", async (req: { ids: string[] }, call) => {
       const ids = [...new Set(req.ids)];
       for (const id of ids) await store.get(id); // all or nothing: refuse before deleting any
-      for (const id of ids) await store.delete(id, ACTOR);
+      for (const id of ids) await store.delete(id, actor(call));
       return create(BatchDeleteJobsResponseSchema, { deleted: ids.length });
     }),
-    pauseJob: unary(log, "PauseJob", async (req: { id: string }) =>
-      create(PauseJobResponseSchema, { job: show(await store.setStatus(req.id, PAUSED, ACTOR)) }),
+    pauseJob: unary(log, "PauseJob", async (req: { id: string }, call) =>
+      create(PauseJobResponseSchema, { job: show(await store.setStatus(req.id, PAUSED, actor(call))) }),
     ),
-    resumeJob: unary(log, "ResumeJob", async (req: { id: string }) =>
-      create(ResumeJobResponseSchema, { job: show(await store.setStatus(req.id, RUNNING, ACTOR)) }),
+    resumeJob: unary(log, "ResumeJob", async (req: { id: string }, call) =>
+      create(ResumeJobResponseSchema, { job: show(await store.setStatus(req.id, RUNNING, actor(call))) }),
     ),
-    setJobStatus: unary(log, "SetJobStatus", async (req: SetJobStatusRequest) =>
-      create(SetJobStatusResponseSchema, { job: show(await store.setStatus(req.id, statusCode(req.status), ACTOR)) }),
+    setJobStatus: unary(log, "SetJobStatus", async (req: SetJobStatusRequest, call) =>
+      create(SetJobStatusResponseSchema, { job: show(await store.setStatus(req.id, statusCode(req.status), actor(call))) }),
     ),
     runOnce: unary(log, "RunOnce", async (req: { id: string }) => create(RunOnceResponseSchema, { runId: await scheduler.runOnce(req.id) })),
     getSchedulerStatus: unary(log, "GetSchedulerStatus", async () => {

@@ -4,7 +4,7 @@
  */
 import * as grpc from "@grpc/grpc-js";
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
-import { SwitchyardError, invalid } from "../errors.js";
+import { invalid } from "../errors.js";
 import {
   type AckRequest,
   AckResponseSchema,
@@ -20,6 +20,9 @@ import {
   type LeaseResponse,
   LeaseResponseSchema,
   ListQueuesResponseSchema,
+  type PeekQueueRequest,
+  PeekQueueResponseSchema,
+  QueueList,
   QueueMode,
   QueueStatsSchema,
   RetryResponseSchema,
@@ -33,7 +36,8 @@ import type { LeaseStream } from "../queue/lease-stream.js";
 import type { NewItem, Queues } from "../queue/queues.js";
 import { MalformedMessage } from "./adapter.js";
 import { durationMs, msDuration, msTimestamp, queueMessage, queueSpec } from "./convert.js";
-import { assertWellFormed, grpcCode, toStatus, unary } from "./status.js";
+import { assertWellFormed, callLogger, toStatus, unary } from "./status.js";
+import { traceOf, withTrace } from "./trace.js";
 
 function newItems(items: EnqueueItem[]): NewItem[] {
   return items.map((i) => ({ payload: i.payload, headers: i.headers }));
@@ -61,8 +65,9 @@ function replyOf(req: AckRequest) {
 type Duplex = grpc.ServerDuplexStream<LeaseRequest | MalformedMessage, LeaseResponse>;
 
 /** Runs one Lease stream (see the state notes in queue.proto's Lease rpc). */
-function leaseHandler(queues: Queues, log: Logger, heartbeatIntervalMs: number) {
+function leaseHandler(queues: Queues, baseLog: Logger, heartbeatIntervalMs: number) {
   return (call: Duplex) => {
+    const log = callLogger(baseLog, call.metadata);
     let stream: Promise<LeaseStream> | undefined;
     let ended = false;
     // Settles received on this stream and not yet applied: the stream's items go back only after them.
@@ -94,10 +99,9 @@ function leaseHandler(queues: Queues, log: Logger, heartbeatIntervalMs: number) 
           }
         }
       } catch (err) {
-        const code = err instanceof SwitchyardError ? grpcCode(err.code) : grpc.status.INTERNAL;
-        const message = err instanceof SwitchyardError ? err.message : "internal error";
-        if (!(err instanceof SwitchyardError)) log.error("stream settle failed", { err });
-        write({ case: "settleResult", value: { leaseToken: token, code, message } });
+        // Redis unavailable (a cluster slot migrating, say) is UNAVAILABLE: the worker may settle again.
+        const status = toStatus(err, log, "Lease");
+        write({ case: "settleResult", value: { leaseToken: token, code: status.code, message: status.details } });
       }
     };
     call.on("data", (raw: LeaseRequest | MalformedMessage) => {
@@ -195,8 +199,22 @@ export function queueServiceHandlers(queues: Queues, log: Logger, heartbeatInter
         }),
       });
     }),
-    enqueue: unary(log, "Enqueue", async (req: { queue: string; items: EnqueueItem[]; ttl?: Parameters<typeof durationMs>[1] }) => {
-      const ids = await queues.enqueue(req.queue, newItems(req.items), durationMs("ttl", req.ttl) ?? 0);
+    peekQueue: unary(log, "PeekQueue", async (req: PeekQueueRequest) => {
+      const page = await queues.peek(req.name, req.list === QueueList.DEAD_LETTER ? "dead_letter" : "ready", req.limit);
+      return create(PeekQueueResponseSchema, {
+        total: BigInt(page.total),
+        items: page.items.map((i) => ({
+          id: i.id,
+          payload: i.payload,
+          headers: i.headers,
+          enqueueTime: i.enqueueTimeMs ? msTimestamp(i.enqueueTimeMs) : undefined,
+          deliveryCount: i.deliveryCount,
+        })),
+      });
+    }),
+    enqueue: unary(log, "Enqueue", async (req: { queue: string; items: EnqueueItem[]; ttl?: Parameters<typeof durationMs>[1] }, call) => {
+      const items = withTrace(newItems(req.items), traceOf(call.metadata));
+      const ids = await queues.enqueue(req.queue, items, durationMs("ttl", req.ttl) ?? 0);
       return create(EnqueueResponseSchema, { ids });
     }),
     lease: leaseHandler(queues, log, heartbeatIntervalMs),

@@ -5,6 +5,9 @@ import { file_grpc_health_v1_health, Health as HealthDesc } from "../gen/grpc/he
 import { ServerReflection } from "../gen/grpc/reflection/v1/reflection_pb.js";
 import { file_switchyard_v1_queue, QueueService } from "../gen/switchyard/v1/queue_pb.js";
 import { CronService, file_switchyard_v1_cron } from "../gen/switchyard/v1/cron_pb.js";
+import { AuditService, file_switchyard_v1_audit } from "../gen/switchyard/v1/audit_pb.js";
+import type { AuditLogStore } from "../auth/audit-log.js";
+import { auditServiceHandlers } from "./audit-service.js";
 import type { Config } from "../config.js";
 import type { Logger } from "../log.js";
 import type { Queues } from "../queue/queues.js";
@@ -15,7 +18,7 @@ import { cronServiceHandlers, type CronParts } from "./cron-service.js";
 import { reflectionHandlers } from "./reflection.js";
 
 /** The API files served by reflection. */
-const apiFiles: DescFile[] = [file_switchyard_v1_queue, file_switchyard_v1_cron, file_grpc_health_v1_health];
+const apiFiles: DescFile[] = [file_switchyard_v1_queue, file_switchyard_v1_cron, file_switchyard_v1_audit, file_grpc_health_v1_health];
 
 /** A gRPC server not yet bound, and its health registry. */
 export interface GrpcServer {
@@ -23,9 +26,20 @@ export interface GrpcServer {
   health: Health;
 }
 
-/** Creates the server with every service registered. */
-export function createGrpcServer(config: Config, queues: Queues, cron: CronParts, log: Logger): GrpcServer {
+/**
+ * Creates the server with every service registered. `interceptors` run in
+ * grpc-js order: the first is the innermost, nearest the wire.
+ */
+export function createGrpcServer(
+  config: Config,
+  queues: Queues,
+  cron: CronParts,
+  log: Logger,
+  interceptors: grpc.ServerInterceptor[] = [],
+  audit?: AuditLogStore,
+): GrpcServer {
   const options: grpc.ServerOptions = {
+    interceptors,
     "grpc.max_receive_message_length": config.maxMessageBytes,
     "grpc.max_send_message_length": config.maxMessageBytes,
     // Answer client keepalive pings on idle lease streams.
@@ -40,17 +54,20 @@ export function createGrpcServer(config: Config, queues: Queues, cron: CronParts
   const health = new Health([QueueService.typeName, CronService.typeName]);
   server.addService(serviceDefinition(QueueService), queueServiceHandlers(queues, log, config.heartbeatIntervalMs));
   server.addService(serviceDefinition(CronService), cronServiceHandlers(cron, log));
+  if (audit) server.addService(serviceDefinition(AuditService), auditServiceHandlers(audit, log));
   server.addService(serviceDefinition(HealthDesc), health.handlers());
   const reflectionNames = [ServerReflection.typeName, "grpc.reflection.v1alpha.ServerReflection"];
-  const served = [QueueService.typeName, CronService.typeName, HealthDesc.typeName, ...reflectionNames];
+  const served = [QueueService.typeName, CronService.typeName, ...(audit ? [AuditService.typeName] : []), HealthDesc.typeName, ...reflectionNames];
   const reflection = reflectionHandlers([...apiFiles, ServerReflection.file], served);
   for (const name of reflectionNames) server.addService(serviceDefinition(ServerReflection, name), reflection);
   return { server, health };
 }
 
 /** Binds `address` ("host:port"; port 0 picks one) and resolves to the bound port. */
-export function bind(server: grpc.Server, address: string): Promise<number> {
-  return new Promise((ok, fail) =>
-    server.bindAsync(address, grpc.ServerCredentials.createInsecure(), (err, port) => (err ? fail(err) : ok(port))),
-  );
+export function bind(
+  server: grpc.Server,
+  address: string,
+  credentials: grpc.ServerCredentials = grpc.ServerCredentials.createInsecure(),
+): Promise<number> {
+  return new Promise((ok, fail) => server.bindAsync(address, credentials, (err, port) => (err ? fail(err) : ok(port))));
 }

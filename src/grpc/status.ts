@@ -2,8 +2,9 @@
 import * as grpc from "@grpc/grpc-js";
 import { SwitchyardError, type ErrorCode } from "../errors.js";
 import { isConnectionError } from "../redis/connection.js";
-import type { Logger } from "../log.js";
+import { withFields, type Logger } from "../log.js";
 import { MalformedMessage } from "./adapter.js";
+import { requestIdOf } from "./observe.js";
 
 const codes: Record<ErrorCode, grpc.status> = {
   invalid_argument: grpc.status.INVALID_ARGUMENT,
@@ -45,6 +46,12 @@ export function assertWellFormed<T>(request: T | MalformedMessage): T {
   return request;
 }
 
+/** `log` with the call's request id on every line (see observe.ts). */
+export function callLogger(log: Logger, metadata: grpc.Metadata): Logger {
+  const requestId = requestIdOf(metadata);
+  return requestId ? withFields(log, { requestId }) : log;
+}
+
 /** Wraps a promise-returning handler as a grpc-js unary handler with status mapping. */
 export function unary<Req, Res>(
   log: Logger,
@@ -56,7 +63,7 @@ export function unary<Req, Res>(
       .then(() => fn(assertWellFormed(call.request as Req | MalformedMessage), call))
       .then(
         (response) => callback(null, response),
-        (err: unknown) => callback(toStatus(err, log, method)),
+        (err: unknown) => callback(toStatus(err, callLogger(log, call.metadata), method)),
       );
   };
 }

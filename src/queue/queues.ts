@@ -5,12 +5,14 @@
 import { SwitchyardError, invalid } from "../errors.js";
 import { systemClock, type Clock } from "../clock.js";
 import type { Logger } from "../log.js";
+import { noMetrics, type Metrics } from "../metrics/hooks.js";
 import type { RedisConnection } from "../redis/connection.js";
 import { pushItems, type SettleAction } from "../redis/scripts.js";
 import { keysOf, type QueueConfig } from "./declaration.js";
 import { QueueDispatcher, type DispatchOptions } from "./dispatcher.js";
 import { encodeItem, newItemId } from "./envelope.js";
 import { LeaseStream, type LeaseSink } from "./lease-stream.js";
+import { peekItems, type PeekList, type PeekedItem } from "./peek.js";
 import type { QueueRegistry } from "./registry.js";
 import { Settler } from "./settler.js";
 import { parseToken } from "./token.js";
@@ -77,9 +79,10 @@ export class Queues {
     private readonly clock: Clock,
     private readonly options: QueueOptions,
     private readonly log: Logger,
+    private readonly metrics: Metrics = noMetrics,
   ) {
-    this.settler = new Settler(redis.client, clock);
-    this.watchdog = new Watchdog(redis.client, clock, () => registry.known(), options.watchdogIntervalMs, log);
+    this.settler = new Settler(redis.client, clock, metrics);
+    this.watchdog = new Watchdog(redis.client, clock, () => registry.known(), options.watchdogIntervalMs, log, metrics);
     registry.onDeleted((name) => this.onQueueDeleted(name));
   }
 
@@ -138,14 +141,14 @@ export class Queues {
   private async prepare(queue: string, items: readonly NewItem[], ttlMs: number): Promise<PreparedEnqueue> {
     if (items.length === 0) throw invalid("items must not be empty");
     if (items.length > this.options.maxItemsPerEnqueue) {
-      throw invalid(`${items.length} items in one Enqueue; send at most ${this.options.maxItemsPerEnqueue} per call`);
+      throw invalid(`${items.length} items in one Enqueue; send at most ${this.options.maxItemsPerEnqueue} per call (SWITCHYARD_MAX_ITEMS_PER_ENQUEUE)`);
     }
     if (!Number.isFinite(ttlMs) || ttlMs < 0) throw invalid("ttl must be a positive duration");
     items.forEach((item, i) => {
       if (item.payload.byteLength > this.options.maxPayloadBytes) {
         throw new SwitchyardError(
           "resource_exhausted",
-          `item ${i} has a payload of ${item.payload.byteLength} bytes; the limit is ${this.options.maxPayloadBytes}`,
+          `item ${i} has a payload of ${item.payload.byteLength} bytes; the limit is ${this.options.maxPayloadBytes} (SWITCHYARD_MAX_PAYLOAD_BYTES)`,
         );
       }
     });
@@ -158,6 +161,7 @@ export class Queues {
 
   private async write(p: PreparedEnqueue): Promise<string[]> {
     await pushItems(this.redis.client, p.config.name, Math.ceil(p.ttlMs), p.values);
+    this.metrics.items(p.config.name, "enqueued", p.values.length);
     return p.ids;
   }
 
@@ -174,9 +178,10 @@ export class Queues {
     const stream = new LeaseStream(config, credit, sink, this.clock.now());
     let dispatcher = this.dispatchers.get(queue);
     if (!dispatcher) {
-      dispatcher = new QueueDispatcher(config, this.redis, this.clock, this.settler, this.options, this.log, (token, s) =>
-        this.holders.set(token, s),
-      );
+      dispatcher = new QueueDispatcher(config, this.redis, this.clock, this.settler, this.options, this.log, (token, s) => {
+        this.holders.set(token, s);
+        this.metrics.items(s.queue, "leased");
+      });
       this.dispatchers.set(queue, dispatcher);
     }
     dispatcher.add(stream);
@@ -264,6 +269,7 @@ export class Queues {
     const config = await this.registry.get(ref.queue);
     if (config.mode === "simple" || !ref.sha) {
       if (action !== "x" && action !== "c") this.release(token, fromStream);
+      if (action === "a" || action === "d") this.metrics.items(config.name, action === "a" ? "acked" : "dropped");
       return { deadLettered: false };
     }
     const code = await this.settler.settle(config, { action, sha: ref.sha, fence: ref.fence });
@@ -306,6 +312,11 @@ export class Queues {
     const ids = await this.write(prepared);
     await this.settle(token, "a", fromStream);
     return ids;
+  }
+
+  /** Items of a declared queue's ready or dead-letter list, next to leave first, without moving them. */
+  async peek(name: string, list: PeekList, limit: number): Promise<{ items: PeekedItem[]; total: number }> {
+    return peekItems(this.redis.client, await this.registry.get(name), list, limit);
   }
 
   /** Depth, processing, dead letters and oldest claim age of a declared queue. */

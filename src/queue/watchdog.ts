@@ -6,6 +6,7 @@
  */
 import type { Clock, Timer } from "../clock.js";
 import type { Logger } from "../log.js";
+import { noMetrics, type Metrics } from "../metrics/hooks.js";
 import type { RedisClient } from "../redis/connection.js";
 import { recoverStale, sweepUnclaimed } from "../redis/scripts.js";
 import { keysOf, type QueueConfig } from "./declaration.js";
@@ -34,6 +35,7 @@ export class Watchdog {
     private readonly queues: () => QueueConfig[],
     private readonly intervalMs: number,
     private readonly log: Logger,
+    private readonly metrics: Metrics = noMetrics,
   ) {}
 
   start(): void {
@@ -71,6 +73,8 @@ export class Watchdog {
         const r = await recoverStale(this.client, keys, this.clock.now(), config.minIdleMs, RECOVER_CHUNK, config.maxDeliveries);
         total.recovered += r.recovered;
         total.deadLettered += r.deadLettered;
+        if (r.recovered) this.metrics.items(config.name, "recovered", r.recovered);
+        if (r.deadLettered) this.metrics.items(config.name, "dead_lettered", r.deadLettered);
         if (r.seen < RECOVER_CHUNK) break;
       }
       for (let first = 0, chunk = 0; chunk < MAX_CHUNKS_PER_PASS; chunk++, first += SWEEP_CHUNK) {

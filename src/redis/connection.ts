@@ -29,6 +29,11 @@ export interface RedisConnection {
    * pub/sub connection; the returned function unsubscribes.
    */
   subscribe(channel: string, fn: (message: string) => void): Promise<() => void>;
+  /**
+   * Redis's clock (TIME). On a cluster, always the same master's (the first
+   * by host:port), so that every instance follows one clock.
+   */
+  time(): Promise<(string | number)[]>;
   /** True while the command connection is ready. */
   ready(): boolean;
   close(): Promise<void>;
@@ -87,7 +92,9 @@ export async function connectRedis(target: RedisTarget, log: Logger): Promise<Re
   defineScripts(client);
   const extra = new Set<RedisClient>();
   const duplicate = async () => {
-    const dup = client.duplicate() as RedisClient;
+    // A cluster duplicate skips the ready check (CLUSTER INFO on a connection of its own): the
+    // command client checked the cluster already, so a blocking reader holds one connection.
+    const dup = client instanceof Cluster ? client.duplicate([], { enableReadyCheck: false }) : client.duplicate();
     dup.on("error", onError);
     extra.add(dup);
     dup.once("end", () => extra.delete(dup));
@@ -95,8 +102,10 @@ export async function connectRedis(target: RedisTarget, log: Logger): Promise<Re
   };
   const listeners = new Map<string, Set<(message: string) => void>>();
   let subscriber: Promise<RedisClient> | undefined;
+  // A cluster client subscribes on a connection of its own, apart from its command connections;
+  // a single Redis connection in subscriber mode takes no other commands, so it needs a duplicate.
   const subscriberConnection = () =>
-    (subscriber ??= duplicate().then((sub) => {
+    (subscriber ??= (client instanceof Cluster ? Promise.resolve(client) : duplicate()).then((sub) => {
       sub.on("message", (channel: string, message: string) => listeners.get(channel)?.forEach((fn) => fn(message)));
       return sub;
     }));
@@ -115,6 +124,12 @@ export async function connectRedis(target: RedisTarget, log: Logger): Promise<Re
       fns.add(fn);
       return () => void fns.delete(fn);
     },
+    time() {
+      if (!(client instanceof Cluster)) return client.time();
+      const address = (r: Redis) => `${r.options.host}:${r.options.port}`;
+      const [first] = client.nodes("master").sort((a, b) => address(a).localeCompare(address(b)));
+      return (first ?? client).time();
+    },
     ready: () => client.status === "ready",
     async close() {
       for (const c of extra) c.disconnect();
@@ -124,8 +139,9 @@ export async function connectRedis(target: RedisTarget, log: Logger): Promise<Re
   };
 }
 
+// TRYAGAIN and "Too many Cluster redirections": a cluster slot kept migrating past ioredis's retries.
 const connectionErrorPattern =
-  /Connection is closed|Stream isn't writeable|ECONNREFUSED|ECONNRESET|ENOENT|EPIPE|ETIMEDOUT|CLUSTERDOWN|LOADING|MASTERDOWN|None of startup nodes|Reached the max retries/;
+  /Connection is closed|Stream isn't writeable|ECONNREFUSED|ECONNRESET|ENOENT|EPIPE|ETIMEDOUT|CLUSTERDOWN|LOADING|MASTERDOWN|TRYAGAIN|Too many Cluster redirections|Cluster isn't ready|None of startup nodes|Reached the max retries/;
 
 /** True for errors that mean Redis could not be reached (as opposed to a bad command). */
 export function isConnectionError(err: unknown): boolean {

@@ -28,6 +28,14 @@ export interface SystemKeys {
   readonly logTime: string;
   /** Set once the built-in jobs have been created. */
   readonly seeded: string;
+  /** Counter: the last audit log sequence number. */
+  readonly auditSeq: string;
+  /** Hash: audit entry id → entry (JSON). */
+  readonly audit: string;
+  /** Sorted set: audit entry ids by sequence number, for paging newest first. */
+  readonly auditOrder: string;
+  /** Sorted set: audit entry ids by time (ms), for cleaning by age. */
+  readonly auditTime: string;
   /** String: the execution lock of job `id` ("owner:fence:expires"). */
   jobLock(id: string): string;
   /** Counter: the last fencing number of job `id`'s lock. */
@@ -51,6 +59,10 @@ export function systemKeys(ns: string): SystemKeys {
     logs: `${tag}:joblog`,
     logTime: `${tag}:joblogs:time`,
     seeded: `${tag}:cron:seeded`,
+    auditSeq: `${tag}:audit:seq`,
+    audit: `${tag}:audit`,
+    auditOrder: `${tag}:audit:order`,
+    auditTime: `${tag}:audit:time`,
     jobLock: (id) => `${tag}:job:lock:${id}`,
     jobFence: (id) => `${tag}:job:fence:${id}`,
     jobLogs: (id) => `${tag}:joblogs:${id}`,

@@ -8,7 +8,7 @@ import { loadConfig, parseDuration } from "../../src/config.js";
 import { connectRedis } from "../../src/redis/connection.js";
 import { createLogger } from "../../src/log.js";
 import { QueueMode } from "../../src/gen/switchyard/v1/queue_pb.js";
-import { startRedis, type TestRedis } from "../helpers/redis.js";
+import { startStandaloneRedis, type StandaloneRedis } from "../helpers/redis.js";
 import { startSwitchyard } from "../helpers/switchyard.js";
 
 const quiet = createLogger("silent");
@@ -63,9 +63,9 @@ describe("embedded Redis", () => {
 });
 
 describe("config file", () => {
-  let redis: TestRedis;
+  let redis: StandaloneRedis;
   beforeAll(async () => {
-    redis = await startRedis();
+    redis = await startStandaloneRedis();
   });
   afterAll(async () => redis.stop());
 

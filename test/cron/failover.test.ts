@@ -18,10 +18,10 @@ let b: TestSwitchyard;
 let a: ChildProcess;
 let aClient: SwitchyardClient;
 
-/** Starts `node dist/main.js` (built by `npm test`) and resolves to its address. */
-function startProcess(socket: string): Promise<{ child: ChildProcess; address: string }> {
+/** Starts `node dist/main.js` (built by `npm test`) on the test's Redis and resolves to its address. */
+function startProcess(redisEnv: Record<string, string>): Promise<{ child: ChildProcess; address: string }> {
   const child = spawn(process.execPath, [join(root, "dist", "main.js")], {
-    env: { ...process.env, SWITCHYARD_REDIS_URL: `unix://${socket}`, SWITCHYARD_GRPC_ADDRESS: "127.0.0.1:0", SWITCHYARD_LOG_LEVEL: "warn" },
+    env: { ...process.env, ...redisEnv, SWITCHYARD_GRPC_ADDRESS: "127.0.0.1:0", SWITCHYARD_HTTP_ADDRESS: "127.0.0.1:0", SWITCHYARD_LOG_LEVEL: "warn" },
     stdio: ["ignore", "pipe", "inherit"],
   });
   return new Promise((ok, fail) => {
@@ -36,7 +36,7 @@ function startProcess(socket: string): Promise<{ child: ChildProcess; address: s
 beforeAll(async () => {
   redis = await startRedis();
   b = await startSwitchyard(redis, { clock: "redis" });
-  const started = await startProcess(redis.socketPath);
+  const started = await startProcess(redis.env);
   a = started.child;
   aClient = new SwitchyardClient(started.address);
 });

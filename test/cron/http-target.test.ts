@@ -17,6 +17,9 @@ interface Recorded {
 /** What the local server answers on each path; a route that never answers keeps the response here. */
 type Route = (req: Recorded, res: ServerResponse) => void;
 
+/** Every port of 127.0.0.1: the tests' own server, and a closed port for the refused connection. */
+const LOOPBACK = "127.0.0.1";
+
 let redis: TestRedis;
 let sy: TestSwitchyard;
 let clock: ManualClock;
@@ -48,7 +51,8 @@ beforeAll(async () => {
   await new Promise<void>((ok) => server.listen(0, "127.0.0.1", ok));
   base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
   redis = await startRedis();
-  sy = await startSwitchyard(redis);
+  // The local server is on loopback, which the SSRF guard refuses unless allowed (test/cron/ssrf.test.ts).
+  sy = await startSwitchyard(redis, { env: { SWITCHYARD_HTTP_ALLOW: LOOPBACK } });
   clock = sy.clock as ManualClock;
 });
 afterAll(async () => {
@@ -141,7 +145,7 @@ describe("HTTP targets", () => {
   });
 
   it("honours SWITCHYARD_HTTP_TIMEOUT", async () => {
-    const other = await startSwitchyard(redis, { env: { SWITCHYARD_HTTP_TIMEOUT: "5s" } });
+    const other = await startSwitchyard(redis, { env: { SWITCHYARD_HTTP_TIMEOUT: "5s", SWITCHYARD_HTTP_ALLOW: LOOPBACK } });
     try {
       const job = await other.client.createJob({ name: "short timeout", target: `${base}/never`, schedule: "0 0 3 * * *" });
       await other.client.runOnce(job.id);

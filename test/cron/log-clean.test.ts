@@ -73,9 +73,9 @@ async function runAndWait(jobId: string, client = sy.client): Promise<JobLog> {
 const logCleanJob = (params: string, client = sy.client) =>
   client.createJob({ name: `LogClean ${params || "(no params)"}`, target: "LogClean", params, schedule: "0 0 4 * * *" });
 
-/** How many ZRANGEBYSCORE calls Redis has served since the last reset (LogClean makes one per batch). */
-async function rangeCalls(): Promise<number> {
-  const stats = await redis.plain.info("commandstats");
+/** How many ZRANGEBYSCORE calls the node holding `key` has served since the last reset (LogClean makes one per batch). */
+async function rangeCalls(key: string): Promise<number> {
+  const stats = await redis.nodeFor(key).info("commandstats");
   return Number(/cmdstat_zrangebyscore:calls=(\d+)/.exec(stats)?.[1] ?? 0);
 }
 
@@ -115,9 +115,9 @@ describe("JobLogStore.clean", () => {
     const recent = entry("7", now - DAY);
     await store.append(recent);
 
-    await redis.plain.config("RESETSTAT");
+    await redis.nodeFor(unitKeys.logTime).config("RESETSTAT");
     expect(await store.clean(now - 30 * DAY, 3, 7)).toBe(7);
-    expect(await rangeCalls()).toBe(3); // 3 + 3 + 1
+    expect(await rangeCalls(unitKeys.logTime)).toBe(3); // 3 + 3 + 1
     const left = await redis.plain.zrange(unitKeys.jobLogs("7"), 0, -1);
     expect(left).toEqual([...entries.slice(7).map((e) => e.id), recent.id]);
     expect(await redis.plain.hlen(unitKeys.logs)).toBe(4);
@@ -154,12 +154,12 @@ describe("LogClean runs", () => {
     expect(await olderThan(cutoff)).toBe(205_000);
 
     const clean = await logCleanJob('{"retentionDays": 30}');
-    await redis.plain.config("RESETSTAT");
+    await redis.nodeFor(keys.logTime).config("RESETSTAT");
     const first = await runAndWait(clean.id);
     expect(first.status).toBe(JobRunStatus.SUCCEEDED);
     expect(first.message).toMatch(/\b200000\b/);
     expect(first.message).toContain("30 days");
-    const calls = await rangeCalls();
+    const calls = await rangeCalls(keys.logTime);
     expect(calls).toBeGreaterThanOrEqual(40); // 200000 in batches of at most 5000
     expect(calls).toBeLessThanOrEqual(41);
 

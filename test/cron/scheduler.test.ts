@@ -64,7 +64,7 @@ afterEach(async () => {
   await Promise.all(instances.map((i) => i.stop()));
   instances = [];
   gate?.release();
-  await redis.plain.flushall();
+  await redis.flushAll();
 });
 afterAll(async () => redis.stop());
 
@@ -172,12 +172,13 @@ describe("execute policies", () => {
         await expect.poll(async () => (await allLogs(a, id)).length).toBeGreaterThanOrEqual(1);
       } else {
         await advancing;
-        expect(slowCalls).toBe(3); // one run per tick, all at once
+        // Detached runs start after the tick's dispatch returns: wait for them, with the gate still shut.
+        await expect.poll(() => slowCalls).toBe(3); // one run per tick, all at once
         gate.release();
       }
       await a.stop();
       instances = [];
-      await redis.plain.flushall();
+      await redis.flushAll();
     }
   });
 

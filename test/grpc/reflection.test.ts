@@ -12,7 +12,7 @@ import { fileURLToPath } from "node:url";
 import * as grpc from "@grpc/grpc-js";
 import { create, fromBinary } from "@bufbuild/protobuf";
 import { FileDescriptorProtoSchema } from "@bufbuild/protobuf/wkt";
-import { startRedis, type TestRedis } from "../helpers/redis.js";
+import { startRedis, startStandaloneRedis, type StandaloneRedis, type TestRedis } from "../helpers/redis.js";
 import { startSwitchyard, type TestSwitchyard } from "../helpers/switchyard.js";
 import { startEmbeddedRedis, type EmbeddedRedis } from "../../src/redis/embedded.js";
 import { clientConstructor } from "../../src/grpc/adapter.js";
@@ -86,7 +86,7 @@ describe("server reflection with buf curl", () => {
     const methods = r.stdout.trim().split("\n");
     const queueMethods = methods.filter((m) => m.startsWith("switchyard.v1.QueueService/")).map((m) => m.split("/")[1]);
     expect(queueMethods.sort()).toEqual(
-      ["CreateQueue", "GetQueue", "ListQueues", "DeleteQueue", "GetQueueStats", "Enqueue", "Lease", "Ack", "Retry", "Drop", "ExtendLease"].sort(),
+      ["CreateQueue", "GetQueue", "ListQueues", "DeleteQueue", "GetQueueStats", "PeekQueue", "Enqueue", "Lease", "Ack", "Retry", "Drop", "ExtendLease"].sort(),
     );
     // The proto and the served methods agree.
     expect(queueMethods.sort()).toEqual(QueueService.methods.map((m) => m.name).sort());
@@ -191,12 +191,12 @@ type HealthClient = grpc.Client & {
 };
 
 describe("health follows Redis", () => {
-  let redis: TestRedis;
+  let redis: StandaloneRedis;
   let sy: TestSwitchyard;
   let health: HealthClient;
   let restarted: EmbeddedRedis | undefined;
   beforeAll(async () => {
-    redis = await startRedis();
+    redis = await startStandaloneRedis(); // killed and restarted below
     sy = await startSwitchyard(redis);
     const Ctor = clientConstructor(Health);
     health = new Ctor(sy.address, grpc.credentials.createInsecure()) as unknown as HealthClient;

@@ -1,22 +1,53 @@
-/** Starts private redis-server processes for tests (never the machine's shared one). */
+/**
+ * Starts private Redis deployments for tests (never the machine's shared one):
+ * a standalone redis-server on a unix socket, or, with
+ * SWITCHYARD_TEST_REDIS=cluster (`npm run test:cluster`), a 6-node Redis Cluster.
+ */
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { Redis } from "ioredis";
+import { Redis, type Cluster } from "ioredis";
 import { startEmbeddedRedis, type EmbeddedRedis } from "../../src/redis/embedded.js";
+import type { RedisTarget } from "../../src/redis/connection.js";
+import { slotOf } from "../../src/redis/keys.js";
+import { startCluster, type TestCluster } from "./cluster.js";
 
 /** A test's own Redis and a plain client for checking its keys. */
 export interface TestRedis {
-  server: EmbeddedRedis;
-  /** A plain ioredis client, as any other Redis user would have. */
-  plain: Redis;
-  socketPath: string;
-  /** Stops the server and removes its folder. */
+  /** A plain ioredis client (a Cluster client on a cluster), as any other Redis user would have. */
+  plain: Redis | Cluster;
+  /** Where Switchyard finds it. */
+  target: RedisTarget;
+  /** The same, as environment variables for a Switchyard child process. */
+  env: Record<string, string>;
+  /** The node that holds `key`, for per-node commands such as INFO and CONFIG. */
+  nodeFor(key: string): Redis;
+  /** A connection to every node (masters and replicas), for per-node commands such as CLIENT LIST. */
+  nodes(): Redis[];
+  /** Deletes every key on every node. */
+  flushAll(): Promise<void>;
+  /** Stops the server(s) and removes their folder. */
   stop(): Promise<void>;
 }
 
+/** A standalone Redis, for tests that kill, restart or reach the server itself. */
+export interface StandaloneRedis extends TestRedis {
+  server: EmbeddedRedis;
+  plain: Redis;
+  socketPath: string;
+}
+
+/** A test cluster as a TestRedis, with the cluster itself for moving slots. */
+export interface ClusterRedis extends TestRedis {
+  plain: Cluster;
+  cluster: TestCluster;
+}
+
+/** True when the suite runs against a Redis Cluster (`npm run test:cluster`). */
+export const onCluster = process.env.SWITCHYARD_TEST_REDIS === "cluster";
+
 /** Starts a redis-server on a unix socket in a fresh temp folder. */
-export async function startRedis(options: { appendOnly?: boolean } = {}): Promise<TestRedis> {
+export async function startStandaloneRedis(options: { appendOnly?: boolean } = {}): Promise<StandaloneRedis> {
   const dir = mkdtempSync(join(tmpdir(), "sy-redis-"));
   const server = await startEmbeddedRedis({ dir, appendOnly: options.appendOnly ?? false });
   const plain = new Redis({ path: server.socketPath });
@@ -24,10 +55,42 @@ export async function startRedis(options: { appendOnly?: boolean } = {}): Promis
     server,
     plain,
     socketPath: server.socketPath,
+    target: { kind: "socket", path: server.socketPath },
+    env: { SWITCHYARD_REDIS_URL: `unix://${server.socketPath}` },
+    nodeFor: () => plain,
+    nodes: () => [plain],
+    flushAll: async () => void (await plain.flushall()),
     async stop() {
       plain.disconnect();
       await server.stop();
       rmSync(dir, { recursive: true, force: true });
     },
   };
+}
+
+/** Starts a 6-node Redis Cluster (3 masters, 3 replicas) on free loopback ports. */
+export async function startClusterRedis(): Promise<ClusterRedis> {
+  const cluster = await startCluster();
+  const { plain } = cluster;
+  const masters = () => plain.nodes("master");
+  return {
+    plain,
+    target: { kind: "cluster", nodes: cluster.seeds },
+    env: { SWITCHYARD_REDIS_CLUSTER_NODES: cluster.seeds.map((s) => `${s.host}:${s.port}`).join(",") },
+    nodeFor(key) {
+      const [address] = plain.slots[slotOf(key)];
+      return masters().find((n) => `${n.options.host}:${n.options.port}` === address)!;
+    },
+    nodes: () => plain.nodes("all"),
+    async flushAll() {
+      await Promise.all(masters().map((n) => n.flushall()));
+    },
+    cluster,
+    stop: () => cluster.stop(),
+  };
+}
+
+/** Starts the Redis the suite runs against: standalone, or a cluster with SWITCHYARD_TEST_REDIS=cluster. */
+export async function startRedis(options: { appendOnly?: boolean } = {}): Promise<TestRedis> {
+  return onCluster ? startClusterRedis() : startStandaloneRedis(options);
 }

@@ -2,9 +2,10 @@
 import { startApp, type App } from "../../src/app.js";
 import { loadConfig, type Config } from "../../src/config.js";
 import { ManualClock, type Clock } from "../../src/clock.js";
-import { createLogger } from "../../src/log.js";
+import { createLogger, type Logger } from "../../src/log.js";
 import { SwitchyardClient } from "../../src/client/client.js";
 import type { JobHandler } from "../../src/cron/handlers.js";
+import type { HostResolver } from "../../src/cron/http-guard.js";
 import type { TestRedis } from "./redis.js";
 
 /** A running instance and a client connected to it. */
@@ -22,13 +23,29 @@ export interface TestSwitchyard {
  */
 export async function startSwitchyard(
   redis: TestRedis,
-  options: { clock?: Clock | "redis"; env?: Record<string, string>; config?: Partial<Config>; handlers?: Record<string, JobHandler> } = {},
+  options: {
+    clock?: Clock | "redis";
+    env?: Record<string, string>;
+    config?: Partial<Config>;
+    handlers?: Record<string, JobHandler>;
+    /** The SSRF guard's DNS resolver for HTTP job targets. */
+    resolveHost?: HostResolver;
+    /** A bearer token for `client`. */
+    token?: string;
+    /** The instance's logger (tests capture its lines); by default one at the config's level on stderr. */
+    log?: Logger;
+  } = {},
 ): Promise<TestSwitchyard> {
-  const base = loadConfig({ SWITCHYARD_GRPC_ADDRESS: "127.0.0.1:0", SWITCHYARD_LOG_LEVEL: "error", ...options.env });
-  const config: Config = { ...base, redis: { kind: "socket", path: redis.socketPath }, shutdownGraceMs: 200, ...options.config };
+  const base = loadConfig({
+    SWITCHYARD_GRPC_ADDRESS: "127.0.0.1:0",
+    SWITCHYARD_HTTP_ADDRESS: "127.0.0.1:0",
+    SWITCHYARD_LOG_LEVEL: "error",
+    ...options.env,
+  });
+  const config: Config = { ...base, redis: redis.target, shutdownGraceMs: 200, ...options.config };
   const clock = options.clock === "redis" ? undefined : (options.clock ?? new ManualClock());
-  const app = await startApp(config, { clock, log: createLogger(config.logLevel), handlers: options.handlers });
-  const client = new SwitchyardClient(app.address);
+  const app = await startApp(config, { clock, log: options.log ?? createLogger(config.logLevel), handlers: options.handlers, resolveHost: options.resolveHost });
+  const client = new SwitchyardClient(app.address, { token: options.token });
   return {
     app,
     client,

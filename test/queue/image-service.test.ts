@@ -39,7 +39,8 @@ describe("image service (seed 000)", () => {
     const [warmup] = await lease.take(1);
     expect(JSON.parse(text(warmup.payload))).toEqual({ page: "/home" });
     // Already gone from Redis while the worker holds it: nothing to recover.
-    expect(await redis.plain.exists("cache.warmups", "cache.warmups.processing")).toBe(0);
+    expect(await redis.plain.exists("cache.warmups")).toBe(0);
+    expect(await redis.plain.exists("cache.warmups.processing")).toBe(0);
     // Settling a simple item is accepted and changes nothing.
     await sy.client.ack(warmup.leaseToken);
     await lease.close();

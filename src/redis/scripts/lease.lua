@@ -10,13 +10,15 @@
   ARGV[1] now (ms)   ARGV[2] max items   ARGV[3] "1" with a recovery set
   ARGV[4] recovery ttl (ms, 0: none)
   Returns: a flat array: value, sha1, fence, delivery count for each moved item.
+  Never touches a key after emptying it: while a cluster slot migrates, a key
+  that disappears mid-script is "non local" and the script would stop halfway,
+  with items moved but never delivered. So it moves no more than LLEN items.
 ]]
 local out = {}
-local max = tonumber(ARGV[2])
+local max = math.min(tonumber(ARGV[2]), redis.call("LLEN", KEYS[1]))
 local recovery = ARGV[3] == "1"
 for _ = 1, max do
   local value = redis.call("LMOVE", KEYS[1], KEYS[2], "RIGHT", "LEFT")
-  if not value then break end
   local sha = redis.sha1hex(value)
   local fence = redis.call("INCR", KEYS[5])
   local count = redis.call("HINCRBY", KEYS[4], sha, 1)

@@ -15,10 +15,16 @@
   Returns: one code per settle: 1 done, 2 dead-lettered (r, b),
     -1 not held (settled or recovered since), -2 superseded (leased again),
     -3 unknown (no such fence was ever issued).
+  Never touches a key once it is empty (the counts below follow the leases,
+  the processing list and the claims): while a cluster slot migrates, a key
+  that disappears mid-script is "non local", and the script would stop halfway
+  through its batch. (A settle that holds its item finds its delivery count.)
 ]]
 local max = tonumber(ARGV[2])
-local recovery = ARGV[3] == "1"
 local issued = tonumber(redis.call("GET", KEYS[5]) or "0")
+local live = redis.call("HLEN", KEYS[3])
+local pending = redis.call("LLEN", KEYS[2])
+local claims = ARGV[3] == "1" and redis.call("ZCARD", KEYS[6]) or 0
 
 -- Splits a lease record "f1,f2:value" into its fences and value.
 local function parse(lease)
@@ -31,7 +37,7 @@ end
 local out = {}
 for i = 4, #ARGV, 3 do
   local action, sha, fence = ARGV[i], ARGV[i + 1], ARGV[i + 2]
-  local lease = redis.call("HGET", KEYS[3], sha)
+  local lease = live > 0 and redis.call("HGET", KEYS[3], sha)
   local code
   if tonumber(fence) < 1 or tonumber(fence) > issued then
     code = -3
@@ -48,18 +54,19 @@ for i = 4, #ARGV, 3 do
     elseif action == "c" then
       code = 1
     elseif action == "x" then
-      if recovery then redis.call("ZADD", KEYS[6], "XX", ARGV[1], value) end
+      if claims > 0 then redis.call("ZADD", KEYS[6], "XX", ARGV[1], value) end
       code = 1
     else
       table.remove(fences, at)
       local others = #fences
       if others == 0 then
         redis.call("HDEL", KEYS[3], sha)
-        if recovery then redis.call("ZREM", KEYS[6], value) end
+        live = live - 1
+        if claims > 0 then claims = claims - redis.call("ZREM", KEYS[6], value) end
       else
         redis.call("HSET", KEYS[3], sha, table.concat(fences, ",") .. ":" .. value)
       end
-      redis.call("LREM", KEYS[2], -1, value)
+      if pending > 0 then pending = pending - redis.call("LREM", KEYS[2], -1, value) end
       code = 1
       -- This copy's deliveries: the value's count less one for each other copy still out.
       local count = tonumber(redis.call("HGET", KEYS[4], sha) or "0") - others

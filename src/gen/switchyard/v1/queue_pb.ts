@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file switchyard/v1/queue.proto.
  */
 export const file_switchyard_v1_queue: GenFile = /*@__PURE__*/
-  fileDesc("Chlzd2l0Y2h5YXJkL3YxL3F1ZXVlLnByb3RvEg1zd2l0Y2h5YXJkLnYxIq0CCgVRdWV1ZRIMCgRuYW1lGAEgASgJEiYKBG1vZGUYAiABKA4yGC5zd2l0Y2h5YXJkLnYxLlF1ZXVlTW9kZRIXCg9wcm9jZXNzaW5nX2xpc3QYAyABKAkSFAoMcmVjb3Zlcnlfc2V0GAQgASgJEisKCG1pbl9pZGxlGAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEi8KDHJlY292ZXJ5X3R0bBgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIWCg5tYXhfZGVsaXZlcmllcxgHIAEoDRIYChBkZWFkX2xldHRlcl9saXN0GAggASgJEi8KC2NyZWF0ZV90aW1lGAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCI5ChJDcmVhdGVRdWV1ZVJlcXVlc3QSIwoFcXVldWUYASABKAsyFC5zd2l0Y2h5YXJkLnYxLlF1ZXVlIjoKE0NyZWF0ZVF1ZXVlUmVzcG9uc2USIwoFcXVldWUYASABKAsyFC5zd2l0Y2h5YXJkLnYxLlF1ZXVlIh8KD0dldFF1ZXVlUmVxdWVzdBIMCgRuYW1lGAEgASgJIjcKEEdldFF1ZXVlUmVzcG9uc2USIwoFcXVldWUYASABKAsyFC5zd2l0Y2h5YXJkLnYxLlF1ZXVlIjoKEUxpc3RRdWV1ZXNSZXF1ZXN0EhEKCXBhZ2Vfc2l6ZRgBIAEoBRISCgpwYWdlX3Rva2VuGAIgASgJIlMKEkxpc3RRdWV1ZXNSZXNwb25zZRIkCgZxdWV1ZXMYASADKAsyFC5zd2l0Y2h5YXJkLnYxLlF1ZXVlEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSIxChJEZWxldGVRdWV1ZVJlcXVlc3QSDAoEbmFtZRgBIAEoCRINCgVwdXJnZRgCIAEoCCIVChNEZWxldGVRdWV1ZVJlc3BvbnNlIiQKFEdldFF1ZXVlU3RhdHNSZXF1ZXN0EgwKBG5hbWUYASABKAkiQQoVR2V0UXVldWVTdGF0c1Jlc3BvbnNlEigKBXN0YXRzGAEgASgLMhkuc3dpdGNoeWFyZC52MS5RdWV1ZVN0YXRzIp8BCgpRdWV1ZVN0YXRzEg0KBXF1ZXVlGAEgASgJEg0KBXJlYWR5GAIgASgDEhIKCnByb2Nlc3NpbmcYAyABKAMSEwoLZGVhZF9sZXR0ZXIYBCABKAMSMwoQb2xkZXN0X2NsYWltX2FnZRgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIVCg1sZWFzZV9zdHJlYW1zGAYgASgFIogBCgtFbnF1ZXVlSXRlbRIPCgdwYXlsb2FkGAEgASgMEjgKB2hlYWRlcnMYAiADKAsyJy5zd2l0Y2h5YXJkLnYxLkVucXVldWVJdGVtLkhlYWRlcnNFbnRyeRouCgxIZWFkZXJzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASJyCg5FbnF1ZXVlUmVxdWVzdBINCgVxdWV1ZRgBIAEoCRIpCgVpdGVtcxgCIAMoCzIaLnN3aXRjaHlhcmQudjEuRW5xdWV1ZUl0ZW0SJgoDdHRsGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIh4KD0VucXVldWVSZXNwb25zZRILCgNpZHMYASADKAkipwIKDExlYXNlUmVxdWVzdBIoCgRvcGVuGAEgASgLMhguc3dpdGNoeWFyZC52MS5MZWFzZU9wZW5IABIoCgNhY2sYAiABKAsyGS5zd2l0Y2h5YXJkLnYxLkFja1JlcXVlc3RIABIsCgVyZXRyeRgDIAEoCzIbLnN3aXRjaHlhcmQudjEuUmV0cnlSZXF1ZXN0SAASKgoEZHJvcBgEIAEoCzIaLnN3aXRjaHlhcmQudjEuRHJvcFJlcXVlc3RIABIzCgZleHRlbmQYBSABKAsyIS5zd2l0Y2h5YXJkLnYxLkV4dGVuZExlYXNlUmVxdWVzdEgAEiwKBmNyZWRpdBgGIAEoCzIaLnN3aXRjaHlhcmQudjEuTGVhc2VDcmVkaXRIAEIGCgRraW5kIioKCUxlYXNlT3BlbhINCgVxdWV1ZRgBIAEoCRIOCgZjcmVkaXQYAiABKA0iHQoLTGVhc2VDcmVkaXQSDgoGY3JlZGl0GAEgASgNIoUCCg1MZWFzZVJlc3BvbnNlEiwKBm9wZW5lZBgBIAEoCzIaLnN3aXRjaHlhcmQudjEuTGVhc2VPcGVuZWRIABIyCgpkZWxpdmVyaWVzGAIgASgLMhwuc3dpdGNoeWFyZC52MS5EZWxpdmVyeUJhdGNoSAASLQoJaGVhcnRiZWF0GAMgASgLMhguc3dpdGNoeWFyZC52MS5IZWFydGJlYXRIABI0Cg1zZXR0bGVfcmVzdWx0GAQgASgLMhsuc3dpdGNoeWFyZC52MS5TZXR0bGVSZXN1bHRIABIlCgVkcmFpbhgFIAEoCzIULnN3aXRjaHlhcmQudjEuRHJhaW5IAEIGCgRraW5kInsKC0xlYXNlT3BlbmVkEg0KBXF1ZXVlGAEgASgJEiYKBG1vZGUYAiABKA4yGC5zd2l0Y2h5YXJkLnYxLlF1ZXVlTW9kZRI1ChJoZWFydGJlYXRfaW50ZXJ2YWwYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iPAoNRGVsaXZlcnlCYXRjaBIrCgpkZWxpdmVyaWVzGAEgAygLMhcuc3dpdGNoeWFyZC52MS5EZWxpdmVyeSKLAgoIRGVsaXZlcnkSEwoLbGVhc2VfdG9rZW4YASABKAkSDQoFZmVuY2UYAiABKAQSCgoCaWQYAyABKAkSDwoHcGF5bG9hZBgEIAEoDBI1CgdoZWFkZXJzGAUgAygLMiQuc3dpdGNoeWFyZC52MS5EZWxpdmVyeS5IZWFkZXJzRW50cnkSMAoMZW5xdWV1ZV90aW1lGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIWCg5kZWxpdmVyeV9jb3VudBgHIAEoDRINCgVxdWV1ZRgIIAEoCRouCgxIZWFkZXJzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASI8CglIZWFydGJlYXQSLwoLc2VydmVyX3RpbWUYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIjEKBURyYWluEigKBWdyYWNlGAEgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uInMKDFNldHRsZVJlc3VsdBITCgtsZWFzZV90b2tlbhgBIAEoCRIMCgRjb2RlGAIgASgFEg8KB21lc3NhZ2UYAyABKAkSLwoLZXhwaXJlX3RpbWUYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIpEBCgpBY2tSZXF1ZXN0EhMKC2xlYXNlX3Rva2VuGAEgASgJEisKB3JlcGxpZXMYAiADKAsyGi5zd2l0Y2h5YXJkLnYxLkVucXVldWVJdGVtEhMKC3JlcGx5X3F1ZXVlGAMgASgJEiwKCXJlcGx5X3R0bBgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiIgCgtBY2tSZXNwb25zZRIRCglyZXBseV9pZHMYASADKAkiIwoMUmV0cnlSZXF1ZXN0EhMKC2xlYXNlX3Rva2VuGAEgASgJIiYKDVJldHJ5UmVzcG9uc2USFQoNZGVhZF9sZXR0ZXJlZBgBIAEoCCIiCgtEcm9wUmVxdWVzdBITCgtsZWFzZV90b2tlbhgBIAEoCSIOCgxEcm9wUmVzcG9uc2UiKQoSRXh0ZW5kTGVhc2VSZXF1ZXN0EhMKC2xlYXNlX3Rva2VuGAEgASgJIkYKE0V4dGVuZExlYXNlUmVzcG9uc2USLwoLZXhwaXJlX3RpbWUYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIqcBCghFbnZlbG9wZRIKCgJpZBgBIAEoCRIPCgdwYXlsb2FkGAIgASgMEjUKB2hlYWRlcnMYAyADKAsyJC5zd2l0Y2h5YXJkLnYxLkVudmVsb3BlLkhlYWRlcnNFbnRyeRIXCg9lbnF1ZXVlX3RpbWVfbXMYBCABKAMaLgoMSGVhZGVyc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEqVwoJUXVldWVNb2RlEhoKFlFVRVVFX01PREVfVU5TUEVDSUZJRUQQABIVChFRVUVVRV9NT0RFX1NJTVBMRRABEhcKE1FVRVVFX01PREVfUkVMSUFCTEUQAjLhBgoMUXVldWVTZXJ2aWNlElQKC0NyZWF0ZVF1ZXVlEiEuc3dpdGNoeWFyZC52MS5DcmVhdGVRdWV1ZVJlcXVlc3QaIi5zd2l0Y2h5YXJkLnYxLkNyZWF0ZVF1ZXVlUmVzcG9uc2USSwoIR2V0UXVldWUSHi5zd2l0Y2h5YXJkLnYxLkdldFF1ZXVlUmVxdWVzdBofLnN3aXRjaHlhcmQudjEuR2V0UXVldWVSZXNwb25zZRJRCgpMaXN0UXVldWVzEiAuc3dpdGNoeWFyZC52MS5MaXN0UXVldWVzUmVxdWVzdBohLnN3aXRjaHlhcmQudjEuTGlzdFF1ZXVlc1Jlc3BvbnNlElQKC0RlbGV0ZVF1ZXVlEiEuc3dpdGNoeWFyZC52MS5EZWxldGVRdWV1ZVJlcXVlc3QaIi5zd2l0Y2h5YXJkLnYxLkRlbGV0ZVF1ZXVlUmVzcG9uc2USWgoNR2V0UXVldWVTdGF0cxIjLnN3aXRjaHlhcmQudjEuR2V0UXVldWVTdGF0c1JlcXVlc3QaJC5zd2l0Y2h5YXJkLnYxLkdldFF1ZXVlU3RhdHNSZXNwb25zZRJICgdFbnF1ZXVlEh0uc3dpdGNoeWFyZC52MS5FbnF1ZXVlUmVxdWVzdBoeLnN3aXRjaHlhcmQudjEuRW5xdWV1ZVJlc3BvbnNlEkYKBUxlYXNlEhsuc3dpdGNoeWFyZC52MS5MZWFzZVJlcXVlc3QaHC5zd2l0Y2h5YXJkLnYxLkxlYXNlUmVzcG9uc2UoATABEjwKA0FjaxIZLnN3aXRjaHlhcmQudjEuQWNrUmVxdWVzdBoaLnN3aXRjaHlhcmQudjEuQWNrUmVzcG9uc2USQgoFUmV0cnkSGy5zd2l0Y2h5YXJkLnYxLlJldHJ5UmVxdWVzdBocLnN3aXRjaHlhcmQudjEuUmV0cnlSZXNwb25zZRI/CgREcm9wEhouc3dpdGNoeWFyZC52MS5Ecm9wUmVxdWVzdBobLnN3aXRjaHlhcmQudjEuRHJvcFJlc3BvbnNlElQKC0V4dGVuZExlYXNlEiEuc3dpdGNoeWFyZC52MS5FeHRlbmRMZWFzZVJlcXVlc3QaIi5zd2l0Y2h5YXJkLnYxLkV4dGVuZExlYXNlUmVzcG9uc2ViBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("Chlzd2l0Y2h5YXJkL3YxL3F1ZXVlLnByb3RvEg1zd2l0Y2h5YXJkLnYxIq0CCgVRdWV1ZRIMCgRuYW1lGAEgASgJEiYKBG1vZGUYAiABKA4yGC5zd2l0Y2h5YXJkLnYxLlF1ZXVlTW9kZRIXCg9wcm9jZXNzaW5nX2xpc3QYAyABKAkSFAoMcmVjb3Zlcnlfc2V0GAQgASgJEisKCG1pbl9pZGxlGAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEi8KDHJlY292ZXJ5X3R0bBgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIWCg5tYXhfZGVsaXZlcmllcxgHIAEoDRIYChBkZWFkX2xldHRlcl9saXN0GAggASgJEi8KC2NyZWF0ZV90aW1lGAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCI5ChJDcmVhdGVRdWV1ZVJlcXVlc3QSIwoFcXVldWUYASABKAsyFC5zd2l0Y2h5YXJkLnYxLlF1ZXVlIjoKE0NyZWF0ZVF1ZXVlUmVzcG9uc2USIwoFcXVldWUYASABKAsyFC5zd2l0Y2h5YXJkLnYxLlF1ZXVlIh8KD0dldFF1ZXVlUmVxdWVzdBIMCgRuYW1lGAEgASgJIjcKEEdldFF1ZXVlUmVzcG9uc2USIwoFcXVldWUYASABKAsyFC5zd2l0Y2h5YXJkLnYxLlF1ZXVlIjoKEUxpc3RRdWV1ZXNSZXF1ZXN0EhEKCXBhZ2Vfc2l6ZRgBIAEoBRISCgpwYWdlX3Rva2VuGAIgASgJIlMKEkxpc3RRdWV1ZXNSZXNwb25zZRIkCgZxdWV1ZXMYASADKAsyFC5zd2l0Y2h5YXJkLnYxLlF1ZXVlEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSIxChJEZWxldGVRdWV1ZVJlcXVlc3QSDAoEbmFtZRgBIAEoCRINCgVwdXJnZRgCIAEoCCIVChNEZWxldGVRdWV1ZVJlc3BvbnNlIiQKFEdldFF1ZXVlU3RhdHNSZXF1ZXN0EgwKBG5hbWUYASABKAkiQQoVR2V0UXVldWVTdGF0c1Jlc3BvbnNlEigKBXN0YXRzGAEgASgLMhkuc3dpdGNoeWFyZC52MS5RdWV1ZVN0YXRzIp8BCgpRdWV1ZVN0YXRzEg0KBXF1ZXVlGAEgASgJEg0KBXJlYWR5GAIgASgDEhIKCnByb2Nlc3NpbmcYAyABKAMSEwoLZGVhZF9sZXR0ZXIYBCABKAMSMwoQb2xkZXN0X2NsYWltX2FnZRgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIVCg1sZWFzZV9zdHJlYW1zGAYgASgFIlcKEFBlZWtRdWV1ZVJlcXVlc3QSDAoEbmFtZRgBIAEoCRImCgRsaXN0GAIgASgOMhguc3dpdGNoeWFyZC52MS5RdWV1ZUxpc3QSDQoFbGltaXQYAyABKAUiTAoRUGVla1F1ZXVlUmVzcG9uc2USKAoFaXRlbXMYASADKAsyGS5zd2l0Y2h5YXJkLnYxLlBlZWtlZEl0ZW0SDQoFdG90YWwYAiABKAMi3AEKClBlZWtlZEl0ZW0SCgoCaWQYASABKAkSDwoHcGF5bG9hZBgCIAEoDBI3CgdoZWFkZXJzGAMgAygLMiYuc3dpdGNoeWFyZC52MS5QZWVrZWRJdGVtLkhlYWRlcnNFbnRyeRIwCgxlbnF1ZXVlX3RpbWUYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhYKDmRlbGl2ZXJ5X2NvdW50GAUgASgNGi4KDEhlYWRlcnNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIogBCgtFbnF1ZXVlSXRlbRIPCgdwYXlsb2FkGAEgASgMEjgKB2hlYWRlcnMYAiADKAsyJy5zd2l0Y2h5YXJkLnYxLkVucXVldWVJdGVtLkhlYWRlcnNFbnRyeRouCgxIZWFkZXJzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASJyCg5FbnF1ZXVlUmVxdWVzdBINCgVxdWV1ZRgBIAEoCRIpCgVpdGVtcxgCIAMoCzIaLnN3aXRjaHlhcmQudjEuRW5xdWV1ZUl0ZW0SJgoDdHRsGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIh4KD0VucXVldWVSZXNwb25zZRILCgNpZHMYASADKAkipwIKDExlYXNlUmVxdWVzdBIoCgRvcGVuGAEgASgLMhguc3dpdGNoeWFyZC52MS5MZWFzZU9wZW5IABIoCgNhY2sYAiABKAsyGS5zd2l0Y2h5YXJkLnYxLkFja1JlcXVlc3RIABIsCgVyZXRyeRgDIAEoCzIbLnN3aXRjaHlhcmQudjEuUmV0cnlSZXF1ZXN0SAASKgoEZHJvcBgEIAEoCzIaLnN3aXRjaHlhcmQudjEuRHJvcFJlcXVlc3RIABIzCgZleHRlbmQYBSABKAsyIS5zd2l0Y2h5YXJkLnYxLkV4dGVuZExlYXNlUmVxdWVzdEgAEiwKBmNyZWRpdBgGIAEoCzIaLnN3aXRjaHlhcmQudjEuTGVhc2VDcmVkaXRIAEIGCgRraW5kIioKCUxlYXNlT3BlbhINCgVxdWV1ZRgBIAEoCRIOCgZjcmVkaXQYAiABKA0iHQoLTGVhc2VDcmVkaXQSDgoGY3JlZGl0GAEgASgNIoUCCg1MZWFzZVJlc3BvbnNlEiwKBm9wZW5lZBgBIAEoCzIaLnN3aXRjaHlhcmQudjEuTGVhc2VPcGVuZWRIABIyCgpkZWxpdmVyaWVzGAIgASgLMhwuc3dpdGNoeWFyZC52MS5EZWxpdmVyeUJhdGNoSAASLQoJaGVhcnRiZWF0GAMgASgLMhguc3dpdGNoeWFyZC52MS5IZWFydGJlYXRIABI0Cg1zZXR0bGVfcmVzdWx0GAQgASgLMhsuc3dpdGNoeWFyZC52MS5TZXR0bGVSZXN1bHRIABIlCgVkcmFpbhgFIAEoCzIULnN3aXRjaHlhcmQudjEuRHJhaW5IAEIGCgRraW5kInsKC0xlYXNlT3BlbmVkEg0KBXF1ZXVlGAEgASgJEiYKBG1vZGUYAiABKA4yGC5zd2l0Y2h5YXJkLnYxLlF1ZXVlTW9kZRI1ChJoZWFydGJlYXRfaW50ZXJ2YWwYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iPAoNRGVsaXZlcnlCYXRjaBIrCgpkZWxpdmVyaWVzGAEgAygLMhcuc3dpdGNoeWFyZC52MS5EZWxpdmVyeSKLAgoIRGVsaXZlcnkSEwoLbGVhc2VfdG9rZW4YASABKAkSDQoFZmVuY2UYAiABKAQSCgoCaWQYAyABKAkSDwoHcGF5bG9hZBgEIAEoDBI1CgdoZWFkZXJzGAUgAygLMiQuc3dpdGNoeWFyZC52MS5EZWxpdmVyeS5IZWFkZXJzRW50cnkSMAoMZW5xdWV1ZV90aW1lGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIWCg5kZWxpdmVyeV9jb3VudBgHIAEoDRINCgVxdWV1ZRgIIAEoCRouCgxIZWFkZXJzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASI8CglIZWFydGJlYXQSLwoLc2VydmVyX3RpbWUYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIjEKBURyYWluEigKBWdyYWNlGAEgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uInMKDFNldHRsZVJlc3VsdBITCgtsZWFzZV90b2tlbhgBIAEoCRIMCgRjb2RlGAIgASgFEg8KB21lc3NhZ2UYAyABKAkSLwoLZXhwaXJlX3RpbWUYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIpEBCgpBY2tSZXF1ZXN0EhMKC2xlYXNlX3Rva2VuGAEgASgJEisKB3JlcGxpZXMYAiADKAsyGi5zd2l0Y2h5YXJkLnYxLkVucXVldWVJdGVtEhMKC3JlcGx5X3F1ZXVlGAMgASgJEiwKCXJlcGx5X3R0bBgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiIgCgtBY2tSZXNwb25zZRIRCglyZXBseV9pZHMYASADKAkiIwoMUmV0cnlSZXF1ZXN0EhMKC2xlYXNlX3Rva2VuGAEgASgJIiYKDVJldHJ5UmVzcG9uc2USFQoNZGVhZF9sZXR0ZXJlZBgBIAEoCCIiCgtEcm9wUmVxdWVzdBITCgtsZWFzZV90b2tlbhgBIAEoCSIOCgxEcm9wUmVzcG9uc2UiKQoSRXh0ZW5kTGVhc2VSZXF1ZXN0EhMKC2xlYXNlX3Rva2VuGAEgASgJIkYKE0V4dGVuZExlYXNlUmVzcG9uc2USLwoLZXhwaXJlX3RpbWUYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIqcBCghFbnZlbG9wZRIKCgJpZBgBIAEoCRIPCgdwYXlsb2FkGAIgASgMEjUKB2hlYWRlcnMYAyADKAsyJC5zd2l0Y2h5YXJkLnYxLkVudmVsb3BlLkhlYWRlcnNFbnRyeRIXCg9lbnF1ZXVlX3RpbWVfbXMYBCABKAMaLgoMSGVhZGVyc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEqVwoJUXVldWVNb2RlEhoKFlFVRVVFX01PREVfVU5TUEVDSUZJRUQQABIVChFRVUVVRV9NT0RFX1NJTVBMRRABEhcKE1FVRVVFX01PREVfUkVMSUFCTEUQAipZCglRdWV1ZUxpc3QSGgoWUVVFVUVfTElTVF9VTlNQRUNJRklFRBAAEhQKEFFVRVVFX0xJU1RfUkVBRFkQARIaChZRVUVVRV9MSVNUX0RFQURfTEVUVEVSEAIysQcKDFF1ZXVlU2VydmljZRJUCgtDcmVhdGVRdWV1ZRIhLnN3aXRjaHlhcmQudjEuQ3JlYXRlUXVldWVSZXF1ZXN0GiIuc3dpdGNoeWFyZC52MS5DcmVhdGVRdWV1ZVJlc3BvbnNlEksKCEdldFF1ZXVlEh4uc3dpdGNoeWFyZC52MS5HZXRRdWV1ZVJlcXVlc3QaHy5zd2l0Y2h5YXJkLnYxLkdldFF1ZXVlUmVzcG9uc2USUQoKTGlzdFF1ZXVlcxIgLnN3aXRjaHlhcmQudjEuTGlzdFF1ZXVlc1JlcXVlc3QaIS5zd2l0Y2h5YXJkLnYxLkxpc3RRdWV1ZXNSZXNwb25zZRJUCgtEZWxldGVRdWV1ZRIhLnN3aXRjaHlhcmQudjEuRGVsZXRlUXVldWVSZXF1ZXN0GiIuc3dpdGNoeWFyZC52MS5EZWxldGVRdWV1ZVJlc3BvbnNlEloKDUdldFF1ZXVlU3RhdHMSIy5zd2l0Y2h5YXJkLnYxLkdldFF1ZXVlU3RhdHNSZXF1ZXN0GiQuc3dpdGNoeWFyZC52MS5HZXRRdWV1ZVN0YXRzUmVzcG9uc2USTgoJUGVla1F1ZXVlEh8uc3dpdGNoeWFyZC52MS5QZWVrUXVldWVSZXF1ZXN0GiAuc3dpdGNoeWFyZC52MS5QZWVrUXVldWVSZXNwb25zZRJICgdFbnF1ZXVlEh0uc3dpdGNoeWFyZC52MS5FbnF1ZXVlUmVxdWVzdBoeLnN3aXRjaHlhcmQudjEuRW5xdWV1ZVJlc3BvbnNlEkYKBUxlYXNlEhsuc3dpdGNoeWFyZC52MS5MZWFzZVJlcXVlc3QaHC5zd2l0Y2h5YXJkLnYxLkxlYXNlUmVzcG9uc2UoATABEjwKA0FjaxIZLnN3aXRjaHlhcmQudjEuQWNrUmVxdWVzdBoaLnN3aXRjaHlhcmQudjEuQWNrUmVzcG9uc2USQgoFUmV0cnkSGy5zd2l0Y2h5YXJkLnYxLlJldHJ5UmVxdWVzdBocLnN3aXRjaHlhcmQudjEuUmV0cnlSZXNwb25zZRI/CgREcm9wEhouc3dpdGNoeWFyZC52MS5Ecm9wUmVxdWVzdBobLnN3aXRjaHlhcmQudjEuRHJvcFJlc3BvbnNlElQKC0V4dGVuZExlYXNlEiEuc3dpdGNoeWFyZC52MS5FeHRlbmRMZWFzZVJlcXVlc3QaIi5zd2l0Y2h5YXJkLnYxLkV4dGVuZExlYXNlUmVzcG9uc2ViBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * A queue declaration.
@@ -336,6 +336,109 @@ export const QueueStatsSchema: GenMessage<QueueStats> = /*@__PURE__*/
   messageDesc(file_switchyard_v1_queue, 11);
 
 /**
+ * @generated from message switchyard.v1.PeekQueueRequest
+ */
+export type PeekQueueRequest = Message<"switchyard.v1.PeekQueueRequest"> & {
+  /**
+   * A declared queue.
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * Which list; UNSPECIFIED reads READY.
+   *
+   * @generated from field: switchyard.v1.QueueList list = 2;
+   */
+  list: QueueList;
+
+  /**
+   * At most this many items (default 10, at most 100).
+   *
+   * @generated from field: int32 limit = 3;
+   */
+  limit: number;
+};
+
+/**
+ * Describes the message switchyard.v1.PeekQueueRequest.
+ * Use `create(PeekQueueRequestSchema)` to create a new message.
+ */
+export const PeekQueueRequestSchema: GenMessage<PeekQueueRequest> = /*@__PURE__*/
+  messageDesc(file_switchyard_v1_queue, 12);
+
+/**
+ * @generated from message switchyard.v1.PeekQueueResponse
+ */
+export type PeekQueueResponse = Message<"switchyard.v1.PeekQueueResponse"> & {
+  /**
+   * @generated from field: repeated switchyard.v1.PeekedItem items = 1;
+   */
+  items: PeekedItem[];
+
+  /**
+   * How many items the list holds in all.
+   *
+   * @generated from field: int64 total = 2;
+   */
+  total: bigint;
+};
+
+/**
+ * Describes the message switchyard.v1.PeekQueueResponse.
+ * Use `create(PeekQueueResponseSchema)` to create a new message.
+ */
+export const PeekQueueResponseSchema: GenMessage<PeekQueueResponse> = /*@__PURE__*/
+  messageDesc(file_switchyard_v1_queue, 13);
+
+/**
+ * An item as it sits in a list.
+ *
+ * @generated from message switchyard.v1.PeekedItem
+ */
+export type PeekedItem = Message<"switchyard.v1.PeekedItem"> & {
+  /**
+   * Switchyard's item id; empty for items pushed raw by another Redis client.
+   *
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * @generated from field: bytes payload = 2;
+   */
+  payload: Uint8Array;
+
+  /**
+   * @generated from field: map<string, string> headers = 3;
+   */
+  headers: { [key: string]: string };
+
+  /**
+   * When Switchyard enqueued it; unset for raw items.
+   *
+   * @generated from field: google.protobuf.Timestamp enqueue_time = 4;
+   */
+  enqueueTime?: Timestamp | undefined;
+
+  /**
+   * Deliveries recorded for the item (RELIABLE): 0 before its first lease.
+   * A dead letter's count is cleared when it moves, so it shows 0 there.
+   *
+   * @generated from field: uint32 delivery_count = 5;
+   */
+  deliveryCount: number;
+};
+
+/**
+ * Describes the message switchyard.v1.PeekedItem.
+ * Use `create(PeekedItemSchema)` to create a new message.
+ */
+export const PeekedItemSchema: GenMessage<PeekedItem> = /*@__PURE__*/
+  messageDesc(file_switchyard_v1_queue, 14);
+
+/**
  * An item to enqueue.
  *
  * @generated from message switchyard.v1.EnqueueItem
@@ -359,7 +462,7 @@ export type EnqueueItem = Message<"switchyard.v1.EnqueueItem"> & {
  * Use `create(EnqueueItemSchema)` to create a new message.
  */
 export const EnqueueItemSchema: GenMessage<EnqueueItem> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 12);
+  messageDesc(file_switchyard_v1_queue, 15);
 
 /**
  * @generated from message switchyard.v1.EnqueueRequest
@@ -391,7 +494,7 @@ export type EnqueueRequest = Message<"switchyard.v1.EnqueueRequest"> & {
  * Use `create(EnqueueRequestSchema)` to create a new message.
  */
 export const EnqueueRequestSchema: GenMessage<EnqueueRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 13);
+  messageDesc(file_switchyard_v1_queue, 16);
 
 /**
  * @generated from message switchyard.v1.EnqueueResponse
@@ -410,7 +513,7 @@ export type EnqueueResponse = Message<"switchyard.v1.EnqueueResponse"> & {
  * Use `create(EnqueueResponseSchema)` to create a new message.
  */
 export const EnqueueResponseSchema: GenMessage<EnqueueResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 14);
+  messageDesc(file_switchyard_v1_queue, 17);
 
 /**
  * A message from the worker on a Lease stream.
@@ -469,7 +572,7 @@ export type LeaseRequest = Message<"switchyard.v1.LeaseRequest"> & {
  * Use `create(LeaseRequestSchema)` to create a new message.
  */
 export const LeaseRequestSchema: GenMessage<LeaseRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 15);
+  messageDesc(file_switchyard_v1_queue, 18);
 
 /**
  * @generated from message switchyard.v1.LeaseOpen
@@ -493,7 +596,7 @@ export type LeaseOpen = Message<"switchyard.v1.LeaseOpen"> & {
  * Use `create(LeaseOpenSchema)` to create a new message.
  */
 export const LeaseOpenSchema: GenMessage<LeaseOpen> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 16);
+  messageDesc(file_switchyard_v1_queue, 19);
 
 /**
  * @generated from message switchyard.v1.LeaseCredit
@@ -512,7 +615,7 @@ export type LeaseCredit = Message<"switchyard.v1.LeaseCredit"> & {
  * Use `create(LeaseCreditSchema)` to create a new message.
  */
 export const LeaseCreditSchema: GenMessage<LeaseCredit> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 17);
+  messageDesc(file_switchyard_v1_queue, 20);
 
 /**
  * A message from the server on a Lease stream.
@@ -572,7 +675,7 @@ export type LeaseResponse = Message<"switchyard.v1.LeaseResponse"> & {
  * Use `create(LeaseResponseSchema)` to create a new message.
  */
 export const LeaseResponseSchema: GenMessage<LeaseResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 18);
+  messageDesc(file_switchyard_v1_queue, 21);
 
 /**
  * @generated from message switchyard.v1.LeaseOpened
@@ -599,7 +702,7 @@ export type LeaseOpened = Message<"switchyard.v1.LeaseOpened"> & {
  * Use `create(LeaseOpenedSchema)` to create a new message.
  */
 export const LeaseOpenedSchema: GenMessage<LeaseOpened> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 19);
+  messageDesc(file_switchyard_v1_queue, 22);
 
 /**
  * @generated from message switchyard.v1.DeliveryBatch
@@ -616,7 +719,7 @@ export type DeliveryBatch = Message<"switchyard.v1.DeliveryBatch"> & {
  * Use `create(DeliveryBatchSchema)` to create a new message.
  */
 export const DeliveryBatchSchema: GenMessage<DeliveryBatch> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 20);
+  messageDesc(file_switchyard_v1_queue, 23);
 
 /**
  * One leased item.
@@ -680,7 +783,7 @@ export type Delivery = Message<"switchyard.v1.Delivery"> & {
  * Use `create(DeliverySchema)` to create a new message.
  */
 export const DeliverySchema: GenMessage<Delivery> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 21);
+  messageDesc(file_switchyard_v1_queue, 24);
 
 /**
  * @generated from message switchyard.v1.Heartbeat
@@ -697,7 +800,7 @@ export type Heartbeat = Message<"switchyard.v1.Heartbeat"> & {
  * Use `create(HeartbeatSchema)` to create a new message.
  */
 export const HeartbeatSchema: GenMessage<Heartbeat> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 22);
+  messageDesc(file_switchyard_v1_queue, 25);
 
 /**
  * @generated from message switchyard.v1.Drain
@@ -716,7 +819,7 @@ export type Drain = Message<"switchyard.v1.Drain"> & {
  * Use `create(DrainSchema)` to create a new message.
  */
 export const DrainSchema: GenMessage<Drain> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 23);
+  messageDesc(file_switchyard_v1_queue, 26);
 
 /**
  * @generated from message switchyard.v1.SettleResult
@@ -752,7 +855,7 @@ export type SettleResult = Message<"switchyard.v1.SettleResult"> & {
  * Use `create(SettleResultSchema)` to create a new message.
  */
 export const SettleResultSchema: GenMessage<SettleResult> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 24);
+  messageDesc(file_switchyard_v1_queue, 27);
 
 /**
  * @generated from message switchyard.v1.AckRequest
@@ -788,7 +891,7 @@ export type AckRequest = Message<"switchyard.v1.AckRequest"> & {
  * Use `create(AckRequestSchema)` to create a new message.
  */
 export const AckRequestSchema: GenMessage<AckRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 25);
+  messageDesc(file_switchyard_v1_queue, 28);
 
 /**
  * @generated from message switchyard.v1.AckResponse
@@ -807,7 +910,7 @@ export type AckResponse = Message<"switchyard.v1.AckResponse"> & {
  * Use `create(AckResponseSchema)` to create a new message.
  */
 export const AckResponseSchema: GenMessage<AckResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 26);
+  messageDesc(file_switchyard_v1_queue, 29);
 
 /**
  * @generated from message switchyard.v1.RetryRequest
@@ -824,7 +927,7 @@ export type RetryRequest = Message<"switchyard.v1.RetryRequest"> & {
  * Use `create(RetryRequestSchema)` to create a new message.
  */
 export const RetryRequestSchema: GenMessage<RetryRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 27);
+  messageDesc(file_switchyard_v1_queue, 30);
 
 /**
  * @generated from message switchyard.v1.RetryResponse
@@ -843,7 +946,7 @@ export type RetryResponse = Message<"switchyard.v1.RetryResponse"> & {
  * Use `create(RetryResponseSchema)` to create a new message.
  */
 export const RetryResponseSchema: GenMessage<RetryResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 28);
+  messageDesc(file_switchyard_v1_queue, 31);
 
 /**
  * @generated from message switchyard.v1.DropRequest
@@ -860,7 +963,7 @@ export type DropRequest = Message<"switchyard.v1.DropRequest"> & {
  * Use `create(DropRequestSchema)` to create a new message.
  */
 export const DropRequestSchema: GenMessage<DropRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 29);
+  messageDesc(file_switchyard_v1_queue, 32);
 
 /**
  * @generated from message switchyard.v1.DropResponse
@@ -873,7 +976,7 @@ export type DropResponse = Message<"switchyard.v1.DropResponse"> & {
  * Use `create(DropResponseSchema)` to create a new message.
  */
 export const DropResponseSchema: GenMessage<DropResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 30);
+  messageDesc(file_switchyard_v1_queue, 33);
 
 /**
  * @generated from message switchyard.v1.ExtendLeaseRequest
@@ -890,7 +993,7 @@ export type ExtendLeaseRequest = Message<"switchyard.v1.ExtendLeaseRequest"> & {
  * Use `create(ExtendLeaseRequestSchema)` to create a new message.
  */
 export const ExtendLeaseRequestSchema: GenMessage<ExtendLeaseRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 31);
+  messageDesc(file_switchyard_v1_queue, 34);
 
 /**
  * @generated from message switchyard.v1.ExtendLeaseResponse
@@ -909,7 +1012,7 @@ export type ExtendLeaseResponse = Message<"switchyard.v1.ExtendLeaseResponse"> &
  * Use `create(ExtendLeaseResponseSchema)` to create a new message.
  */
 export const ExtendLeaseResponseSchema: GenMessage<ExtendLeaseResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 32);
+  messageDesc(file_switchyard_v1_queue, 35);
 
 /**
  * How Switchyard stores an item it enqueued: the bytes "SYE1" followed by this
@@ -946,7 +1049,7 @@ export type Envelope = Message<"switchyard.v1.Envelope"> & {
  * Use `create(EnvelopeSchema)` to create a new message.
  */
 export const EnvelopeSchema: GenMessage<Envelope> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 33);
+  messageDesc(file_switchyard_v1_queue, 36);
 
 /**
  * How items leave a queue.
@@ -979,6 +1082,38 @@ export enum QueueMode {
  */
 export const QueueModeSchema: GenEnum<QueueMode> = /*@__PURE__*/
   enumDesc(file_switchyard_v1_queue, 0);
+
+/**
+ * A list of a queue that PeekQueue reads.
+ *
+ * @generated from enum switchyard.v1.QueueList
+ */
+export enum QueueList {
+  /**
+   * @generated from enum value: QUEUE_LIST_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * The queue itself: items waiting.
+   *
+   * @generated from enum value: QUEUE_LIST_READY = 1;
+   */
+  READY = 1,
+
+  /**
+   * The dead-letter list (RELIABLE).
+   *
+   * @generated from enum value: QUEUE_LIST_DEAD_LETTER = 2;
+   */
+  DEAD_LETTER = 2,
+}
+
+/**
+ * Describes the enum switchyard.v1.QueueList.
+ */
+export const QueueListSchema: GenEnum<QueueList> = /*@__PURE__*/
+  enumDesc(file_switchyard_v1_queue, 1);
 
 /**
  * QueueService declares work queues, enqueues items and leases them to workers.
@@ -1041,6 +1176,18 @@ export const QueueService: GenService<{
     methodKind: "unary";
     input: typeof GetQueueStatsRequestSchema;
     output: typeof GetQueueStatsResponseSchema;
+  },
+  /**
+   * Reads items of a queue's ready or dead-letter list without moving them,
+   * next-to-leave first (for the ready list, the next item a worker gets; for
+   * dead letters, the oldest).
+   *
+   * @generated from rpc switchyard.v1.QueueService.PeekQueue
+   */
+  peekQueue: {
+    methodKind: "unary";
+    input: typeof PeekQueueRequestSchema;
+    output: typeof PeekQueueResponseSchema;
   },
   /**
    * Pushes items onto a declared queue (LPUSH) in the order given.

@@ -1,0 +1,105 @@
+/**
+ * Scopes: what a caller may do. A scope is a name from the seed's permission
+ * list (`sys:job:list`, ...) or a queue scope (`queue:admin`, `queue:enqueue`,
+ * `queue:lease`) optionally limited to queue names by a pattern after a third
+ * colon: `queue:lease:{thumbnails}` (exact) or `queue:enqueue:cache.*` (a glob,
+ * `*` any run of characters, `?` one). `*` alone grants everything.
+ */
+import { invalid } from "../errors.js";
+
+/** Scopes without a queue pattern. */
+export const SYSTEM_SCOPES = [
+  "sys:job:list",
+  "sys:job:add",
+  "sys:job:update",
+  "sys:job:delete",
+  "sys:job:execute",
+  "sys:job:pause",
+  "sys:job:resume",
+  "sys:audit:list",
+] as const;
+
+/** Scopes that may name queue patterns. */
+export const QUEUE_SCOPES = ["queue:admin", "queue:enqueue", "queue:lease"] as const;
+
+/** A scope name, without a queue pattern. */
+export type ScopeName = (typeof SYSTEM_SCOPES)[number] | (typeof QUEUE_SCOPES)[number];
+
+/** One granted scope: a name and, for queue scopes, the queues it covers. */
+export interface Grant {
+  readonly name: ScopeName | "*";
+  /** A glob over queue names; "*" (or no pattern given) covers every queue. */
+  readonly pattern: string;
+  /** The scope as configured, for messages. */
+  readonly text: string;
+}
+
+/**
+ * What a request needs: scope `scope`, and for queue scopes, a grant that
+ * covers `queue`. `queue: "*"` asks for every queue (an unrestricted grant);
+ * `queue: undefined` accepts a grant for any queue (the handler then refuses
+ * what the request names, e.g. a malformed lease token).
+ */
+export interface Need {
+  readonly scope: ScopeName;
+  readonly queue?: string;
+}
+
+const systemNames = new Set<string>(SYSTEM_SCOPES);
+const queueNames = new Set<string>(QUEUE_SCOPES);
+
+function globRegExp(glob: string): RegExp {
+  const body = [...glob].map((c) => (c === "*" ? ".*" : c === "?" ? "." : c.replace(/[\\^$.|+()[\]{}]/g, "\\$&"))).join("");
+  return new RegExp(`^${body}$`, "s");
+}
+
+/** Parses one scope; INVALID_ARGUMENT naming `where` and the valid names when it is not one. */
+export function parseScope(text: string, where: string): Grant {
+  if (text === "*") return { name: "*", pattern: "*", text };
+  for (const name of queueNames) {
+    if (text === name) return { name: name as ScopeName, pattern: "*", text };
+    if (text.startsWith(`${name}:`) && text.length > name.length + 1) {
+      return { name: name as ScopeName, pattern: text.slice(name.length + 1), text };
+    }
+  }
+  if (systemNames.has(text)) return { name: text as ScopeName, pattern: "*", text };
+  throw invalid(
+    `${where}: unknown scope "${text}"; use one of ${[...SYSTEM_SCOPES, ...QUEUE_SCOPES].join(", ")}, ` +
+      `a queue scope with a pattern (queue:lease:{thumbnails}, queue:enqueue:cache.*), or *`,
+  );
+}
+
+/** A caller's scopes, checked against what requests need. */
+export class Grants {
+  private readonly matchers: { grant: Grant; matches: (queue: string) => boolean }[];
+
+  constructor(readonly grants: readonly Grant[]) {
+    this.matchers = grants.map((grant) => {
+      const re = grant.pattern === "*" ? undefined : globRegExp(grant.pattern);
+      return { grant, matches: (queue: string) => (re ? re.test(queue) : true) };
+    });
+  }
+
+  /** Whether these include `*`, every scope. */
+  get all(): boolean {
+    return this.grants.some((g) => g.name === "*");
+  }
+
+  /** Whether these scopes satisfy `need`. */
+  allows(need: Need): boolean {
+    return this.matchers.some(({ grant, matches }) => {
+      if (grant.name === "*") return true;
+      if (grant.name !== need.scope) return false;
+      if (need.queue === undefined) return true;
+      if (need.queue === "*") return grant.pattern === "*";
+      return matches(need.queue);
+    });
+  }
+}
+
+/** How a need reads in an error message: the scope to add. */
+export function describeNeed(need: Need): string {
+  if (!queueNames.has(need.scope) || need.queue === undefined) return need.scope;
+  if (need.queue === "*") return `${need.scope} for every queue (no pattern)`;
+  return `${need.scope}:${need.queue} (or a pattern that matches "${need.queue}")`;
+}

@@ -1,0 +1,182 @@
+/** `switchyard queue declare|list|stats|enqueue|peek-dead`. */
+import { durationFromMs } from "@bufbuild/protobuf/wkt";
+import {
+  PeekQueueResponseSchema,
+  type Queue,
+  QueueList,
+  QueueMode,
+  QueueSchema,
+  QueueStatsSchema,
+  type QueueStats,
+} from "../gen/switchyard/v1/queue_pb.js";
+import type { SwitchyardClient } from "../client/client.js";
+import { UsageError, choice, durationArg, headersArg, intArg, list, need, parse, str } from "./args.js";
+import type { Command } from "./command.js";
+import { duration, enumName, fields, headersText, json, payloadText, pj, table, time } from "./format.js";
+
+const mode = (q: Queue) => enumName(QueueMode, q.mode, "QUEUE_MODE_");
+
+/** Every declared queue, through all pages (at most 100 pages of 1000). */
+async function allQueues(client: SwitchyardClient): Promise<Queue[]> {
+  const out: Queue[] = [];
+  let token = "";
+  for (let page = 0; page < 100; page++) {
+    const res = await client.listQueues(1000, token);
+    out.push(...res.queues);
+    token = res.nextPageToken;
+    if (!token) break;
+  }
+  return out;
+}
+
+const declare: Command = {
+  usage:
+    "queue declare NAME --mode simple|reliable [--recovery-set KEY --min-idle 60s] [--recovery-ttl D] " +
+    "[--max-deliveries N] [--processing-list KEY] [--dead-letter-list KEY]",
+  options: {
+    mode: { type: "string" },
+    "processing-list": { type: "string" },
+    "recovery-set": { type: "string" },
+    "min-idle": { type: "string" },
+    "recovery-ttl": { type: "string" },
+    "max-deliveries": { type: "string" },
+    "dead-letter-list": { type: "string" },
+  },
+  async run({ argv, globals, connect, io }) {
+    const client = connect();
+    const { values, positionals } = parse(argv, this.options);
+    const [name] = need(positionals, ["NAME"]);
+    const modeText = str(values, "mode");
+    if (!modeText) throw new UsageError("--mode simple|reliable is required");
+    const m = choice("--mode", modeText, ["simple", "reliable"] as const);
+    const ms = (flag: string) => {
+      const text = str(values, flag);
+      return text === undefined ? undefined : durationFromMs(durationArg(`--${flag}`, text));
+    };
+    const maxDeliveries = str(values, "max-deliveries");
+    const queue = await client.createQueue({
+      name,
+      mode: m === "simple" ? QueueMode.SIMPLE : QueueMode.RELIABLE,
+      processingList: str(values, "processing-list") ?? "",
+      recoverySet: str(values, "recovery-set") ?? "",
+      minIdle: ms("min-idle"),
+      recoveryTtl: ms("recovery-ttl"),
+      maxDeliveries: maxDeliveries === undefined ? 0 : intArg("--max-deliveries", maxDeliveries),
+      deadLetterList: str(values, "dead-letter-list") ?? "",
+    });
+    if (globals.json) return io.out(json({ queue: pj(QueueSchema, queue) }));
+    io.out(`declared queue ${queue.name}\n`);
+    io.out(describeQueue(queue));
+  },
+};
+
+function describeQueue(q: Queue): string {
+  const pairs: [string, string][] = [
+    ["name", q.name],
+    ["mode", mode(q)],
+  ];
+  if (q.mode === QueueMode.RELIABLE) {
+    pairs.push(
+      ["processing list", q.processingList],
+      ["dead-letter list", q.deadLetterList],
+      ["max deliveries", String(q.maxDeliveries)],
+      ["recovery set", q.recoverySet || "-"],
+      ["min idle", duration(q.minIdle)],
+    );
+  }
+  pairs.push(["created", time(q.createTime)]);
+  return fields(pairs);
+}
+
+const listQueues: Command = {
+  usage: "queue list",
+  options: {},
+  async run({ argv, globals, connect, io }) {
+    const client = connect();
+    need(parse(argv, this.options).positionals, []);
+    const queues = await allQueues(client);
+    if (globals.json) return io.out(json({ queues: queues.map((q) => pj(QueueSchema, q)) }));
+    const rows = queues.map((q) => [
+      q.name,
+      mode(q),
+      q.mode === QueueMode.RELIABLE ? String(q.maxDeliveries) : "-",
+      q.recoverySet || "-",
+      duration(q.minIdle),
+      time(q.createTime),
+    ]);
+    io.out(table(["NAME", "MODE", "MAX-DELIVERIES", "RECOVERY-SET", "MIN-IDLE", "CREATED"], rows));
+  },
+};
+
+const stats: Command = {
+  usage: "queue stats [NAME...]   (all declared queues when no name is given)",
+  options: {},
+  async run({ argv, globals, connect, io }) {
+    const client = connect();
+    const { positionals } = parse(argv, this.options);
+    const names = positionals.length ? positionals : (await allQueues(client)).map((q) => q.name);
+    const all: QueueStats[] = [];
+    for (const name of names) all.push(await client.getQueueStats(name));
+    if (globals.json) return io.out(json({ stats: all.map((s) => pj(QueueStatsSchema, s)) }));
+    const rows = all.map((s) => [
+      s.queue,
+      String(s.ready),
+      String(s.processing),
+      String(s.deadLetter),
+      duration(s.oldestClaimAge),
+      String(s.leaseStreams),
+    ]);
+    io.out(table(["QUEUE", "READY", "PROCESSING", "DEAD-LETTER", "OLDEST-CLAIM", "STREAMS"], rows));
+  },
+};
+
+const enqueue: Command = {
+  usage: "queue enqueue NAME PAYLOAD... | - (one payload per line of stdin) [-H key=value]... [--ttl D] [--traceparent TP]",
+  options: { header: { type: "string", short: "H", multiple: true }, ttl: { type: "string" }, traceparent: { type: "string" } },
+  async run({ argv, globals, connect, io, stdinLines }) {
+    const { values, positionals } = parse(argv, this.options);
+    if (positionals.length < 2) throw new UsageError("give NAME and at least one PAYLOAD (or - to read payloads from stdin)");
+    const [name, ...rest] = positionals;
+    const payloads = rest.length === 1 && rest[0] === "-" ? await stdinLines() : rest;
+    if (payloads.length === 0) throw new UsageError("no payloads on stdin");
+    const headers = headersArg(list(values, "header"));
+    const ttl = str(values, "ttl");
+    const traceparent = str(values, "traceparent");
+    // Sent as call metadata: the server puts it on every item without a traceparent header.
+    const client = connect(traceparent ? { traceparent } : undefined);
+    const ids = await client.enqueue(
+      name,
+      payloads.map((payload) => ({ payload, headers })),
+      { ttlMs: ttl ? durationArg("--ttl", ttl) : undefined },
+    );
+    if (globals.json) return io.out(json({ queue: name, ids }));
+    io.out(`enqueued ${ids.length} item${ids.length === 1 ? "" : "s"} onto ${name}\n`);
+    io.out(ids.join("\n") + "\n");
+  },
+};
+
+const peekDead: Command = {
+  usage: "queue peek-dead NAME [--limit N]   (oldest first; at most 100)",
+  options: { limit: { type: "string" } },
+  async run({ argv, globals, connect, io }) {
+    const client = connect();
+    const { values, positionals } = parse(argv, this.options);
+    const [name] = need(positionals, ["NAME"]);
+    const limit = str(values, "limit");
+    const res = await client.peekQueue(name, QueueList.DEAD_LETTER, limit === undefined ? 0 : intArg("--limit", limit));
+    if (globals.json) return io.out(json(pj(PeekQueueResponseSchema, res)));
+    io.out(`${res.items.length} of ${res.total} dead letter${res.total === 1n ? "" : "s"} in ${name}\n`);
+    if (res.items.length === 0) return;
+    const rows = res.items.map((i) => [i.id || "(raw)", time(i.enqueueTime), headersText(i.headers), payloadText(i.payload)]);
+    io.out(table(["ID", "ENQUEUED", "HEADERS", "PAYLOAD"], rows));
+  },
+};
+
+/** The queue commands by name. */
+export const queueCommands: Record<string, Command> = {
+  declare,
+  list: listQueues,
+  stats,
+  enqueue,
+  "peek-dead": peekDead,
+};

@@ -1,0 +1,138 @@
+/**
+ * The access table: for every Switchyard RPC, the scopes a request needs and,
+ * for mutating calls, what the audit log records. A method missing here is
+ * refused to every caller but one holding `*` (fail closed); a test checks
+ * that every method of every service has a row.
+ */
+import type { AckRequest, CreateQueueRequest, DeleteQueueRequest, LeaseRequest } from "../gen/switchyard/v1/queue_pb.js";
+import {
+  JobStatus,
+  type BatchDeleteJobsRequest,
+  type CreateJobRequest,
+  type CreateJobResponse,
+  type RunOnceResponse,
+  type SetJobStatusRequest,
+  type UpdateJobRequest,
+} from "../gen/switchyard/v1/cron_pb.js";
+import type { Need, ScopeName } from "../auth/scopes.js";
+import { parseToken } from "../queue/token.js";
+
+/** What an audited call acted on. */
+export interface AuditTarget {
+  target: string;
+  detail?: string;
+}
+
+/** One method's access rule. */
+export interface AccessRule {
+  /** Scopes the method needs whatever the request says (a malformed request needs these, for any queue). */
+  readonly scopes: readonly ScopeName[];
+  /** What one request message needs; by default `scopes`. */
+  readonly needs?: (request: never) => Need[];
+  /** For mutating calls: what the audit log records, from the request and (on success) the response. */
+  readonly audit?: (request: never, response: never) => AuditTarget;
+}
+
+/** The queue a lease token names; undefined when the token is malformed (the handler refuses it). */
+function tokenQueue(token: string): string | undefined {
+  try {
+    return parseToken(token).queue;
+  } catch {
+    return undefined;
+  }
+}
+
+const byToken = (r: { leaseToken: string }): Need[] => [{ scope: "queue:lease", queue: tokenQueue(r.leaseToken) }];
+
+function ackNeeds(r: Pick<AckRequest, "leaseToken" | "replies" | "replyQueue">): Need[] {
+  const needs = byToken(r);
+  // Replies are enqueued: the reply queue needs enqueue too (SPEC Q9).
+  if (r.replies.length > 0) needs.push({ scope: "queue:enqueue", queue: r.replyQueue || undefined });
+  return needs;
+}
+
+function leaseNeeds(r: LeaseRequest): Need[] {
+  switch (r.kind.case) {
+    case "open":
+      return [{ scope: "queue:lease", queue: r.kind.value.queue }];
+    case "ack":
+      return ackNeeds(r.kind.value);
+    case "retry":
+    case "drop":
+    case "extend":
+      return byToken(r.kind.value);
+    default:
+      return [];
+  }
+}
+
+const admin = (name: string): Need[] => [{ scope: "queue:admin", queue: name }];
+const id = (r: { id: string }): AuditTarget => ({ target: r.id });
+
+const Q = "/switchyard.v1.QueueService/";
+const C = "/switchyard.v1.CronService/";
+const A = "/switchyard.v1.AuditService/";
+
+/** Access rules by method path ("/package.Service/Method"). */
+export const accessRules: Readonly<Record<string, AccessRule>> = {
+  [`${Q}CreateQueue`]: {
+    scopes: ["queue:admin"],
+    needs: (r: CreateQueueRequest) => admin(r.queue?.name ?? ""),
+    audit: (r: CreateQueueRequest) => ({ target: r.queue?.name ?? "" }),
+  },
+  [`${Q}GetQueue`]: { scopes: ["queue:admin"], needs: (r: { name: string }) => admin(r.name) },
+  // Listing shows every queue: only an admin of every queue may.
+  [`${Q}ListQueues`]: { scopes: ["queue:admin"], needs: () => admin("*") },
+  [`${Q}DeleteQueue`]: {
+    scopes: ["queue:admin"],
+    needs: (r: DeleteQueueRequest) => admin(r.name),
+    audit: (r: DeleteQueueRequest) => ({ target: r.name, detail: r.purge ? "purge" : "" }),
+  },
+  [`${Q}GetQueueStats`]: { scopes: ["queue:admin"], needs: (r: { name: string }) => admin(r.name) },
+  // Shows payloads and headers: an admin's view.
+  [`${Q}PeekQueue`]: { scopes: ["queue:admin"], needs: (r: { name: string }) => admin(r.name) },
+  [`${Q}Enqueue`]: { scopes: ["queue:enqueue"], needs: (r: { queue: string }) => [{ scope: "queue:enqueue", queue: r.queue }] },
+  // A stream: every message is checked (open names the queue; settles name it by their token).
+  [`${Q}Lease`]: { scopes: ["queue:lease"], needs: leaseNeeds },
+  [`${Q}Ack`]: { scopes: ["queue:lease"], needs: ackNeeds },
+  [`${Q}Retry`]: { scopes: ["queue:lease"], needs: byToken },
+  [`${Q}Drop`]: { scopes: ["queue:lease"], needs: byToken },
+  [`${Q}ExtendLease`]: { scopes: ["queue:lease"], needs: byToken },
+
+  [`${C}CreateJob`]: {
+    scopes: ["sys:job:add"],
+    audit: (r: CreateJobRequest, res: CreateJobResponse | undefined) => ({ target: res?.job?.id ?? "", detail: `name=${r.job?.name ?? ""}` }),
+  },
+  [`${C}GetJob`]: { scopes: ["sys:job:list"] },
+  [`${C}ListJobs`]: { scopes: ["sys:job:list"] },
+  [`${C}ListJobLogs`]: { scopes: ["sys:job:list"] },
+  [`${C}UpdateJob`]: {
+    scopes: ["sys:job:update"],
+    audit: (r: UpdateJobRequest) => ({ target: r.job?.id ?? "", detail: r.updateMask?.paths.length ? `fields=${r.updateMask.paths.join(",")}` : "" }),
+  },
+  [`${C}SetJobStatus`]: {
+    scopes: ["sys:job:update"],
+    audit: (r: SetJobStatusRequest) => ({ target: r.id, detail: `status=${JobStatus[r.status] ?? r.status}` }),
+  },
+  [`${C}DeleteJob`]: { scopes: ["sys:job:delete"], audit: id },
+  [`${C}BatchDeleteJobs`]: { scopes: ["sys:job:delete"], audit: (r: BatchDeleteJobsRequest) => ({ target: r.ids.join(",") }) },
+  [`${C}PauseJob`]: { scopes: ["sys:job:pause"], audit: id },
+  [`${C}ResumeJob`]: { scopes: ["sys:job:resume"], audit: id },
+  [`${C}RunOnce`]: {
+    scopes: ["sys:job:execute"],
+    audit: (r: { id: string }, res: RunOnceResponse | undefined) => ({ target: r.id, detail: res ? `run=${res.runId}` : "" }),
+  },
+  // Any authenticated caller.
+  [`${C}GetSchedulerStatus`]: { scopes: [] },
+
+  [`${A}ListAuditLogs`]: { scopes: ["sys:audit:list"] },
+};
+
+/** Methods anyone may call, without credentials: health checks and reflection. */
+export function isOpenMethod(path: string): boolean {
+  return (
+    path.startsWith("/grpc.health.v1.Health/") ||
+    path.startsWith("/grpc.reflection.v1.ServerReflection/") ||
+    path.startsWith("/grpc.reflection.v1alpha.ServerReflection/")
+  );
+}

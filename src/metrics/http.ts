@@ -1,0 +1,125 @@
+/**
+ * The side HTTP port (SPEC S2): `/metrics` for Prometheus, `/healthz`
+ * (liveness) and `/readyz` (readiness). Plain node:http, GET and HEAD only.
+ *
+ * - /healthz: 200 while the process serves, 503 once it has shut down. It does
+ *   not look at Redis: a Redis outage is no reason to restart Switchyard.
+ * - /readyz: 200 while Redis answers a PING within a second and the instance
+ *   is not shutting down, else 503 with the reason.
+ */
+import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
+import type { AddressInfo } from "node:net";
+import type { Logger } from "../log.js";
+import type { RedisConnection } from "../redis/connection.js";
+import type { PromMetrics, QueueSource } from "./registry.js";
+
+/** What the endpoints answer from. */
+export interface SideParts {
+  metrics: PromMetrics;
+  /** Set once the queues are up (see {@link SideServer.setQueues}); until then /metrics has no queue gauges. */
+  queues?: QueueSource;
+  /** False once the instance has shut down. */
+  live(): boolean;
+  /** undefined when ready, else why not. */
+  ready(): Promise<string | undefined>;
+}
+
+/** A listening side server. */
+export interface SideServer {
+  /** host:port it is bound to. */
+  readonly address: string;
+  /** Where /metrics reads the queue gauges from from now on. */
+  setQueues(source: QueueSource): void;
+  close(): Promise<void>;
+}
+
+/**
+ * A readiness check: `notServing()` says why the instance is not serving
+ * (starting, shutting down) or undefined; then Redis must answer PING within `timeoutMs`.
+ */
+export function redisReadiness(
+  redis: RedisConnection,
+  notServing: () => string | undefined,
+  timeoutMs = 1000,
+): () => Promise<string | undefined> {
+  return async () => {
+    const phase = notServing();
+    if (phase) return phase;
+    if (!redis.ready()) return "redis is unreachable";
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<string>((ok) => (timer = setTimeout(() => ok(`redis did not answer PING within ${timeoutMs} ms`), timeoutMs)));
+    const ping = redis.client.ping().then(
+      () => undefined,
+      (err: unknown) => `redis PING failed: ${err instanceof Error ? err.message : String(err)}`,
+    );
+    try {
+      return await Promise.race([ping, timeout]);
+    } finally {
+      clearTimeout(timer);
+    }
+  };
+}
+
+/** Splits "host:port" / "[v6]:port" for node:net. */
+function hostPort(address: string): { host: string; port: number } {
+  const m = /^\[?([^\]]*?)\]?:(\d+)$/.exec(address);
+  if (!m) throw new Error(`"${address}" is not host:port`);
+  return { host: m[1], port: Number(m[2]) };
+}
+
+function reply(res: ServerResponse, status: number, body: string, type = "text/plain; charset=utf-8"): void {
+  res.writeHead(status, { "content-type": type, "cache-control": "no-store" });
+  res.end(body);
+}
+
+async function route(req: IncomingMessage, res: ServerResponse, parts: SideParts, log: Logger): Promise<void> {
+  if (req.method !== "GET" && req.method !== "HEAD") {
+    res.setHeader("allow", "GET, HEAD");
+    return reply(res, 405, "method not allowed\n");
+  }
+  const path = (req.url ?? "/").split("?")[0];
+  switch (path) {
+    case "/metrics":
+      return reply(res, 200, await parts.metrics.scrape(parts.queues, log), parts.metrics.contentType);
+    case "/healthz":
+      return parts.live() ? reply(res, 200, "ok\n") : reply(res, 503, "shut down\n");
+    case "/readyz": {
+      const why = await parts.ready();
+      return why === undefined ? reply(res, 200, "ready\n") : reply(res, 503, `not ready: ${why}\n`);
+    }
+    default:
+      return reply(res, 404, "not found: try /metrics, /healthz or /readyz\n");
+  }
+}
+
+/** Listens on `address` ("host:port"; port 0 picks one). */
+export async function startSideServer(address: string, parts: SideParts, log: Logger): Promise<SideServer> {
+  const server = createServer((req, res) => {
+    route(req, res, parts, log).catch((err: unknown) => {
+      log.error("side port request failed", { path: req.url, err });
+      if (!res.headersSent) reply(res, 500, "internal error\n");
+      else res.destroy();
+    });
+  });
+  // Scrapes and probes are short: idle keep-alive connections must not hold up close().
+  server.keepAliveTimeout = 5000;
+  const { host, port } = hostPort(address);
+  await new Promise<void>((ok, fail) => {
+    server.once("error", fail);
+    server.listen(port, host, () => {
+      server.off("error", fail);
+      ok();
+    });
+  });
+  const bound = server.address() as AddressInfo;
+  const shown = bound.family === "IPv6" ? `[${bound.address}]` : bound.address;
+  return {
+    address: `${shown}:${bound.port}`,
+    setQueues: (source) => (parts.queues = source),
+    close: () =>
+      new Promise<void>((ok) => {
+        server.close(() => ok());
+        server.closeAllConnections();
+      }),
+  };
+}

@@ -1,0 +1,170 @@
+/**
+ * Switchyard's Prometheus metrics (prom-client), one registry per instance.
+ * The domain reports through the {@link Metrics} and {@link GrpcMetrics}
+ * hooks; queue gauges are read from Redis when Prometheus scrapes.
+ *
+ * Names follow Prometheus conventions: a `switchyard_` prefix (the gRPC
+ * server metrics keep go-grpc-prometheus's names so existing dashboards work),
+ * base units (seconds), `_total` on counters.
+ */
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
+import type { Logger } from "../log.js";
+import type { QueueStatsView } from "../queue/queues.js";
+import type { GrpcMetrics, ItemEvent, LockResult, Metrics, RunOutcome, SkipReason } from "./hooks.js";
+
+/** Where the queue gauges come from on each scrape. */
+export interface QueueSource {
+  /** Names of the declared queues. */
+  names(): string[];
+  stats(name: string): Promise<QueueStatsView>;
+  /** True while Redis answers. */
+  redisReady(): boolean;
+}
+
+/** Queues read per scrape at most (in name order); the rest are left out of the gauges. */
+export const MAX_SCRAPED_QUEUES = 1000;
+/** Queues read from Redis at once during a scrape. */
+const SCRAPE_CONCURRENCY = 16;
+/** A scrape stops reading queues after this long and reports what it has. */
+const SCRAPE_BUDGET_MS = 5000;
+
+const itemEvents: readonly ItemEvent[] = ["enqueued", "leased", "acked", "retried", "dropped", "returned", "recovered", "dead_lettered"];
+
+const itemHelp: Record<ItemEvent, string> = {
+  enqueued: "Items written to a queue (Enqueue, ack replies, queue job targets).",
+  leased: "Items delivered to workers on lease streams.",
+  acked: "Deliveries acknowledged.",
+  retried: "Deliveries returned to the back of their queue for another attempt.",
+  dropped: "Deliveries dropped without success.",
+  returned: "Deliveries returned to the front of their queue because their lease stream ended.",
+  recovered: "Claims idle longer than min_idle returned to their queue by the watchdog.",
+  dead_lettered: "Items moved to the dead-letter list after max_deliveries.",
+};
+
+/** The metrics of one Switchyard instance. */
+export class PromMetrics implements Metrics, GrpcMetrics {
+  readonly registry = new Registry();
+  private readonly itemCounters: Record<ItemEvent, Counter<"queue">>;
+  private readonly runs: Counter<"outcome">;
+  private readonly skipped: Counter<"reason">;
+  private readonly locks: Counter<"result">;
+  private readonly grpcStarted: Counter<"grpc_service" | "grpc_method" | "grpc_type">;
+  private readonly grpcHandled: Counter<"grpc_service" | "grpc_method" | "grpc_type" | "grpc_code">;
+  private readonly grpcSeconds: Histogram<"grpc_service" | "grpc_method" | "grpc_type">;
+  private readonly queueGauges: Record<"ready" | "processing" | "deadLetter" | "claimAge" | "streams", Gauge<"queue">>;
+  private readonly declared: Gauge;
+  private readonly redisUp: Gauge;
+  private readonly scrapeErrors: Counter;
+
+  constructor(options: { defaultMetrics?: boolean } = {}) {
+    const registers = [this.registry];
+    if (options.defaultMetrics ?? true) collectDefaultMetrics({ register: this.registry });
+    const counter = <L extends string>(name: string, help: string, labelNames: L[]) => new Counter<L>({ name, help, labelNames, registers });
+    const gauge = (name: string, help: string) => new Gauge<"queue">({ name, help, labelNames: ["queue"], registers });
+    this.itemCounters = Object.fromEntries(
+      itemEvents.map((e) => [e, counter(`switchyard_items_${e}_total`, itemHelp[e], ["queue"])]),
+    ) as Record<ItemEvent, Counter<"queue">>;
+    this.runs = counter("switchyard_job_runs_total", "Cron and interval job runs (scheduled, catch-up and RunOnce) by outcome.", ["outcome"]);
+    this.skipped = counter(
+      "switchyard_job_ticks_skipped_total",
+      "Claimed ticks that did not run, by reason: overlap, lock_held, misfire, paused, unpublished.",
+      ["reason"],
+    );
+    this.locks = counter(
+      "switchyard_job_lock_acquisitions_total",
+      "Attempts to take a job's execution lock (acquired, contended: another run holds it) and locks lost while running (lost).",
+      ["result"],
+    );
+    const grpcLabels = ["grpc_service", "grpc_method", "grpc_type"] as const;
+    this.grpcStarted = counter("grpc_server_started_total", "gRPC calls started on the server.", [...grpcLabels]);
+    this.grpcHandled = counter("grpc_server_handled_total", "gRPC calls completed on the server, by status code.", [...grpcLabels, "grpc_code"]);
+    this.grpcSeconds = new Histogram({
+      name: "grpc_server_handling_seconds",
+      help: "Time from a gRPC call's start to its status (lease streams: the stream's whole life).",
+      labelNames: [...grpcLabels],
+      buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
+      registers,
+    });
+    this.queueGauges = {
+      ready: gauge("switchyard_queue_ready_items", "Items waiting in the queue list."),
+      processing: gauge("switchyard_queue_processing_items", "Items leased and not yet settled (reliable queues)."),
+      deadLetter: gauge("switchyard_queue_dead_letter_items", "Items in the dead-letter list (reliable queues)."),
+      claimAge: gauge("switchyard_queue_oldest_claim_age_seconds", "Age of the oldest claim in the recovery set (queues with one)."),
+      streams: gauge("switchyard_queue_lease_streams", "Lease streams open on this instance."),
+    };
+    this.declared = new Gauge({ name: "switchyard_queues_declared", help: "Declared queues.", registers });
+    this.redisUp = new Gauge({ name: "switchyard_redis_up", help: "1 while Redis answers, else 0.", registers });
+    this.scrapeErrors = new Counter({
+      name: "switchyard_queue_stats_errors_total",
+      help: "Queues whose gauges could not be read from Redis during a scrape.",
+      registers,
+    });
+  }
+
+  items(queue: string, event: ItemEvent, count = 1): void {
+    this.itemCounters[event].inc({ queue }, count);
+  }
+
+  jobRun(outcome: RunOutcome): void {
+    this.runs.inc({ outcome });
+  }
+
+  tickSkipped(reason: SkipReason): void {
+    this.skipped.inc({ reason });
+  }
+
+  jobLock(result: LockResult): void {
+    this.locks.inc({ result });
+  }
+
+  started(service: string, method: string, type: string): void {
+    this.grpcStarted.inc({ grpc_service: service, grpc_method: method, grpc_type: type });
+  }
+
+  handled(service: string, method: string, type: string, code: string, seconds: number): void {
+    const labels = { grpc_service: service, grpc_method: method, grpc_type: type };
+    this.grpcHandled.inc({ ...labels, grpc_code: code });
+    this.grpcSeconds.observe(labels, seconds);
+  }
+
+  /** The text exposition, with the queue gauges read from `source` first. */
+  async scrape(source: QueueSource | undefined, log: Logger): Promise<string> {
+    if (source) await this.readQueues(source, log);
+    return this.registry.metrics();
+  }
+
+  get contentType(): string {
+    return this.registry.contentType;
+  }
+
+  private async readQueues(source: QueueSource, log: Logger): Promise<void> {
+    for (const g of Object.values(this.queueGauges)) g.reset();
+    const up = source.redisReady();
+    this.redisUp.set(up ? 1 : 0);
+    const names = source.names().sort().slice(0, MAX_SCRAPED_QUEUES);
+    this.declared.set(source.names().length);
+    if (!up) return;
+    const deadline = Date.now() + SCRAPE_BUDGET_MS;
+    for (let i = 0; i < names.length && Date.now() < deadline; i += SCRAPE_CONCURRENCY) {
+      const batch = names.slice(i, i + SCRAPE_CONCURRENCY);
+      const results = await Promise.allSettled(batch.map((name) => source.stats(name)));
+      results.forEach((r, j) => {
+        if (r.status === "fulfilled") this.setQueue(r.value);
+        else {
+          this.scrapeErrors.inc();
+          log.debug("could not read a queue's gauges", { queue: batch[j], err: r.reason });
+        }
+      });
+    }
+  }
+
+  private setQueue(s: QueueStatsView): void {
+    const labels = { queue: s.queue };
+    const g = this.queueGauges;
+    g.ready.set(labels, s.ready);
+    g.processing.set(labels, s.processing);
+    g.deadLetter.set(labels, s.deadLetter);
+    if (s.oldestClaimAgeMs !== undefined) g.claimAge.set(labels, s.oldestClaimAgeMs / 1000);
+    g.streams.set(labels, s.leaseStreams);
+  }
+}

@@ -1,0 +1,235 @@
+/**
+ * Redis Cluster only (`npm run test:cluster`): queues on different hash tags
+ * spread over the masters; a busy queue's slot moves between masters while
+ * a producer enqueues and a worker leases and acks (MOVED, ASK and TRYAGAIN on
+ * the way), losing and duplicating nothing; and the batch scripts finish what
+ * they start while their slot migrates.
+ */
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { QueueMode } from "../../src/gen/switchyard/v1/queue_pb.js";
+import { queueKeys, slotOf } from "../../src/redis/keys.js";
+import { defineScripts, leaseItems, recoverStale, settleItems } from "../../src/redis/scripts.js";
+import type { ClusterMaster } from "../helpers/cluster.js";
+import { onCluster, startClusterRedis, type ClusterRedis } from "../helpers/redis.js";
+import { startSwitchyard, type TestSwitchyard } from "../helpers/switchyard.js";
+
+const UNAVAILABLE = 14;
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** Calls `fn` again while it fails with UNAVAILABLE (retriable, as the README says), at most 50 times. */
+async function retrying<T>(fn: () => Promise<T>, retries: { count: number }): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await fn();
+    } catch (err) {
+      if ((err as { code?: number }).code !== UNAVAILABLE || attempt >= 50) throw err;
+      retries.count++;
+      await sleep(20 * attempt);
+    }
+  }
+}
+
+const servedBy = (masters: ClusterMaster[], key: string) =>
+  masters.find((m) => m.slots.some(([first, last]) => slotOf(key) >= first && slotOf(key) <= last))!;
+
+/** How often the masters answered ASK or TRYAGAIN so far (INFO errorstats). */
+async function redirections(redis: ClusterRedis): Promise<{ ask: number; tryagain: number }> {
+  const total = { ask: 0, tryagain: 0 };
+  for (const node of redis.plain.nodes("master")) {
+    const stats = String(await node.info("errorstats"));
+    total.ask += Number(/errorstat_ASK:count=(\d+)/.exec(stats)?.[1] ?? 0);
+    total.tryagain += Number(/errorstat_TRYAGAIN:count=(\d+)/.exec(stats)?.[1] ?? 0);
+  }
+  return total;
+}
+
+describe.runIf(onCluster)("on a Redis Cluster", () => {
+  let redis: ClusterRedis;
+  let sy: TestSwitchyard;
+  beforeAll(async () => {
+    redis = await startClusterRedis();
+    sy = await startSwitchyard(redis);
+  });
+  afterAll(async () => {
+    await sy?.stop();
+    await redis?.stop();
+  });
+
+  it("spreads queues with different hash tags over every master, and each works", async () => {
+    const names = Array.from({ length: 9 }, (_, i) => `{tenant-${i}}`);
+    const masters = await redis.cluster.masters();
+    expect(new Set(names.map((n) => servedBy(masters, n).id)).size).toBe(3);
+    for (const name of names) {
+      await sy.client.createQueue({ name, mode: QueueMode.RELIABLE, recoverySet: `${name}.claims`, minIdle: { seconds: 60n } });
+      const ids = await sy.client.enqueue(name, ["a", "b"]);
+      const lease = sy.client.lease(name, 2);
+      const got = await lease.take(2);
+      expect(got.map((d) => d.id)).toEqual(ids);
+      // All of the queue's keys sit on the master that serves its tag.
+      const owner = redis.nodeFor(name);
+      expect(owner.options.port).toBe(servedBy(masters, name).node.port);
+      expect([await owner.llen(`${name}.processing`), await owner.zcard(`${name}.claims`), await owner.hlen(`${name}.leases`)]).toEqual([2, 2, 2]);
+      for (const d of got) await sy.client.ack(d.leaseToken);
+      expect(await sy.client.getQueueStats(name)).toMatchObject({ ready: 0n, processing: 0n });
+      await lease.close();
+    }
+  });
+
+  it("loses and duplicates nothing while a busy queue's slot moves between masters", { timeout: 60_000 }, async () => {
+    const Q = "{reshard}";
+    const slot = slotOf(Q);
+    await sy.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
+    const before = await redirections(redis);
+    const retries = { count: 0 };
+
+    // The producer: batches of 5 until told to stop; an id counts once Enqueue answered.
+    const enqueued = new Set<string>();
+    let producing = true;
+    const producer = (async () => {
+      for (let batch = 0; producing && batch < 5000; batch++) {
+        const payloads = Array.from({ length: 5 }, (_, i) => `item-${batch}-${i}`);
+        for (const id of await retrying(() => sy.client.enqueue(Q, payloads), retries)) enqueued.add(id);
+        await sleep(5);
+      }
+    })();
+
+    const deliveries = new Map<string, number>();
+    const delivered = (d: { id: string }) => deliveries.set(d.id, (deliveries.get(d.id) ?? 0) + 1);
+    const refused: { code: number; message: string }[] = [];
+    // A slow worker holds two long jobs throughout, so the queue's processing list and leases stay.
+    const slow = sy.client.lease(Q, 2);
+    const held = await slow.take(2);
+    slow.setCredit(0);
+    held.forEach(delivered);
+    // The worker, faster than the producer: credit 16, most items acked on the stream, every
+    // fourth by the unary Ack; a settle refused as UNAVAILABLE is sent again.
+    const session = sy.client.lease(Q, 16);
+    session.onSettleResult((r) => {
+      if (r.code === UNAVAILABLE && retries.count++ < 1000) session.ack(r.leaseToken);
+      else refused.push({ code: r.code, message: r.message });
+    });
+    const worker = (async () => {
+      let n = 0;
+      for await (const d of session) {
+        delivered(d);
+        if (++n % 4 === 0) await retrying(() => sy.client.ack(d.leaseToken), retries);
+        else session.ack(d.leaseToken);
+      }
+    })();
+
+    // Move the queue's slot around all three masters, key by key, while both run.
+    await expect.poll(() => enqueued.size, { timeout: 10_000 }).toBeGreaterThan(200);
+    const masters = await redis.cluster.masters();
+    const start = servedBy(masters, Q);
+    const route = [...masters.filter((m) => m.id !== start.id), start];
+    const moved: number[] = [];
+    for (const to of route) {
+      const migration = await redis.cluster.migrateSlot(slot, to);
+      await sleep(50);
+      moved.push(await migration.finish(50));
+      await sleep(300);
+    }
+    producing = false;
+    await producer;
+    for (const d of held) await retrying(() => sy.client.ack(d.leaseToken), retries);
+
+    // Everything enqueued is delivered once and acked: the queue's lists and leases drain.
+    const left = async () => [await redis.plain.llen(Q), await redis.plain.llen(`${Q}.processing`), await redis.plain.hlen(`${Q}.leases`)];
+    await expect.poll(left, { timeout: 20_000 }).toEqual([0, 0, 0]);
+    await Promise.all([session.close(), slow.close()]);
+    await worker;
+
+    const twice = [...deliveries].filter(([, n]) => n > 1);
+    const unknown = [...deliveries.keys()].filter((id) => !enqueued.has(id));
+    const missing = [...enqueued].filter((id) => !deliveries.has(id));
+    expect({ twice, unknown, missing, refused }).toEqual({ twice: [], unknown: [], missing: [], refused: [] });
+    expect(enqueued.size).toBeGreaterThan(200);
+    expect(await redis.plain.hlen(`${Q}.deliveries`)).toBe(0);
+    // The slot really moved, with the queue's keys, and came back to where it started.
+    expect(moved.every((n) => n > 0), `keys moved per step: ${moved}`).toBe(true);
+    expect(servedBy(await redis.cluster.masters(), Q).id).toBe(start.id);
+    // And the clients met the migration: the masters answered ASK (or TRYAGAIN) meanwhile.
+    const after = await redirections(redis);
+    expect(after.ask + after.tryagain - before.ask - before.tryagain).toBeGreaterThan(0);
+    console.log(`resharding: ${enqueued.size} items, keys moved per step ${moved.join("/")}, ` +
+      `ASK ${after.ask - before.ask}, TRYAGAIN ${after.tryagain - before.tryagain}, client retries ${retries.count}`);
+  });
+
+  it("answers UNAVAILABLE while a queue's slot stays half moved, and takes the same ack once it has moved", async () => {
+    const Q = "{half-moved}";
+    await sy.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
+    await sy.client.enqueue(Q, ["x", "y"]);
+    const lease = sy.client.lease(Q, 1);
+    const [d] = await lease.take(1);
+    lease.setCredit(0);
+    const masters = await redis.cluster.masters();
+    const migration = await redis.cluster.migrateSlot(slotOf(Q), masters.find((m) => m.id !== servedBy(masters, Q).id)!);
+    await migration.move(`${Q}.fence`); // the queue's keys are on two masters now: TRYAGAIN until the move ends
+    const unary = await sy.client.ack(d.leaseToken).then(() => "OK", (e: { code: number }) => e.code);
+    const streamed = new Promise<number>((ok) => lease.onSettleResult((r) => ok(r.code)));
+    lease.ack(d.leaseToken);
+    expect([unary, await streamed]).toEqual([UNAVAILABLE, UNAVAILABLE]);
+    expect(await sy.client.enqueue(Q, ["z"])).toHaveLength(1); // one key: served wherever the queue list is
+    await migration.finish();
+    await sy.client.ack(d.leaseToken);
+    expect([await redis.plain.llen(Q), await redis.plain.llen(`${Q}.processing`)]).toEqual([2, 0]);
+    await lease.close();
+  });
+
+  describe("while its slot migrates, every key still on the old master", () => {
+    const T0 = Date.UTC(2026, 0, 1);
+    beforeAll(() => defineScripts(redis.plain));
+    /** Starts moving `key`'s slot to another master; every key of the slot stays where it is until `finish`. */
+    async function migrating(key: string) {
+      const masters = await redis.cluster.masters();
+      const owner = servedBy(masters, key);
+      return redis.cluster.migrateSlot(slotOf(key), masters.find((m) => m.id !== owner.id)!);
+    }
+
+    it("lease.lua moves the fewer items the queue holds than asked for, and records each", async () => {
+      const keys = queueKeys("{mig-lease}", "{mig-lease}.processing", "{mig-lease}.dead", "");
+      await redis.plain.lpush(keys.queue, "a", "b", "c");
+      expect(await leaseItems(redis.plain, keys, T0, 1, 0)).toHaveLength(1); // processing, leases, deliveries, fence exist
+      const migration = await migrating(keys.queue);
+      // Emptying the queue must not end the script halfway, with items moved but not handed out.
+      const items = await leaseItems(redis.plain, keys, T0, 10, 0);
+      expect(items.map((i) => i.value.toString())).toEqual(["b", "c"]);
+      await migration.finish();
+      expect([await redis.plain.llen(keys.processing), await redis.plain.hlen(keys.leases)]).toEqual([3, 3]);
+    });
+
+    it("settle.lua applies a whole batch, also a stale settle after the last lease is gone", async () => {
+      const keys = queueKeys("{mig-settle}", "{mig-settle}.processing", "{mig-settle}.dead", "");
+      await redis.plain.lpush(keys.queue, "a", "b", "c");
+      await redis.plain.lpush(keys.deadLetter, "old"); // every key the script names exists
+      const [c, b] = await leaseItems(redis.plain, keys, T0, 2, 0);
+      const migration = await migrating(keys.queue);
+      const codes = await settleItems(redis.plain, keys, T0, 25, [
+        { action: "a", sha: c.sha, fence: c.fence },
+        { action: "a", sha: b.sha, fence: b.fence },
+        { action: "c", sha: c.sha, fence: c.fence }, // a late check: the leases hash is empty by now
+      ]);
+      expect(codes).toEqual([1, 1, -1]);
+      await migration.finish();
+      expect([await redis.plain.llen(keys.processing), await redis.plain.exists(keys.leases), await redis.plain.llen(keys.queue)]).toEqual([0, 0, 1]);
+    });
+
+    it("recover.lua returns every stale claim, also an unleased item after the last lease is gone", async () => {
+      const keys = queueKeys("{mig-recover}", "{mig-recover}.processing", "{mig-recover}.dead", "{mig-recover}.claims");
+      await redis.plain.lpush(keys.queue, "a");
+      await leaseItems(redis.plain, keys, T0, 1, 0);
+      // An item another client moved into processing: no lease, a claim from the sweep.
+      await redis.plain.lpush(keys.queue, "raw");
+      await redis.plain.lmove(keys.queue, keys.processing, "RIGHT", "LEFT");
+      await redis.plain.zadd(keys.recovery, T0 + 1, "raw");
+      await redis.plain.lpush(keys.queue, "keep");
+      await redis.plain.lpush(keys.deadLetter, "old"); // every key the script names exists
+      const migration = await migrating(keys.queue);
+      const pass = await recoverStale(redis.plain, keys, T0 + 60_000, 1000, 100, 25);
+      expect(pass).toEqual({ recovered: 2, deadLettered: 0, seen: 2 });
+      await migration.finish();
+      expect(await redis.plain.lrange(keys.queue, 0, -1)).toEqual(["keep", "a", "raw"]);
+      expect(await redis.plain.exists(keys.processing, keys.leases, keys.recovery)).toBe(0);
+    });
+  });
+});
