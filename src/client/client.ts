@@ -154,9 +154,11 @@ export class SwitchyardClient {
   }
 
   /** Enqueues items in order; resolves to their ids. */
-  async enqueue(queue: string, items: ItemInput[], options: { ttlMs?: number } = {}): Promise<string[]> {
+  async enqueue(queue: string, items: ItemInput[], options: { ttlMs?: number; minReplicas?: number; replicaTimeoutMs?: number } = {}): Promise<string[]> {
     const ttl = options.ttlMs ? durationFromMs(options.ttlMs) : undefined;
-    return (await this.call<{ ids: string[] }>("enqueue", { queue, items: items.map(toItem), ttl })).ids;
+    const replicaTimeout = options.replicaTimeoutMs ? durationFromMs(options.replicaTimeoutMs) : undefined;
+    const request = { queue, items: items.map(toItem), ttl, minReplicas: options.minReplicas ?? 0, replicaTimeout };
+    return (await this.call<{ ids: string[] }>("enqueue", request)).ids;
   }
 
   ack(leaseToken: string, reply?: Reply): Promise<AckResponse> {

@@ -276,6 +276,8 @@ export class Scheduler {
 
   private async fireCron(mount: Mount, tick: number): Promise<void> {
     if (this.mounts.get(mount.job.id) !== mount) return;
+    // A timer that fired early (the host's timers are not Redis's clock) claims nothing yet.
+    if (tick - this.clock.now() > 1000) return void (mount.timer = this.clock.setTimer(tick - this.clock.now(), () => this.fireCron(mount, tick)));
     try {
       const claim = await claimTick(this.client, this.keys.jobs, this.keys.ticks, mount.job.id, tick);
       await this.claimed(mount, tick, claim);

@@ -12,6 +12,7 @@ import {
   DeleteQueueResponseSchema,
   DropResponseSchema,
   type EnqueueItem,
+  type EnqueueRequest,
   EnqueueResponseSchema,
   ExtendLeaseResponseSchema,
   GetQueueResponseSchema,
@@ -212,9 +213,10 @@ export function queueServiceHandlers(queues: Queues, log: Logger, heartbeatInter
         })),
       });
     }),
-    enqueue: unary(log, "Enqueue", async (req: { queue: string; items: EnqueueItem[]; ttl?: Parameters<typeof durationMs>[1] }, call) => {
+    enqueue: unary(log, "Enqueue", async (req: EnqueueRequest, call) => {
       const items = withTrace(newItems(req.items), traceOf(call.metadata));
-      const ids = await queues.enqueue(req.queue, items, durationMs("ttl", req.ttl) ?? 0);
+      const wait = req.minReplicas > 0 ? { replicas: req.minReplicas, timeoutMs: durationMs("replica_timeout", req.replicaTimeout) ?? 1000 } : undefined;
+      const ids = await queues.enqueue(req.queue, items, durationMs("ttl", req.ttl) ?? 0, wait);
       return create(EnqueueResponseSchema, { ids });
     }),
     lease: leaseHandler(queues, log, heartbeatIntervalMs),

@@ -33,6 +33,12 @@ export interface NewItem {
   headers?: Record<string, string>;
 }
 
+/** Wait for replicas before answering an enqueue (Redis WAIT). */
+export interface ReplicaWait {
+  replicas: number;
+  timeoutMs: number;
+}
+
 /** Outcome of a settle. */
 export interface SettleOutcome {
   deadLettered: boolean;
@@ -159,15 +165,28 @@ export class Queues {
     return { config, ids, values, ttlMs };
   }
 
-  private async write(p: PreparedEnqueue): Promise<string[]> {
-    await pushItems(this.redis.client, p.config.name, Math.ceil(p.ttlMs), p.values);
+  private async write(p: PreparedEnqueue, wait?: ReplicaWait): Promise<string[]> {
+    const acked = await pushItems(this.redis.client, p.config.name, Math.ceil(p.ttlMs), p.values, wait);
     this.metrics.items(p.config.name, "enqueued", p.values.length);
+    if (wait && acked < wait.replicas) {
+      throw new SwitchyardError(
+        "unavailable",
+        `the items reached the master of "${p.config.name}" but only ${acked} of ${wait.replicas} replica(s) acknowledged them ` +
+          `within ${wait.timeoutMs} ms, so a failover could lose them; retrying may enqueue them twice`,
+      );
+    }
     return p.ids;
   }
 
-  /** Pushes items onto a declared queue (LPUSH), resetting its expiry when `ttlMs` > 0. */
-  async enqueue(queue: string, items: readonly NewItem[], ttlMs = 0): Promise<string[]> {
-    return this.write(await this.prepare(queue, items, ttlMs));
+  /**
+   * Pushes items onto a declared queue (LPUSH), resetting its expiry when
+   * `ttlMs` > 0; with `wait`, answers only once that many replicas have them.
+   */
+  async enqueue(queue: string, items: readonly NewItem[], ttlMs = 0, wait?: ReplicaWait): Promise<string[]> {
+    if (wait && (!Number.isInteger(wait.replicas) || wait.replicas < 0 || wait.timeoutMs < 0 || wait.timeoutMs > 60_000)) {
+      throw invalid("min_replicas must be a whole number and replica_timeout at most 60s");
+    }
+    return this.write(await this.prepare(queue, items, ttlMs), wait && wait.replicas > 0 ? wait : undefined);
   }
 
   /** Opens a lease stream on a declared queue. */

@@ -37,10 +37,24 @@ function call(client: RedisClient, name: ScriptName | `${ScriptName}Buffer`, arg
   return (client as unknown as Record<string, Invoke>)[name](...args);
 }
 
-/** push.lua: LPUSHes `values` and resets the expiry when `ttlMs` > 0; FAILED_PRECONDITION on a non-list key. */
-export async function pushItems(client: RedisClient, key: string, ttlMs: number, values: Buffer[]): Promise<number> {
+/**
+ * push.lua: LPUSHes `values` and resets the expiry when `ttlMs` > 0;
+ * FAILED_PRECONDITION on a non-list key. With `wait`, WAIT follows on the same
+ * connection (pipelined, so on a cluster it reaches the queue's master) and
+ * resolves to how many replicas acknowledged.
+ */
+export async function pushItems(
+  client: RedisClient, key: string, ttlMs: number, values: Buffer[], wait?: { replicas: number; timeoutMs: number },
+): Promise<number> {
   try {
-    return (await call(client, "syPush", [key, ttlMs, ...values])) as number;
+    if (!wait) return (await call(client, "syPush", [key, ttlMs, ...values])) as number;
+    const pipeline = client.pipeline() as unknown as Record<string, Invoke> & { wait(n: number, ms: number): unknown; exec(): Promise<[Error | null, unknown][]> };
+    pipeline.syPush(key, ttlMs, ...values);
+    pipeline.wait(wait.replicas, wait.timeoutMs);
+    const [[pushError], [waitError, acked]] = await pipeline.exec();
+    if (pushError) throw pushError;
+    if (waitError) throw waitError;
+    return acked as number;
   } catch (err) {
     const m = err instanceof Error ? /SYWRONGTYPE (\w+)/.exec(err.message) : null;
     if (!m) throw err;
