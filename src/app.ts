@@ -159,8 +159,12 @@ export async function startApp(config: Config, parts: AppParts = {}): Promise<Ap
       await queues.drain(config.shutdownGraceMs);
       await new Promise<void>((ok) => {
         server.tryShutdown(() => ok());
-        // Calls still open (a stream whose worker never half-closes) are cut after a moment.
-        setTimeout(() => server.forceShutdown(), 1000).unref();
+        // Calls still open (a stream whose worker never half-closes) are cut after a moment;
+        // tryShutdown's callback does not always follow a forced shutdown, so don't wait for it.
+        setTimeout(() => {
+          server.forceShutdown();
+          ok();
+        }, 1000).unref();
       });
       clockResync?.cancel();
       await scheduler.stop();

@@ -42,7 +42,9 @@ export class JobStore {
   async create(fields: JobFields, actor: string): Promise<JobRecord> {
     const valid = validateJobFields(fields).fields;
     // Checked before the write, so racing creates may pass the limit by a few: it guards size, not an exact count.
-    const existing = (await this.all()).length;
+    // HLEN counts soft-deleted records too, so only near the limit is the exact count worth its cost.
+    const stored = await this.redis.client.hlen(this.keys.jobs);
+    const existing = stored < this.maxJobs ? stored : (await this.all()).length;
     if (existing >= this.maxJobs) {
       throw new SwitchyardError(
         "resource_exhausted",
