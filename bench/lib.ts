@@ -1,0 +1,90 @@
+/** Small helpers shared by the benchmark rows: timing, statistics, bounded waits. */
+import { performance } from "node:perf_hooks";
+
+export const now = () => performance.now();
+export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+/** A payload of exactly `bytes` bytes; when `seq` is given it starts with it (zero-padded, 10 digits). */
+export function payload(bytes = 100, seq?: number): Buffer {
+  const head = seq === undefined ? "" : String(seq).padStart(10, "0");
+  return Buffer.from(head + "x".repeat(bytes - head.length));
+}
+
+/** Reads the sequence number written by {@link payload}. */
+export function seqOf(p: Uint8Array | string): number {
+  const s = typeof p === "string" ? p.slice(0, 10) : Buffer.from(p.buffer, p.byteOffset, 10).toString("latin1");
+  return Number(s);
+}
+
+export function median(xs: number[]): number {
+  return percentile(xs, 50);
+}
+
+/** Nearest-rank percentile (p in 0..100). */
+export function percentile(xs: number[], p: number): number {
+  if (xs.length === 0) return NaN;
+  const sorted = [...xs].sort((a, b) => a - b);
+  const rank = Math.ceil((p / 100) * sorted.length);
+  return sorted[Math.min(sorted.length - 1, Math.max(0, rank - 1))];
+}
+
+/** Runs `fn(i)` for i in [0, n) with at most `concurrency` calls in flight. */
+export async function pool(n: number, concurrency: number, fn: (i: number) => Promise<unknown>): Promise<void> {
+  let next = 0;
+  const lane = async () => {
+    while (next < n) await fn(next++);
+  };
+  await Promise.all(Array.from({ length: Math.min(concurrency, n) }, lane));
+}
+
+/** Polls `cond` every `everyMs` until it holds; throws after `timeoutMs`. */
+export async function waitFor(cond: () => boolean | Promise<boolean>, timeoutMs: number, what: string, everyMs = 2): Promise<void> {
+  const deadline = now() + timeoutMs;
+  while (!(await cond())) {
+    if (now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await sleep(everyMs);
+  }
+}
+
+/** A promise with its resolve function, for "the N-th item arrived". */
+export function deferred<T = void>(): { promise: Promise<T>; resolve: (v: T) => void; reject: (e: unknown) => void } {
+  let resolve!: (v: T) => void;
+  let reject!: (e: unknown) => void;
+  const promise = new Promise<T>((ok, fail) => ((resolve = ok), (reject = fail)));
+  return { promise, resolve, reject };
+}
+
+/** Rejects if `p` has not settled within `ms`. */
+export function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout;
+  const timeout = new Promise<never>((_, fail) => (timer = setTimeout(() => fail(new Error(`timed out after ${ms} ms: ${what}`)), ms)));
+  return Promise.race([p, timeout]).finally(() => clearTimeout(timer));
+}
+
+/** Redis servers and child processes to kill if the run is interrupted or fails (run.ts does). */
+export const leftovers = new Set<{ kill(signal?: NodeJS.Signals): unknown }>();
+
+export const log = (msg: string) => process.stderr.write(`[bench ${new Date().toISOString().slice(11, 19)}] ${msg}\n`);
+
+/**
+ * Profiles this process's CPU from now until the returned function is called,
+ * which writes a .cpuprofile (read it with bench/profile-summary.mjs). For
+ * profiling one phase of a row (e.g. the scheduler's ticks without its set-up).
+ */
+export async function startCpuProfile(): Promise<(file: string) => Promise<void>> {
+  const { Session } = await import("node:inspector");
+  const { writeFileSync } = await import("node:fs");
+  const session = new Session();
+  session.connect();
+  const post = (method: string, params?: object) =>
+    new Promise<unknown>((ok, fail) => session.post(method, params ?? {}, (err, res) => (err ? fail(err) : ok(res))));
+  await post("Profiler.enable");
+  await post("Profiler.setSamplingInterval", { interval: 500 });
+  await post("Profiler.start");
+  return async (file: string) => {
+    const { profile } = (await post("Profiler.stop")) as { profile: unknown };
+    writeFileSync(file, JSON.stringify(profile));
+    session.disconnect();
+    log(`wrote CPU profile ${file}`);
+  };
+}

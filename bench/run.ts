@@ -1,0 +1,476 @@
+/**
+ * `npm run bench`: Switchyard against BullMQ and raw ioredis on one private
+ * Redis, interleaved, 3 rounds; prints one table of medians and writes it to
+ * bench/RESULTS.md. See bench/README.md.
+ *
+ *   node dist-bench/run.js [--rows 1,2,5] [--rounds 3] [--scale 1] [--out FILE]
+ *                          [--server child [--server-node-args "--cpu-prof --cpu-prof-dir=DIR"]]
+ *                          [--only switchyard] [--redis-stats] [--profile-ticks FILE]
+ *
+ * A partial run (--rows, --rounds, --scale or --server given) prints its table
+ * but writes RESULTS.md only with --out. `--server child` is a diagnostic: rows
+ * 1–5 then talk to Switchyard running as `node dist/main.js` in a child process
+ * (on the same Redis), so the server's CPU is not shared with the load
+ * generator and can be profiled on its own. Rows 8 and 9 always run in-process.
+ */
+import { cpus, loadavg, totalmem } from "node:os";
+import { readFileSync, writeFileSync } from "node:fs";
+import { execFileSync } from "node:child_process";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { startBenchRedis, startBenchApp, type BenchApp, type BenchRedis } from "./env.js";
+import { SwitchyardClient } from "../dist/client/client.js";
+import { loadConfig } from "../dist/config.js";
+import { bullEnqueue, bullLeaseAck, rawEnqueue, syEnqueue, syLeaseAck, type Ctx } from "./throughput.js";
+import { bullLatency, syLatency } from "./latency.js";
+import { freePort, idleStreams, startServer } from "./streams.js";
+import { watchdogRecovery } from "./watchdog.js";
+import { SchedulerBench } from "./scheduler.js";
+import { leftovers, log, median, startCpuProfile } from "./lib.js";
+
+const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
+
+function arg(name: string): string | undefined {
+  const i = process.argv.indexOf(`--${name}`);
+  return i >= 0 ? process.argv[i + 1] : undefined;
+}
+const rowsWanted = new Set((arg("rows") ?? "1,2,3,4,5,5c,6,7,8,9").split(",").map((s) => s.trim()));
+const ROUNDS = Number(arg("rounds") ?? 3);
+const SCALE = Number(arg("scale") ?? 1);
+const SERVER = arg("server") ?? "in-process";
+/** Runs only the systems whose label starts with this (e.g. "switchyard"), and skips the warm-up: for profiling. */
+const ONLY = arg("only");
+/** Prints Redis INFO commandstats and SLOWLOG at the end of the run (stats reset after start-up). */
+const REDIS_STATS = process.argv.includes("--redis-stats");
+/** Row 9: writes a CPU profile of the measured ticks only (not the set-up) to this file. */
+const PROFILE_TICKS = arg("profile-ticks");
+const partial = ["rows", "rounds", "scale", "server", "only"].some((a) => arg(a) !== undefined);
+const outFile = arg("out") ?? (partial ? undefined : join(root, "bench", "RESULTS.md"));
+const want = (...ids: string[]) => ids.some((id) => rowsWanted.has(id));
+const n = (x: number) => Math.max(1000, Math.round((x * SCALE) / 1000) * 1000);
+
+/** Sizes: chosen so the whole run stays well under 10 minutes on 2 cores. */
+const SIZES = {
+  enqueueBatched: n(50_000),
+  enqueueInFlightBatched: 4,
+  enqueueSingle: n(20_000),
+  singleInFlight: 100,
+  lease: { items: n(50_000), streams: 10, credit: 100 },
+  bullConcurrency: 100,
+  latency: { ratePerSec: 500, items: Math.round(2500 * SCALE), warmup: 250, concurrency: 10 },
+  /** Row 5c, a diagnostic: the same with credit / concurrency 1 (a worker that is busy until its ack lands). */
+  latency1: { ratePerSec: 500, items: Math.round(1500 * SCALE), warmup: 250, concurrency: 1 },
+  streams: { queues: 100, streamsPerQueue: Math.round(100 * SCALE) },
+  watchdog: { claims: n(100_000), streams: 10 },
+  scheduler: { jobs: Math.round(10_000 * SCALE), due: Math.round(1_000 * SCALE), periodSec: 5 },
+};
+
+/** Per-round samples by metric name. */
+const samples = new Map<string, number[]>();
+const record = (metric: string, value: number) => {
+  if (!samples.has(metric)) samples.set(metric, []);
+  samples.get(metric)!.push(value);
+};
+const med = (metric: string) => (samples.has(metric) ? median(samples.get(metric)!) : NaN);
+
+/** Runs `systems` in a rotating order per round, so no system always goes first. */
+async function interleaved(row: string, systems: [string, () => Promise<void>][]): Promise<void> {
+  for (let round = 0; round < ROUNDS; round++) {
+    const order = systems.map((_, i) => systems[(i + round) % systems.length]).filter(([name]) => !ONLY || name.startsWith(ONLY));
+    for (const [name, run] of order) {
+      const t0 = Date.now();
+      await run();
+      log(`row ${row} round ${round + 1}: ${name} done in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+    }
+  }
+}
+
+const loadAtStart = loadavg();
+const fmtLoad = (l: number[]) => l.map((x) => x.toFixed(2)).join(" / ");
+
+for (const signal of ["SIGINT", "SIGTERM"] as const) {
+  process.once(signal, () => {
+    for (const p of leftovers) p.kill("SIGKILL");
+    process.exit(130);
+  });
+}
+
+async function main(): Promise<void> {
+  const started = Date.now();
+  const redis = await startBenchRedis(SERVER === "child" ? await freePort() : 0);
+  leftovers.add(redis.server.process);
+  let sy: BenchApp;
+  if (SERVER === "child") {
+    // unix:// when this build's config reads it, else loopback TCP.
+    const unix = loadConfig({ SWITCHYARD_REDIS_URL: `unix://${redis.socketPath}` }).redis.kind === "socket";
+    const url = unix ? `unix://${redis.socketPath}` : `redis://127.0.0.1:${redis.port}`;
+    const nodeArgs = (arg("server-node-args") ?? "").split(" ").filter(Boolean);
+    const { child, address } = await startServer(url, nodeArgs);
+    leftovers.add(child);
+    const client = new SwitchyardClient(address);
+    log(`switchyard child pid ${child.pid} on ${address}, redis ${url}`);
+    sy = {
+      app: { address } as BenchApp["app"],
+      client,
+      async stop() {
+        client.close();
+        child.kill("SIGTERM");
+        await new Promise((ok) => (child.exitCode !== null ? ok(undefined) : child.once("exit", ok)));
+      },
+    };
+  } else {
+    sy = await startBenchApp(redis.socketPath);
+  }
+  const ctx: Ctx = { redis, client: sy.client };
+  const info = (await redis.plain.info("server")) as string;
+  const redisVersion = /redis_version:(\S+)/.exec(info)?.[1] ?? "?";
+  log(`redis ${redisVersion} on ${redis.socketPath}; switchyard on ${sy.app.address}`);
+  if (REDIS_STATS) {
+    await redis.plain.config("RESETSTAT");
+    await redis.plain.config("SET", "slowlog-log-slower-than", "1000");
+    await redis.plain.slowlog("RESET");
+  }
+  try {
+    // Warm-up (not recorded): JIT, connections, script loading for every system.
+    if (want("1", "2", "3", "4", "6") && !ONLY) {
+      await syEnqueue(ctx, 5000, 1000, 4);
+      await bullEnqueue(ctx, 5000, 1000, 4);
+      await rawEnqueue(ctx, 5000, 1000, 4);
+      await syLeaseAck(ctx, "reliable", { items: 5000, streams: 10, credit: 100 });
+      await bullLeaseAck(ctx, 5000, 100);
+      log("warm-up done");
+    }
+    if (want("1", "6")) {
+      const s = SIZES.enqueueBatched;
+      const k = SIZES.enqueueInFlightBatched;
+      await interleaved("1/6", [
+        ["switchyard Enqueue x1000", async () => record("1.sy", await syEnqueue(ctx, s, 1000, k))],
+        ["bullmq addBulk(1000)", async () => record("1.bull", await bullEnqueue(ctx, s, 1000, k))],
+        ["raw LPUSH x1000", async () => record("1.raw", await rawEnqueue(ctx, s, 1000, k))],
+      ]);
+    }
+    if (want("2")) {
+      const s = SIZES.enqueueSingle;
+      const k = SIZES.singleInFlight;
+      await interleaved("2", [
+        ["switchyard Enqueue x1", async () => record("2.sy", await syEnqueue(ctx, s, 1, k))],
+        ["bullmq add", async () => record("2.bull", await bullEnqueue(ctx, s, 1, k))],
+        ["raw LPUSH x1", async () => record("2.raw", await rawEnqueue(ctx, s, 1, k))],
+      ]);
+    }
+    if (want("3")) {
+      await interleaved("3", [
+        ["switchyard reliable lease+ack", async () => record("3.sy", await syLeaseAck(ctx, "reliable", SIZES.lease))],
+        ["bullmq worker", async () => record("3.bull", await bullLeaseAck(ctx, SIZES.lease.items, SIZES.bullConcurrency))],
+      ]);
+    }
+    if (want("4")) {
+      await interleaved("4", [
+        ["switchyard simple lease", async () => record("4.sy", await syLeaseAck(ctx, "simple", SIZES.lease))],
+        ["bullmq worker", async () => record("4.bull", await bullLeaseAck(ctx, SIZES.lease.items, SIZES.bullConcurrency))],
+      ]);
+    }
+    if (want("5")) {
+      await interleaved("5", [
+        [
+          "switchyard latency",
+          async () => {
+            const r = await syLatency(ctx, SIZES.latency);
+            record("5.sy.p50", r.p50);
+            record("5.sy.p99", r.p99);
+          },
+        ],
+        [
+          "bullmq latency",
+          async () => {
+            const r = await bullLatency(ctx, SIZES.latency);
+            record("5.bull.p50", r.p50);
+            record("5.bull.p99", r.p99);
+          },
+        ],
+      ]);
+    }
+    if (want("5c")) {
+      await interleaved("5c", [
+        [
+          "switchyard latency, credit 1",
+          async () => {
+            const r = await syLatency(ctx, SIZES.latency1);
+            record("5c.sy.p50", r.p50);
+            record("5c.sy.p99", r.p99);
+          },
+        ],
+        [
+          "bullmq latency, concurrency 1",
+          async () => {
+            const r = await bullLatency(ctx, SIZES.latency1);
+            record("5c.bull.p50", r.p50);
+            record("5c.bull.p99", r.p99);
+          },
+        ],
+      ]);
+    }
+    if (want("7")) {
+      await interleaved("7", [
+        [
+          "switchyard idle streams (child server)",
+          async () => {
+            const r = await idleStreams(SIZES.streams);
+            record("7.conns", r.connections);
+            record("7.baseConns", r.baseConnections);
+            record("7.kbPerStream", r.rssKbPerStream);
+            record("7.rssBefore", r.rssBeforeMb);
+            record("7.rssAfter", r.rssAfterMb);
+          },
+        ],
+      ]);
+    }
+    if (want("8")) {
+      await interleaved("8", [
+        [
+          "switchyard watchdog pass",
+          async () => {
+            const r = await watchdogRecovery(ctx, { ...SIZES.watchdog, slowlog: REDIS_STATS });
+            record("8.rate", r.itemsPerSec);
+            record("8.p99", r.othersP99);
+            record("8.p50", r.othersP50);
+            record("8.baseP99", r.baselineP99);
+            record("8.passMs", r.passMs);
+          },
+        ],
+      ]);
+    }
+    if (want("9")) {
+      const bench = new SchedulerBench(ctx, SIZES.scheduler);
+      try {
+        await bench.setup();
+        record("9.setupMs", bench.setupMs);
+        record("9.apiCreateSec", bench.apiSec);
+        await bench.nextTick(); // warm-up tick, not recorded
+        const stopProfile = PROFILE_TICKS ? await startCpuProfile() : undefined;
+        await interleaved("9", [
+          [
+            "switchyard scheduler tick",
+            async () => {
+              const r = await bench.nextTick();
+              record("9.p50", r.p50);
+              record("9.p99", r.p99);
+              record("9.max", r.max);
+              record("9.runs", r.runs);
+              record("9.distinct", r.distinctJobs);
+            },
+          ],
+        ]);
+        await stopProfile?.(PROFILE_TICKS!);
+      } finally {
+        await bench.teardown();
+      }
+    }
+  } finally {
+    if (REDIS_STATS) await printRedisStats(redis.plain).catch((err: unknown) => log(`redis stats: ${String(err)}`));
+    await sy.stop();
+    await redis.stop();
+  }
+  const elapsed = (Date.now() - started) / 1000;
+  const table = renderTable();
+  process.stdout.write(`\n${table}\n`);
+  log(`finished in ${elapsed.toFixed(0)} s`);
+  if (outFile) {
+    writeFileSync(outFile, renderResults(table, elapsed, redisVersion));
+    log(`wrote ${outFile}`);
+  }
+}
+
+async function printRedisStats(plain: BenchRedis["plain"]): Promise<void> {
+  const stats = (await plain.info("commandstats")) as string;
+  const rows = [...stats.matchAll(/cmdstat_(\S+):calls=(\d+),usec=(\d+),usec_per_call=([\d.]+)/g)]
+    .map((m) => ({ cmd: m[1], calls: Number(m[2]), usec: Number(m[3]), per: Number(m[4]) }))
+    .sort((a, b) => b.usec - a.usec)
+    .slice(0, 15);
+  process.stderr.write("\nRedis INFO commandstats (top by total time):\n");
+  for (const r of rows) process.stderr.write(`  ${r.cmd.padEnd(14)} calls ${String(r.calls).padStart(9)}  total ${(r.usec / 1000).toFixed(0).padStart(7)} ms  per call ${r.per.toFixed(1)} µs\n`);
+  const slow = (await plain.slowlog("GET", 20)) as [number, number, number, (string | Buffer)[]][];
+  process.stderr.write(`Redis SLOWLOG (≥ 1 ms), ${slow.length} newest:\n`);
+  for (const [, , us, args] of slow) process.stderr.write(`  ${(us / 1000).toFixed(1)} ms  ${args.slice(0, 4).map((a) => String(a).slice(0, 24).replace(/\s+/g, " ")).join(" ")}\n`);
+}
+
+// ------------------------------------------------------------------ output
+
+const fmtRate = (x: number) => (Number.isFinite(x) ? `${Math.round(x).toLocaleString("en-US")}/s` : "—");
+const fmtMs = (x: number) => (Number.isFinite(x) ? `${x < 10 ? x.toFixed(2) : x.toFixed(1)} ms` : "—");
+const fmtRatio = (x: number) => (Number.isFinite(x) ? `${x.toFixed(2)}×` : "—");
+const fmtNum = (x: number, digits = 0) => (Number.isFinite(x) ? x.toFixed(digits) : "—");
+
+interface Line {
+  row: string;
+  what: string;
+  sy: string;
+  bull: string;
+  raw: string;
+  ratio: string;
+  target: string;
+  verdict: string;
+}
+
+/** "met", or how far off. `higher`: the value must be ≥ goal; else ≤ goal. */
+function verdict(value: number, goal: number, higher: boolean, unit = ""): string {
+  if (!Number.isFinite(value)) return "not run";
+  const ok = higher ? value >= goal : value <= goal;
+  if (ok) return "met";
+  const off = higher ? (1 - value / goal) * 100 : (value / goal - 1) * 100;
+  return `missed by ${off.toFixed(0)}% (${higher ? "needs" : "limit"} ${goal}${unit})`;
+}
+
+function lines(): Line[] {
+  const out: Line[] = [];
+  const throughputRow = (row: string, what: string, key: string, peer: "bull" | "raw", goal: number, targetText: string) => {
+    const sy = med(`${key}.sy`);
+    const bull = med(`${key}.bull`);
+    const raw = med(`${key}.raw`);
+    const ratio = sy / (peer === "bull" ? bull : raw);
+    out.push({ row, what, sy: fmtRate(sy), bull: fmtRate(bull), raw: fmtRate(raw), ratio: fmtRatio(ratio), target: targetText, verdict: verdict(ratio, goal, true, "×") });
+  };
+  if (samples.has("1.sy")) {
+    throughputRow("1", "enqueue, 1000 items per call, 4 calls in flight (items/s)", "1", "bull", 5, "≥ 5× BullMQ addBulk(1000)");
+  }
+  if (samples.has("2.sy")) throughputRow("2", "enqueue, 1 item per call, 100 calls in flight (items/s)", "2", "bull", 1, "≥ 1× BullMQ add");
+  if (samples.has("3.sy")) {
+    throughputRow("3", "reliable lease→ack, recovery set, 10 streams × credit 100 vs BullMQ Worker concurrency 100 (items/s)", "3", "bull", 2, "≥ 2×");
+  }
+  if (samples.has("4.sy")) throughputRow("4", "simple-queue lease, same shape (items/s)", "4", "bull", 3, "≥ 3×");
+  if (samples.has("5.sy.p50")) {
+    const p50 = med("5.sy.p50");
+    const p99 = med("5.sy.p99");
+    const b50 = med("5.bull.p50");
+    const b99 = med("5.bull.p99");
+    out.push({ row: "5a", what: "enqueue→delivery latency at 500 items/s, p50", sy: fmtMs(p50), bull: fmtMs(b50), raw: "—", ratio: fmtRatio(p50 / b50), target: "p50 ≤ 1 ms", verdict: verdict(p50, 1, false, " ms") });
+    out.push({ row: "5b", what: "enqueue→delivery latency at 500 items/s, p99", sy: fmtMs(p99), bull: fmtMs(b99), raw: "—", ratio: fmtRatio(p99 / b99), target: "p99 ≤ BullMQ's p99 (ratio ≤ 1)", verdict: verdict(p99 / b99, 1, false, "×") });
+  }
+  if (samples.has("5c.sy.p50")) {
+    const p50 = med("5c.sy.p50");
+    const p99 = med("5c.sy.p99");
+    const b50 = med("5c.bull.p50");
+    const b99 = med("5c.bull.p99");
+    out.push({ row: "5c", what: "diagnostic: the same with credit / concurrency 1, p50 · p99", sy: `${fmtMs(p50)} · ${fmtMs(p99)}`, bull: `${fmtMs(b50)} · ${fmtMs(b99)}`, raw: "—", ratio: `${fmtRatio(p50 / b50)} · ${fmtRatio(p99 / b99)}`, target: "(no target)", verdict: "—" });
+  }
+  if (samples.has("1.sy") && samples.has("1.raw")) {
+    const ratio = med("1.sy") / med("1.raw");
+    out.push({ row: "6", what: "enqueue 1000/call vs raw ioredis variadic LPUSH of 1000 (items/s)", sy: fmtRate(med("1.sy")), bull: "—", raw: fmtRate(med("1.raw")), ratio: fmtRatio(ratio), target: "report; aim ≥ 0.4", verdict: verdict(ratio, 0.4, true, "×") });
+  }
+  if (samples.has("7.conns")) {
+    const queues = SIZES.streams.queues;
+    const conns = med("7.conns");
+    const base = med("7.baseConns");
+    const perQueue = (conns - base) / queues;
+    const total = queues * SIZES.streams.streamsPerQueue;
+    out.push({ row: "7a", what: `${total.toLocaleString("en-US")} idle lease streams over ${queues} queues: server's Redis connections`, sy: `${fmtNum(conns)} (${fmtNum(base)} with no stream; ${fmtNum(perQueue, 2)} per queue)`, bull: "—", raw: "—", ratio: "—", target: "≤ 2 per queue with waiters + a constant", verdict: verdict(perQueue, 2, false, " per queue") });
+    const kb = med("7.kbPerStream");
+    out.push({ row: "7b", what: "… server RSS per stream", sy: `${fmtNum(kb, 1)} KB (RSS ${fmtNum(med("7.rssBefore"))} → ${fmtNum(med("7.rssAfter"))} MB)`, bull: "—", raw: "—", ratio: "—", target: "≤ 20 KB per stream", verdict: verdict(kb, 20, false, " KB") });
+  }
+  if (samples.has("8.rate")) {
+    out.push({ row: "8a", what: `watchdog recovering ${SIZES.watchdog.claims.toLocaleString("en-US")} stale claims (items/s)`, sy: `${fmtRate(med("8.rate"))} (pass ${fmtNum(med("8.passMs") / 1000, 2)} s)`, bull: "—", raw: "—", ratio: "—", target: "≥ 50,000/s", verdict: verdict(med("8.rate"), 50_000, true, "/s") });
+    out.push({ row: "8b", what: "… another client's PING/GET latency meanwhile, p99", sy: `${fmtMs(med("8.p99"))} (p50 ${fmtMs(med("8.p50"))}; idle p99 ${fmtMs(med("8.baseP99"))})`, bull: "—", raw: "—", ratio: "—", target: "p99 ≤ 10 ms", verdict: verdict(med("8.p99"), 10, false, " ms") });
+  }
+  if (samples.has("9.p50")) {
+    const { jobs, due } = SIZES.scheduler;
+    const runs = samples.get("9.runs")!;
+    const distinct = samples.get("9.distinct")!;
+    const once = runs.every((r, i) => r === due && distinct[i] === due);
+    out.push({ row: "9a", what: `scheduler, ${jobs.toLocaleString("en-US")} mounted jobs, ${due.toLocaleString("en-US")} due in one second: tick lateness p50`, sy: fmtMs(med("9.p50")), bull: "—", raw: "—", ratio: "—", target: "(report)", verdict: "—" });
+    out.push({ row: "9b", what: "… tick lateness p99 (and every due job ran exactly once per tick)", sy: `${fmtMs(med("9.p99"))} (max ${fmtMs(med("9.max"))}; runs per tick ${runs.join(", ")})`, bull: "—", raw: "—", ratio: "—", target: "p99 ≤ 50 ms; each due job runs once", verdict: once ? verdict(med("9.p99"), 50, false, " ms") : `FAILED: runs per tick ${runs.join(",")}, distinct ${distinct.join(",")}` });
+  }
+  return out;
+}
+
+function renderTable(): string {
+  const head = "| row | what (median of rounds) | Switchyard | BullMQ | raw ioredis | Switchyard / peer | target | verdict |";
+  const sep = "|---|---|---|---|---|---|---|---|";
+  const body = lines().map((l) => `| ${l.row} | ${l.what} | ${l.sy} | ${l.bull} | ${l.raw} | ${l.ratio} | ${l.target} | ${l.verdict} |`);
+  return [head, sep, ...body].join("\n");
+}
+
+/** The commit measured, with "-dirty" when the work tree had uncommitted changes. */
+function revision(): string {
+  try {
+    return execFileSync("git", ["describe", "--always", "--dirty"], { cwd: root, encoding: "utf8" }).trim();
+  } catch {
+    return "unknown";
+  }
+}
+
+function version(pkg: string): string {
+  try {
+    return (JSON.parse(readFileSync(join(root, "node_modules", pkg, "package.json"), "utf8")) as { version: string }).version;
+  } catch {
+    return "?";
+  }
+}
+
+function renderResults(table: string, elapsedSec: number, redisVersion: string): string {
+  const cpu = cpus();
+  const perRound = [...samples.entries()]
+    .map(([k, v]) => `| ${k} | ${v.map((x) => (Math.abs(x) >= 100 ? Math.round(x).toString() : x.toFixed(2))).join(" · ")} | ${(Math.abs(median(v)) >= 100 ? Math.round(median(v)).toString() : median(v).toFixed(2))} |`)
+    .join("\n");
+  return `# Switchyard benchmark results
+
+Written by \`npm run bench\` on ${new Date().toISOString()} (took ${elapsedSec.toFixed(0)} s).
+Every number is the median of ${ROUNDS} rounds; within a round Switchyard and its peers run one
+after the other on the same Redis, in an order that rotates from round to round.
+
+## Results
+
+${table}
+
+Ratios are Switchyard / peer: higher is better for throughput (rows 1–4, 6), lower is better for
+latency (row 5). Row 6's peer is the raw ioredis client; rows 1–2 show it for reference.
+
+## Machine and versions
+
+- CPU: ${cpu[0]?.model ?? "?"}, ${cpu.length} cores (shared, noisy); memory ${(totalmem() / 2 ** 30).toFixed(1)} GiB
+- Load average (1 / 5 / 15 min) at the start: ${fmtLoad(loadAtStart)}; at the end: ${fmtLoad(loadavg())}. Anything
+  above ~1 means other work shared the 2 cores with this run, and the numbers are lower and noisier for it.
+- Switchyard at \`${revision()}\` (built from the work tree by \`npm run build\`)
+- Node ${process.version}; redis-server ${redisVersion}; bullmq ${version("bullmq")}; ioredis ${version("ioredis")}; @grpc/grpc-js ${version("@grpc/grpc-js")}; @bufbuild/protobuf ${version("@bufbuild/protobuf")}
+- Command: \`npm run bench\` (= \`npm run build && tsc -p bench/tsconfig.json && node dist-bench/run.js\`); server ${SERVER}; this run: \`${["node", ...process.argv.slice(1).map((a) => a.replace(root + "/", ""))].join(" ")}\`
+
+## Set-up
+
+- One private \`redis-server\` (\`startEmbeddedRedis\`, append-only off, no RDB saves) on a unix socket;
+  Switchyard, BullMQ and the raw client all reach it through that socket.
+- Switchyard runs in-process (\`startApp\`, log level warn, gRPC on 127.0.0.1); the load generator is the
+  project's own client (\`SwitchyardClient\`, \`runWorker\`) over real gRPC on loopback, in the same
+  process. BullMQ and the raw client run in the same process too.
+- Payloads are 100 bytes. BullMQ jobs are added with \`removeOnComplete/removeOnFail: true\` (Switchyard's
+  ack deletes the item too). Switchyard queues are RELIABLE (rows 1, 2, 3, 5, 8; rows 3, 5 and 8 with a
+  recovery set) or SIMPLE (row 4).
+- Sizes per round: rows 1/6 ${SIZES.enqueueBatched.toLocaleString("en-US")} items (${SIZES.enqueueInFlightBatched} calls of 1000 in flight, same for addBulk and LPUSH);
+  row 2 ${SIZES.enqueueSingle.toLocaleString("en-US")} items (${SIZES.singleInFlight} calls in flight); rows 3–4 ${SIZES.lease.items.toLocaleString("en-US")} items prefilled (not timed),
+  timed from starting the workers until the last item is settled in Redis (Switchyard reliable: processing
+  list empty; simple: last item handed to a handler; BullMQ: last \`completed\` event); row 5
+  ${SIZES.latency.items.toLocaleString("en-US")} items at ${SIZES.latency.ratePerSec}/s (open loop) after ${SIZES.latency.warmup} warm-up items, one worker with credit / concurrency
+  ${SIZES.latency.concurrency} on both sides (so it is waiting when an item arrives), latency from just before the enqueue/add call
+  to the handler's start (5c: the same with ${SIZES.latency1.items.toLocaleString("en-US")} items and credit / concurrency 1); row 7 ${SIZES.streams.queues} queues × ${SIZES.streams.streamsPerQueue} streams
+  (credit 1, one client connection per queue) on a child \`node dist/main.js\` with its own Redis, RSS from
+  /proc before (queues declared, no stream) and after all streams opened; row 8 ${SIZES.watchdog.claims.toLocaleString("en-US")} items leased
+  through ${SIZES.watchdog.streams} real streams on a dedicated instance (periodic watchdog off), one \`watchdog.pass()\` timed once
+  min_idle (1 s) has passed on the real clock, while another connection sends PING/GET back to back;
+  row 9 ${SIZES.scheduler.jobs.toLocaleString("en-US")} jobs on a dedicated instance (${SIZES.scheduler.due.toLocaleString("en-US")} every ${SIZES.scheduler.periodSec} s, created and resumed through the API; the
+  rest daily, 12 h away, written straight into the job hash and mounted by \`scheduler.resync()\`, because
+  CreateJob currently reads every job on each call; default execute policy SINGLETON); a no-op handler
+  records the scheduler clock at each call; lateness = that time − the tick; one warm-up tick, then
+  ${ROUNDS} ticks.
+- A warm-up (5,000 items through each system) runs first and is not recorded.
+
+## Every round
+
+| metric | rounds | median |
+|---|---|---|
+${perRound}
+`;
+}
+
+main().catch((err: unknown) => {
+  process.stderr.write(`bench failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
+  for (const p of leftovers) p.kill("SIGKILL");
+  process.exit(1);
+});
