@@ -215,7 +215,7 @@ export function queueServiceHandlers(queues: Queues, log: Logger, heartbeatInter
     }),
     enqueue: unary(log, "Enqueue", async (req: EnqueueRequest, call) => {
       const items = withTrace(newItems(req.items), traceOf(call.metadata));
-      const wait = req.minReplicas > 0 ? { replicas: req.minReplicas, timeoutMs: durationMs("replica_timeout", req.replicaTimeout) ?? 1000 } : undefined;
+      const wait = req.minReplicas > 0 ? { replicas: req.minReplicas, timeoutMs: durationMs("replica_timeout", req.replicaTimeout) || 1000 } : undefined;
       const ids = await queues.enqueue(req.queue, items, durationMs("ttl", req.ttl) ?? 0, wait);
       return create(EnqueueResponseSchema, { ids });
     }),

@@ -33,6 +33,9 @@ export interface NewItem {
   headers?: Record<string, string>;
 }
 
+/** More replicas than any Redis deployment has; WAIT for more could only time out. */
+const MAX_REPLICAS = 64;
+
 /** Wait for replicas before answering an enqueue (Redis WAIT). */
 export interface ReplicaWait {
   replicas: number;
@@ -183,9 +186,10 @@ export class Queues {
    * `ttlMs` > 0; with `wait`, answers only once that many replicas have them.
    */
   async enqueue(queue: string, items: readonly NewItem[], ttlMs = 0, wait?: ReplicaWait): Promise<string[]> {
-    if (wait && (!Number.isInteger(wait.replicas) || wait.replicas < 0 || wait.timeoutMs < 0 || wait.timeoutMs > 60_000)) {
-      throw invalid("min_replicas must be a whole number and replica_timeout at most 60s");
+    if (wait && (!Number.isInteger(wait.replicas) || wait.replicas < 0 || wait.replicas > MAX_REPLICAS)) {
+      throw invalid(`min_replicas must be between 0 and ${MAX_REPLICAS}`);
     }
+    if (wait && (wait.timeoutMs <= 0 || wait.timeoutMs > 60_000)) throw invalid("replica_timeout must be more than 0 and at most 60s");
     return this.write(await this.prepare(queue, items, ttlMs), wait && wait.replicas > 0 ? wait : undefined);
   }
 

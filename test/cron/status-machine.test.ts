@@ -78,7 +78,8 @@ describe("job status machine (seed 001 §5.2)", () => {
     const next = updated.nextFireTimes.map((t) => Number(t.seconds) * 1000);
     expect(next).toHaveLength(5);
     expect(next.every((t) => t % 300_000 === 0)).toBe(true);
-    expect(mounted()).toContain(job.id);
+    // The remount follows the change notice (pub/sub), which on a cluster crosses the cluster bus.
+    await expect.poll(() => mounted()).toContain(job.id);
   });
 
   it("refuses an invalid expression on create and update, saving nothing", async () => {

@@ -27,6 +27,11 @@ export interface ClusterMaster {
   slots: [number, number][];
 }
 
+/** The master among `masters` that serves hash slot `slot`. */
+export function ownerOf(masters: ClusterMaster[], slot: number): ClusterMaster | undefined {
+  return masters.find((m) => m.slots.some(([first, last]) => slot >= first && slot <= last));
+}
+
 /** A slot on its way from one master to another. */
 export interface SlotMigration {
   /** MIGRATEs these keys of the slot now, leaving the others where they are. */
@@ -212,7 +217,7 @@ export async function startCluster(): Promise<TestCluster> {
     masters,
     async migrateSlot(slot, to) {
       const current = await masters();
-      const from = current.find((m) => m.slots.some(([a, b]) => slot >= a && slot <= b));
+      const from = ownerOf(current, slot);
       if (!from) throw new Error(`no master serves slot ${slot}`);
       if (from.id === to.id) throw new Error(`slot ${slot} is on ${to.node.port} already`);
       await withNode(to.node.port, (dst) => dst.cluster("SETSLOT", slot, "IMPORTING", from.id));

@@ -20,7 +20,7 @@ export interface TestRedis {
   target: RedisTarget;
   /** The same, as environment variables for a Switchyard child process. */
   env: Record<string, string>;
-  /** The node that holds `key`, for per-node commands such as INFO and CONFIG. */
+  /** The node that holds `key` (by the plain client's slot table), for per-node commands such as INFO and CONFIG. */
   nodeFor(key: string): Redis;
   /** A connection to every node (masters and replicas), for per-node commands such as CLIENT LIST. */
   nodes(): Redis[];

@@ -9,7 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { QueueMode } from "../../src/gen/switchyard/v1/queue_pb.js";
 import { queueKeys, slotOf } from "../../src/redis/keys.js";
 import { defineScripts, leaseItems, recoverStale, settleItems } from "../../src/redis/scripts.js";
-import type { ClusterMaster } from "../helpers/cluster.js";
+import { ownerOf, type ClusterMaster } from "../helpers/cluster.js";
 import { onCluster, startClusterRedis, type ClusterRedis } from "../helpers/redis.js";
 import { startSwitchyard, type TestSwitchyard } from "../helpers/switchyard.js";
 
@@ -29,8 +29,7 @@ async function retrying<T>(fn: () => Promise<T>, retries: { count: number }): Pr
   }
 }
 
-const servedBy = (masters: ClusterMaster[], key: string) =>
-  masters.find((m) => m.slots.some(([first, last]) => slotOf(key) >= first && slotOf(key) <= last))!;
+const servedBy = (masters: ClusterMaster[], key: string) => ownerOf(masters, slotOf(key))!;
 
 /** How often the masters answered ASK or TRYAGAIN so far (INFO errorstats). */
 async function redirections(redis: ClusterRedis): Promise<{ ask: number; tryagain: number }> {
