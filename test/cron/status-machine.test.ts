@@ -1,43 +1,33 @@
 /** The seed's job status machine (SPEC C2), through the API. */
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { JobStatus } from "../../src/gen/switchyard/v1/cron_pb.js";
-import { startRedis, type TestRedis } from "../helpers/redis.js";
-import { startSwitchyard, type TestSwitchyard } from "../helpers/switchyard.js";
+import { useSwitchyard } from "../helpers/switchyard.js";
 
-let redis: TestRedis;
-let sy: TestSwitchyard;
-beforeAll(async () => {
-  redis = await startRedis();
-  sy = await startSwitchyard(redis);
-});
-afterAll(async () => {
-  await sy.stop();
-  await redis.stop();
-});
+const t = useSwitchyard();
 
-const newJob = () => sy.client.createJob({ name: "hello", target: "HelloWorld", schedule: "0 30 3 * * *" });
-const mounted = () => sy.app.scheduler.mounted();
+const newJob = () => t.sy.client.createJob({ name: "hello", target: "HelloWorld", schedule: "0 30 3 * * *" });
+const mounted = () => t.sy.app.scheduler.mounted();
 const FAILED_PRECONDITION = 9;
 
 describe("job status machine (seed 001 §5.2)", () => {
   it("stores every new job UNPUBLISHED and unmounted, whatever the request says", async () => {
-    const job = await sy.client.createJob({ name: "x", target: "HelloWorld", schedule: "0 30 3 * * *", status: JobStatus.RUNNING });
+    const job = await t.sy.client.createJob({ name: "x", target: "HelloWorld", schedule: "0 30 3 * * *", status: JobStatus.RUNNING });
     expect(job.status).toBe(JobStatus.UNPUBLISHED);
     expect(mounted()).not.toContain(job.id);
-    expect(JSON.parse((await redis.plain.hget("{switchyard}:jobs", job.id))!).status).toBe(0);
+    expect(JSON.parse((await t.redis.plain.hget("{switchyard}:jobs", job.id))!).status).toBe(0);
   });
 
   it("walks every edge of the diagram, mounting on RUNNING and unmounting otherwise", async () => {
     const { id } = await newJob();
     const edges: [string, () => Promise<{ status: JobStatus }>, JobStatus, boolean][] = [
-      ["0 → 1 by Status(1)", () => sy.client.setJobStatus(id, JobStatus.RUNNING), JobStatus.RUNNING, true],
-      ["1 → 2 by Status(2)", () => sy.client.setJobStatus(id, JobStatus.PAUSED), JobStatus.PAUSED, false],
-      ["2 → 1 by Resume", () => sy.client.resumeJob(id), JobStatus.RUNNING, true],
-      ["1 → 2 by Pause", () => sy.client.pauseJob(id), JobStatus.PAUSED, false],
-      ["2 → 1 by Status(1)", () => sy.client.setJobStatus(id, JobStatus.RUNNING), JobStatus.RUNNING, true],
-      ["1 → 2 by Pause", () => sy.client.pauseJob(id), JobStatus.PAUSED, false],
-      ["2 → 0 by Status(0)", () => sy.client.setJobStatus(id, JobStatus.UNPUBLISHED), JobStatus.UNPUBLISHED, false],
-      ["0 → 1 by Resume", () => sy.client.resumeJob(id), JobStatus.RUNNING, true],
+      ["0 → 1 by Status(1)", () => t.sy.client.setJobStatus(id, JobStatus.RUNNING), JobStatus.RUNNING, true],
+      ["1 → 2 by Status(2)", () => t.sy.client.setJobStatus(id, JobStatus.PAUSED), JobStatus.PAUSED, false],
+      ["2 → 1 by Resume", () => t.sy.client.resumeJob(id), JobStatus.RUNNING, true],
+      ["1 → 2 by Pause", () => t.sy.client.pauseJob(id), JobStatus.PAUSED, false],
+      ["2 → 1 by Status(1)", () => t.sy.client.setJobStatus(id, JobStatus.RUNNING), JobStatus.RUNNING, true],
+      ["1 → 2 by Pause", () => t.sy.client.pauseJob(id), JobStatus.PAUSED, false],
+      ["2 → 0 by Status(0)", () => t.sy.client.setJobStatus(id, JobStatus.UNPUBLISHED), JobStatus.UNPUBLISHED, false],
+      ["0 → 1 by Resume", () => t.sy.client.resumeJob(id), JobStatus.RUNNING, true],
     ];
     for (const [edge, move, status, isMounted] of edges) {
       expect((await move()).status, edge).toBe(status);
@@ -47,32 +37,32 @@ describe("job status machine (seed 001 §5.2)", () => {
 
   it("refuses the moves the diagram does not have, changing nothing", async () => {
     const { id } = await newJob();
-    await expect(sy.client.pauseJob(id)).rejects.toMatchObject({ code: FAILED_PRECONDITION }); // 0 → 2
-    await expect(sy.client.setJobStatus(id, JobStatus.PAUSED)).rejects.toMatchObject({
+    await expect(t.sy.client.pauseJob(id)).rejects.toMatchObject({ code: FAILED_PRECONDITION }); // 0 → 2
+    await expect(t.sy.client.setJobStatus(id, JobStatus.PAUSED)).rejects.toMatchObject({
       code: FAILED_PRECONDITION,
       details: expect.stringContaining("can become RUNNING (1)"),
     });
-    await sy.client.resumeJob(id);
-    await expect(sy.client.setJobStatus(id, JobStatus.UNPUBLISHED)).rejects.toMatchObject({ code: FAILED_PRECONDITION }); // 1 → 0
-    expect((await sy.client.getJob(id)).status).toBe(JobStatus.RUNNING);
-    await expect(sy.client.setJobStatus(id, JobStatus.UNSPECIFIED)).rejects.toMatchObject({ code: 3 });
+    await t.sy.client.resumeJob(id);
+    await expect(t.sy.client.setJobStatus(id, JobStatus.UNPUBLISHED)).rejects.toMatchObject({ code: FAILED_PRECONDITION }); // 1 → 0
+    expect((await t.sy.client.getJob(id)).status).toBe(JobStatus.RUNNING);
+    await expect(t.sy.client.setJobStatus(id, JobStatus.UNSPECIFIED)).rejects.toMatchObject({ code: 3 });
   });
 
   it("soft-deletes from any state and unmounts", async () => {
     const { id } = await newJob();
-    await sy.client.resumeJob(id);
+    await t.sy.client.resumeJob(id);
     await expect.poll(() => mounted().includes(id)).toBe(true);
-    await sy.client.deleteJob(id);
+    await t.sy.client.deleteJob(id);
     await expect.poll(() => mounted().includes(id)).toBe(false);
-    await expect(sy.client.getJob(id)).rejects.toMatchObject({ code: 5 });
-    expect(JSON.parse((await redis.plain.hget("{switchyard}:jobs", id))!).deleted).toBe(true);
-    await expect(sy.client.deleteJob(id)).rejects.toMatchObject({ code: 5 });
+    await expect(t.sy.client.getJob(id)).rejects.toMatchObject({ code: 5 });
+    expect(JSON.parse((await t.redis.plain.hget("{switchyard}:jobs", id))!).deleted).toBe(true);
+    await expect(t.sy.client.deleteJob(id)).rejects.toMatchObject({ code: 5 });
   });
 
   it("remounts a running job when it is updated", async () => {
     const job = await newJob();
-    await sy.client.resumeJob(job.id);
-    const updated = await sy.client.updateJob({ id: job.id, schedule: "# */5 * * * *" }, ["schedule"]);
+    await t.sy.client.resumeJob(job.id);
+    const updated = await t.sy.client.updateJob({ id: job.id, schedule: "# */5 * * * *" }, ["schedule"]);
     expect(updated.schedule).toBe("0 */5 * * * *");
     expect(updated.status).toBe(JobStatus.RUNNING);
     const next = updated.nextFireTimes.map((t) => Number(t.seconds) * 1000);
@@ -83,18 +73,18 @@ describe("job status machine (seed 001 §5.2)", () => {
   });
 
   it("refuses an invalid expression on create and update, saving nothing", async () => {
-    const before = await redis.plain.hlen("{switchyard}:jobs");
-    await expect(sy.client.createJob({ name: "bad", target: "HelloWorld", schedule: "61 * * * * *" })).rejects.toMatchObject({
+    const before = await t.redis.plain.hlen("{switchyard}:jobs");
+    await expect(t.sy.client.createJob({ name: "bad", target: "HelloWorld", schedule: "61 * * * * *" })).rejects.toMatchObject({
       code: 3,
       details: expect.stringContaining("invalid cron expression"),
     });
-    await expect(sy.client.createJob({ name: "bad", target: "HelloWorld", schedule: "* * * * *" })).rejects.toMatchObject({
+    await expect(t.sy.client.createJob({ name: "bad", target: "HelloWorld", schedule: "* * * * *" })).rejects.toMatchObject({
       code: 3,
       details: expect.stringContaining("invalid cron expression"),
     });
-    expect(await redis.plain.hlen("{switchyard}:jobs")).toBe(before);
+    expect(await t.redis.plain.hlen("{switchyard}:jobs")).toBe(before);
     const job = await newJob();
-    await expect(sy.client.updateJob({ id: job.id, schedule: "nonsense" }, ["schedule"])).rejects.toMatchObject({ code: 3 });
-    expect((await sy.client.getJob(job.id)).schedule).toBe("0 30 3 * * *");
+    await expect(t.sy.client.updateJob({ id: job.id, schedule: "nonsense" }, ["schedule"])).rejects.toMatchObject({ code: 3 });
+    expect((await t.sy.client.getJob(job.id)).schedule).toBe("0 30 3 * * *");
   });
 });

@@ -6,7 +6,8 @@ import { createLogger, type Logger } from "../../src/log.js";
 import { SwitchyardClient } from "../../src/client/client.js";
 import type { JobHandler } from "../../src/cron/handlers.js";
 import type { HostResolver } from "../../src/cron/http-guard.js";
-import type { TestRedis } from "./redis.js";
+import { afterAll, beforeAll } from "vitest";
+import { startRedis, type TestRedis } from "./redis.js";
 
 /** A running instance and a client connected to it. */
 export interface TestSwitchyard {
@@ -54,6 +55,31 @@ export async function startSwitchyard(
     async stop() {
       client.close();
       await app.stop();
+    },
+  };
+}
+
+/**
+ * A private Redis and one instance for the whole test file, started before its
+ * tests and stopped after them: `const t = useSwitchyard(); … t.sy.client …`.
+ */
+export function useSwitchyard(options: Parameters<typeof startSwitchyard>[1] = {}): { readonly redis: TestRedis; readonly sy: TestSwitchyard } {
+  let redis: TestRedis | undefined;
+  let sy: TestSwitchyard | undefined;
+  beforeAll(async () => {
+    redis = await startRedis();
+    sy = await startSwitchyard(redis, options);
+  });
+  afterAll(async () => {
+    await sy?.stop();
+    await redis?.stop();
+  });
+  return {
+    get redis() {
+      return redis!;
+    },
+    get sy() {
+      return sy!;
     },
   };
 }
