@@ -18,6 +18,8 @@ export interface Config {
   readonly grpcAddress: string;
   /** host:port of the side HTTP port (/metrics, /healthz, /readyz); "" when turned off. */
   readonly httpAddress: string;
+  /** Serve the web dashboard and its API (/dashboard/, /api/) on the side HTTP port. */
+  readonly dashboard: boolean;
   /** Load an OpenTelemetry preload module before grpc-js (main.ts). */
   readonly otel: boolean;
   /** The module `otel` loads: a package name, a path or a file: URL. */
@@ -159,6 +161,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   return Object.freeze({
     grpcAddress: env.SWITCHYARD_GRPC_ADDRESS ?? defaults.grpcAddress,
     httpAddress: httpAddress(env.SWITCHYARD_HTTP_ADDRESS ?? defaults.httpAddress),
+    dashboard: env.SWITCHYARD_DASHBOARD === undefined ? true : onOff("SWITCHYARD_DASHBOARD", env.SWITCHYARD_DASHBOARD),
     otel: onOff("SWITCHYARD_OTEL", env.SWITCHYARD_OTEL),
     otelModule: env.SWITCHYARD_OTEL_MODULE || defaults.otelModule,
     redis: redisTarget(env),

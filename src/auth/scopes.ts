@@ -1,7 +1,7 @@
 /**
  * Scopes: what a caller may do. A scope is a name from the seed's permission
- * list (`sys:job:list`, ...) or a queue scope (`queue:admin`, `queue:enqueue`,
- * `queue:lease`) optionally limited to queue names by a pattern after a third
+ * list (`sys:job:list`, ...) or a queue scope (`queue:read`, `queue:admin`,
+ * `queue:enqueue`, `queue:lease`) optionally limited to queue names by a pattern after a third
  * colon: `queue:lease:{thumbnails}` (exact) or `queue:enqueue:cache.*` (a glob,
  * `*` any run of characters, `?` one). `*` alone grants everything.
  */
@@ -20,7 +20,10 @@ export const SYSTEM_SCOPES = [
 ] as const;
 
 /** Scopes that may name queue patterns. */
-export const QUEUE_SCOPES = ["queue:admin", "queue:enqueue", "queue:lease"] as const;
+export const QUEUE_SCOPES = ["queue:read", "queue:admin", "queue:enqueue", "queue:lease"] as const;
+
+/** Scopes that include another: an admin of a queue may read it. */
+const IMPLIED: Readonly<Partial<Record<ScopeName, ScopeName>>> = { "queue:admin": "queue:read" };
 
 /** A scope name, without a queue pattern. */
 export type ScopeName = (typeof SYSTEM_SCOPES)[number] | (typeof QUEUE_SCOPES)[number];
@@ -89,7 +92,7 @@ export class Grants {
   allows(need: Need): boolean {
     return this.matchers.some(({ grant, matches }) => {
       if (grant.name === "*") return true;
-      if (grant.name !== need.scope) return false;
+      if (grant.name !== need.scope && IMPLIED[grant.name] !== need.scope) return false;
       if (need.queue === undefined) return true;
       if (need.queue === "*") return grant.pattern === "*";
       return matches(need.queue);

@@ -34,8 +34,10 @@ import {
   type ListJobLogsResponse,
   type ListJobsRequestSchema,
   type ListJobsResponse,
+  type PreviewScheduleResponse,
 } from "../gen/switchyard/v1/cron_pb.js";
 import { AuditService, type ListAuditLogsResponse } from "../gen/switchyard/v1/audit_pb.js";
+import { AuthService, type GetCallerResponse } from "../gen/switchyard/v1/auth_pb.js";
 import { clientConstructor } from "../grpc/adapter.js";
 
 /** Something to enqueue: bytes, a string (UTF-8), or an item with headers. */
@@ -94,6 +96,7 @@ export class SwitchyardClient {
   readonly grpc: grpc.Client;
   readonly cronGrpc: grpc.Client;
   readonly auditGrpc: grpc.Client;
+  readonly authGrpc: grpc.Client;
   private readonly timeoutMs: number;
 
   constructor(address: string, options: ClientOptions = {}) {
@@ -103,6 +106,7 @@ export class SwitchyardClient {
     this.grpc = new (clientConstructor(QueueService))(address, credentials, clientOptions);
     this.cronGrpc = new (clientConstructor(CronService))(address, credentials, clientOptions);
     this.auditGrpc = new (clientConstructor(AuditService))(address, credentials, clientOptions);
+    this.authGrpc = new (clientConstructor(AuthService))(address, credentials, clientOptions);
     this.timeoutMs = options.timeoutMs ?? 30_000;
   }
 
@@ -127,6 +131,11 @@ export class SwitchyardClient {
     return this.send(this.auditGrpc, AuditService.method.listAuditLogs.input, "listAuditLogs", { pageSize, pageToken });
   }
 
+  /** Who the server takes this client for, and its scopes. */
+  getCaller(): Promise<GetCallerResponse> {
+    return this.send(this.authGrpc, AuthService.method.getCaller.input, "getCaller", {});
+  }
+
   /** Declares a queue; resolves to the stored declaration. */
   async createQueue(queue: MessageInitShape<typeof QueueSchema>): Promise<Queue> {
     return (await this.call<{ queue: Queue }>("createQueue", { queue })).queue;
@@ -147,6 +156,23 @@ export class SwitchyardClient {
   /** Items of a queue's ready or dead-letter list, next to leave first, without moving them (limit 0: 10). */
   peekQueue(name: string, list: QueueList = QueueList.READY, limit = 0): Promise<PeekQueueResponse> {
     return this.call("peekQueue", { name, list, limit });
+  }
+
+  /** Deletes the items waiting in a queue; resolves to how many. */
+  async purgeQueue(name: string): Promise<number> {
+    return Number((await this.call<{ purged: bigint }>("purgeQueue", { name })).purged);
+  }
+
+  /** Moves dead letters (by item id, or all) back onto their queue; resolves to how many. */
+  async requeueDeadLetters(name: string, which: { ids: string[] } | "all"): Promise<number> {
+    const request = which === "all" ? { name, all: true } : { name, ids: which.ids };
+    return Number((await this.call<{ requeued: bigint }>("requeueDeadLetters", request)).requeued);
+  }
+
+  /** Deletes dead letters (by item id, or all); resolves to how many. */
+  async deleteDeadLetters(name: string, which: { ids: string[] } | "all"): Promise<number> {
+    const request = which === "all" ? { name, all: true } : { name, ids: which.ids };
+    return Number((await this.call<{ deleted: bigint }>("deleteDeadLetters", request)).deleted);
   }
 
   async getQueueStats(name: string): Promise<QueueStats> {
@@ -234,10 +260,16 @@ export class SwitchyardClient {
     return this.cron("listJobLogs", { jobId, pageSize, pageToken });
   }
 
+  /** A schedule's next fire times (count 0: 5), without storing anything. */
+  previewSchedule(schedule: string, timeZone = "", count = 0): Promise<PreviewScheduleResponse> {
+    return this.cron("previewSchedule", { schedule, timeZone, count });
+  }
+
   close(): void {
     this.grpc.close();
     this.cronGrpc.close();
     this.auditGrpc.close();
+    this.authGrpc.close();
   }
 }
 

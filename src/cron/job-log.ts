@@ -59,6 +59,28 @@ export class JobLogStore {
       .exec();
   }
 
+  /** The newest entry of each of these jobs (none for a job without entries). */
+  async latest(jobIds: readonly string[]): Promise<Map<string, JobLogEntry>> {
+    const found = new Map<string, JobLogEntry>();
+    if (jobIds.length === 0) return found;
+    const pipeline = this.redis.client.pipeline();
+    for (const id of jobIds) pipeline.zrevrange(this.keys.jobLogs(id), 0, 0);
+    const newest = (await pipeline.exec()) ?? [];
+    const ids = newest.map(([err, ids]) => {
+      if (err) throw err;
+      return (ids as string[])[0];
+    });
+    const present = ids.filter((id): id is string => id !== undefined);
+    if (present.length === 0) return found;
+    const json = await this.redis.client.hmget(this.keys.logs, ...present);
+    for (const j of json) {
+      if (j === null) continue;
+      const entry = JSON.parse(j) as JobLogEntry;
+      found.set(entry.jobId, entry);
+    }
+    return found;
+  }
+
   /** A job's entries, newest first. */
   async list(jobId: string, pageSize: number, pageToken: string): Promise<JobLogPage> {
     const size = pageSize <= 0 ? 50 : Math.min(pageSize, 1000);

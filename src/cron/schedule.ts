@@ -97,3 +97,22 @@ export function nextFires(schedule: Schedule, afterMs: number, n: number): numbe
   }
   return out;
 }
+
+/** Fire times a preview returns when the request names no count, and the most it may ask for. */
+export const DEFAULT_PREVIEW = 5;
+export const MAX_PREVIEW = 50;
+
+/**
+ * A schedule checked as a job's would be (PreviewSchedule): its normalised
+ * text and its next `count` fire times after `afterMs`. Throws
+ * INVALID_ARGUMENT saying what is wrong.
+ */
+export function previewSchedule(text: string, timeZone: string, count: number, afterMs: number): { schedule: string; fireTimes: number[] } {
+  if (!text.trim()) throw invalid(`schedule is required: "s m h dom mon dow", "# m h dom mon dow" or "@every <duration>"`);
+  if (!Number.isInteger(count) || count < 0 || count > MAX_PREVIEW) {
+    throw invalid(`count must be between 0 and ${MAX_PREVIEW} (0 means ${DEFAULT_PREVIEW})`);
+  }
+  checkTimeZone(timeZone || "UTC"); // as a job's: an interval ignores it, but a later cron schedule would not
+  const schedule = parseSchedule(text, timeZone || "UTC");
+  return { schedule: schedule.expression, fireTimes: nextFires(schedule, afterMs, count || DEFAULT_PREVIEW) };
+}

@@ -67,11 +67,18 @@ function leaseNeeds(r: LeaseRequest): Need[] {
 }
 
 const admin = (name: string): Need[] => [{ scope: "queue:admin", queue: name }];
+const read = (name: string): Need[] => [{ scope: "queue:read", queue: name }];
 const id = (r: { id: string }): AuditTarget => ({ target: r.id });
+const name = (r: { name: string }): AuditTarget => ({ target: r.name });
+const deadLetters = (r: { name: string; ids: string[]; all: boolean }): AuditTarget => ({
+  target: r.name,
+  detail: r.all ? "all" : `ids=${r.ids.join(",")}`,
+});
 
 const Q = "/switchyard.v1.QueueService/";
 const C = "/switchyard.v1.CronService/";
 const A = "/switchyard.v1.AuditService/";
+const AU = "/switchyard.v1.AuthService/";
 
 /** Access rules by method path ("/package.Service/Method"). */
 export const accessRules: Readonly<Record<string, AccessRule>> = {
@@ -80,17 +87,20 @@ export const accessRules: Readonly<Record<string, AccessRule>> = {
     needs: (r: CreateQueueRequest) => admin(r.queue?.name ?? ""),
     audit: (r: CreateQueueRequest) => ({ target: r.queue?.name ?? "" }),
   },
-  [`${Q}GetQueue`]: { scopes: ["queue:admin"], needs: (r: { name: string }) => admin(r.name) },
-  // Listing shows every queue: only an admin of every queue may.
-  [`${Q}ListQueues`]: { scopes: ["queue:admin"], needs: () => admin("*") },
+  [`${Q}GetQueue`]: { scopes: ["queue:read"], needs: (r: { name: string }) => read(r.name) },
+  // Listing shows every queue: only a reader of every queue may.
+  [`${Q}ListQueues`]: { scopes: ["queue:read"], needs: () => read("*") },
   [`${Q}DeleteQueue`]: {
     scopes: ["queue:admin"],
     needs: (r: DeleteQueueRequest) => admin(r.name),
     audit: (r: DeleteQueueRequest) => ({ target: r.name, detail: r.purge ? "purge" : "" }),
   },
-  [`${Q}GetQueueStats`]: { scopes: ["queue:admin"], needs: (r: { name: string }) => admin(r.name) },
-  // Shows payloads and headers: an admin's view.
-  [`${Q}PeekQueue`]: { scopes: ["queue:admin"], needs: (r: { name: string }) => admin(r.name) },
+  [`${Q}GetQueueStats`]: { scopes: ["queue:read"], needs: (r: { name: string }) => read(r.name) },
+  // Shows payloads and headers: a reader grant is for people trusted with them.
+  [`${Q}PeekQueue`]: { scopes: ["queue:read"], needs: (r: { name: string }) => read(r.name) },
+  [`${Q}PurgeQueue`]: { scopes: ["queue:admin"], needs: (r: { name: string }) => admin(r.name), audit: name },
+  [`${Q}RequeueDeadLetters`]: { scopes: ["queue:admin"], needs: (r: { name: string }) => admin(r.name), audit: deadLetters },
+  [`${Q}DeleteDeadLetters`]: { scopes: ["queue:admin"], needs: (r: { name: string }) => admin(r.name), audit: deadLetters },
   [`${Q}Enqueue`]: { scopes: ["queue:enqueue"], needs: (r: { queue: string }) => [{ scope: "queue:enqueue", queue: r.queue }] },
   // A stream: every message is checked (open names the queue; settles name it by their token).
   [`${Q}Lease`]: { scopes: ["queue:lease"], needs: leaseNeeds },
@@ -124,6 +134,8 @@ export const accessRules: Readonly<Record<string, AccessRule>> = {
   },
   // Any authenticated caller.
   [`${C}GetSchedulerStatus`]: { scopes: [] },
+  [`${C}PreviewSchedule`]: { scopes: [] },
+  [`${AU}GetCaller`]: { scopes: [] },
 
   [`${A}ListAuditLogs`]: { scopes: ["sys:audit:list"] },
 };

@@ -76,8 +76,8 @@ export function jobPatch(job: Job | undefined, paths: string[]): Partial<JobFiel
   return patch;
 }
 
-/** A stored job as the API shows it, with its next 5 fire times after `nowMs`. */
-export function jobMessage(job: JobRecord, nowMs: number): Job {
+/** A stored job as the API shows it, with its next 5 fire times after `nowMs` and its newest log entry. */
+export function jobMessage(job: JobRecord, nowMs: number, lastRun?: JobLogEntry): Job {
   let next: number[] = [];
   try {
     next = nextFires(parseSchedule(job.schedule, job.timeZone), nowMs, 5);
@@ -103,6 +103,7 @@ export function jobMessage(job: JobRecord, nowMs: number): Job {
     createActor: job.createActor,
     updateActor: job.updateActor,
     nextFireTimes: next.map((t) => msTimestamp(t)!),
+    lastRun: lastRun && jobLogMessage(lastRun),
   });
 }
 

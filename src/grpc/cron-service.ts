@@ -23,14 +23,19 @@ import {
   UpdateJobResponseSchema,
   type UpdateJobRequest,
   type ListJobLogsRequest,
+  type PreviewScheduleRequest,
+  PreviewScheduleResponseSchema,
 } from "../gen/switchyard/v1/cron_pb.js";
 import type { Clock } from "../clock.js";
 import type { Logger } from "../log.js";
 import { PAUSED, RUNNING } from "../cron/job.js";
 import type { JobLogStore } from "../cron/job-log.js";
 import type { Scheduler } from "../cron/scheduler.js";
+import type { JobRecord } from "../cron/job.js";
 import type { JobStore } from "../cron/store.js";
 import { jobFields, jobLogMessage, jobMessage, jobPatch, statusCode } from "./cron-convert.js";
+import { timestampMs } from "@bufbuild/protobuf/wkt";
+import { previewSchedule } from "../cron/schedule.js";
 import { msTimestamp } from "./convert.js";
 import { unary } from "./status.js";
 import { callerOf } from "./auth-interceptor.js";
@@ -48,12 +53,18 @@ export interface CronParts {
 
 /** The CronService implementation for grpc-js. */
 export function cronServiceHandlers({ store, logs, scheduler, clock }: CronParts, log: Logger): grpc.UntypedServiceImplementation {
-  const show = (job: Parameters<typeof jobMessage>[0]) => jobMessage(job, clock.now());
+  /** Jobs as the API shows them, each with its newest log entry. */
+  const showAll = async (jobs: JobRecord[]) => {
+    const latest = await logs.latest(jobs.map((j) => j.id));
+    const now = clock.now();
+    return jobs.map((job) => jobMessage(job, now, latest.get(job.id)));
+  };
+  const show = async (job: JobRecord) => (await showAll([job]))[0];
   return {
     createJob: unary(log, "CreateJob", async (req: CreateJobRequest, call) =>
-      create(CreateJobResponseSchema, { job: show(await store.create(jobFields(req.job), actor(call))) }),
+      create(CreateJobResponseSchema, { job: await show(await store.create(jobFields(req.job), actor(call))) }),
     ),
-    getJob: unary(log, "GetJob", async (req: { id: string }) => create(GetJobResponseSchema, { job: show(await store.get(req.id)) })),
+    getJob: unary(log, "GetJob", async (req: { id: string }) => create(GetJobResponseSchema, { job: await show(await store.get(req.id)) })),
     listJobs: unary(log, "ListJobs", async (req: ListJobsRequest) => {
       const page = await store.list({
         status: req.status === JobStatus.UNSPECIFIED ? undefined : statusCode(req.status),
@@ -61,11 +72,11 @@ export function cronServiceHandlers({ store, logs, scheduler, clock }: CronParts
         pageSize: req.pageSize,
         pageToken: req.pageToken,
       });
-      return create(ListJobsResponseSchema, { jobs: page.jobs.map(show), nextPageToken: page.nextPageToken });
+      return create(ListJobsResponseSchema, { jobs: await showAll(page.jobs), nextPageToken: page.nextPageToken });
     }),
     updateJob: unary(log, "UpdateJob", async (req: UpdateJobRequest, call) => {
       const patch = jobPatch(req.job, req.updateMask?.paths ?? []);
-      return create(UpdateJobResponseSchema, { job: show(await store.update(req.job?.id ?? "", patch, actor(call))) });
+      return create(UpdateJobResponseSchema, { job: await show(await store.update(req.job?.id ?? "", patch, actor(call))) });
     }),
     deleteJob: unary(log, "DeleteJob", async (req: { id: string }, call) => {
       await store.delete(req.id, actor(call));
@@ -78,13 +89,13 @@ export function cronServiceHandlers({ store, logs, scheduler, clock }: CronParts
       return create(BatchDeleteJobsResponseSchema, { deleted: ids.length });
     }),
     pauseJob: unary(log, "PauseJob", async (req: { id: string }, call) =>
-      create(PauseJobResponseSchema, { job: show(await store.setStatus(req.id, PAUSED, actor(call))) }),
+      create(PauseJobResponseSchema, { job: await show(await store.setStatus(req.id, PAUSED, actor(call))) }),
     ),
     resumeJob: unary(log, "ResumeJob", async (req: { id: string }, call) =>
-      create(ResumeJobResponseSchema, { job: show(await store.setStatus(req.id, RUNNING, actor(call))) }),
+      create(ResumeJobResponseSchema, { job: await show(await store.setStatus(req.id, RUNNING, actor(call))) }),
     ),
     setJobStatus: unary(log, "SetJobStatus", async (req: SetJobStatusRequest, call) =>
-      create(SetJobStatusResponseSchema, { job: show(await store.setStatus(req.id, statusCode(req.status), actor(call))) }),
+      create(SetJobStatusResponseSchema, { job: await show(await store.setStatus(req.id, statusCode(req.status), actor(call))) }),
     ),
     runOnce: unary(log, "RunOnce", async (req: { id: string }) => create(RunOnceResponseSchema, { runId: await scheduler.runOnce(req.id) })),
     getSchedulerStatus: unary(log, "GetSchedulerStatus", async () => {
@@ -98,6 +109,10 @@ export function cronServiceHandlers({ store, logs, scheduler, clock }: CronParts
           lastSeenTime: msTimestamp(s.lastSeenMs),
         })),
       });
+    }),
+    previewSchedule: unary(log, "PreviewSchedule", async (req: PreviewScheduleRequest) => {
+      const preview = previewSchedule(req.schedule, req.timeZone, req.count, req.startTime ? timestampMs(req.startTime) : clock.now());
+      return create(PreviewScheduleResponseSchema, { schedule: preview.schedule, fireTimes: preview.fireTimes.map((t) => msTimestamp(t)!) });
     }),
     listJobLogs: unary(log, "ListJobLogs", async (req: ListJobLogsRequest) => {
       await store.get(req.jobId);

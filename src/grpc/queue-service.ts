@@ -23,6 +23,9 @@ import {
   ListQueuesResponseSchema,
   type PeekQueueRequest,
   PeekQueueResponseSchema,
+  PurgeQueueResponseSchema,
+  RequeueDeadLettersResponseSchema,
+  DeleteDeadLettersResponseSchema,
   QueueList,
   QueueMode,
   QueueStatsSchema,
@@ -35,6 +38,7 @@ import type { SettleAction } from "../redis/scripts.js";
 import type { Delivery } from "../queue/lease-stream.js";
 import type { LeaseStream } from "../queue/lease-stream.js";
 import type { NewItem, Queues } from "../queue/queues.js";
+import { checkSelection } from "../queue/admin.js";
 import { MalformedMessage } from "./adapter.js";
 import { durationMs, msDuration, msTimestamp, queueMessage, queueSpec } from "./convert.js";
 import { assertWellFormed, callLogger, toStatus, unary } from "./status.js";
@@ -197,6 +201,8 @@ export function queueServiceHandlers(queues: Queues, log: Logger, heartbeatInter
           deadLetter: BigInt(s.deadLetter),
           oldestClaimAge: s.oldestClaimAgeMs === undefined ? undefined : msDuration(s.oldestClaimAgeMs),
           leaseStreams: s.leaseStreams,
+          enqueuedTotal: BigInt(s.enqueued),
+          completedTotal: BigInt(s.completed),
         }),
       });
     }),
@@ -212,6 +218,17 @@ export function queueServiceHandlers(queues: Queues, log: Logger, heartbeatInter
           deliveryCount: i.deliveryCount,
         })),
       });
+    }),
+    purgeQueue: unary(log, "PurgeQueue", async (req: { name: string }) =>
+      create(PurgeQueueResponseSchema, { purged: BigInt(await queues.purge(req.name)) }),
+    ),
+    requeueDeadLetters: unary(log, "RequeueDeadLetters", async (req: { name: string; ids: string[]; all: boolean }) => {
+      const n = await queues.settleDeadLetters(req.name, "requeue", checkSelection(req.ids, req.all));
+      return create(RequeueDeadLettersResponseSchema, { requeued: BigInt(n) });
+    }),
+    deleteDeadLetters: unary(log, "DeleteDeadLetters", async (req: { name: string; ids: string[]; all: boolean }) => {
+      const n = await queues.settleDeadLetters(req.name, "delete", checkSelection(req.ids, req.all));
+      return create(DeleteDeadLettersResponseSchema, { deleted: BigInt(n) });
     }),
     enqueue: unary(log, "Enqueue", async (req: EnqueueRequest, call) => {
       const items = withTrace(newItems(req.items), traceOf(call.metadata));

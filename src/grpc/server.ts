@@ -6,6 +6,8 @@ import { ServerReflection } from "../gen/grpc/reflection/v1/reflection_pb.js";
 import { file_switchyard_v1_queue, QueueService } from "../gen/switchyard/v1/queue_pb.js";
 import { CronService, file_switchyard_v1_cron } from "../gen/switchyard/v1/cron_pb.js";
 import { AuditService, file_switchyard_v1_audit } from "../gen/switchyard/v1/audit_pb.js";
+import { AuthService, file_switchyard_v1_auth } from "../gen/switchyard/v1/auth_pb.js";
+import { authServiceHandlers } from "./auth-service.js";
 import type { AuditLogStore } from "../auth/audit-log.js";
 import { auditServiceHandlers } from "./audit-service.js";
 import type { Config } from "../config.js";
@@ -18,7 +20,9 @@ import { cronServiceHandlers, type CronParts } from "./cron-service.js";
 import { reflectionHandlers } from "./reflection.js";
 
 /** The API files served by reflection. */
-const apiFiles: DescFile[] = [file_switchyard_v1_queue, file_switchyard_v1_cron, file_switchyard_v1_audit, file_grpc_health_v1_health];
+const apiFiles: DescFile[] = [
+  file_switchyard_v1_queue, file_switchyard_v1_cron, file_switchyard_v1_audit, file_switchyard_v1_auth, file_grpc_health_v1_health,
+];
 
 /** A gRPC server not yet bound, and its health registry. */
 export interface GrpcServer {
@@ -55,9 +59,12 @@ export function createGrpcServer(
   server.addService(serviceDefinition(QueueService), queueServiceHandlers(queues, log, config.heartbeatIntervalMs));
   server.addService(serviceDefinition(CronService), cronServiceHandlers(cron, log));
   if (audit) server.addService(serviceDefinition(AuditService), auditServiceHandlers(audit, log));
+  server.addService(serviceDefinition(AuthService), authServiceHandlers(config.auth.enabled, log));
   server.addService(serviceDefinition(HealthDesc), health.handlers());
   const reflectionNames = [ServerReflection.typeName, "grpc.reflection.v1alpha.ServerReflection"];
-  const served = [QueueService.typeName, CronService.typeName, ...(audit ? [AuditService.typeName] : []), HealthDesc.typeName, ...reflectionNames];
+  const served = [
+    QueueService.typeName, CronService.typeName, ...(audit ? [AuditService.typeName] : []), AuthService.typeName, HealthDesc.typeName, ...reflectionNames,
+  ];
   const reflection = reflectionHandlers([...apiFiles, ServerReflection.file], served);
   for (const name of reflectionNames) server.addService(serviceDefinition(ServerReflection, name), reflection);
   return { server, health };

@@ -7,12 +7,13 @@ import { systemClock, type Clock } from "../clock.js";
 import type { Logger } from "../log.js";
 import { noMetrics, type Metrics } from "../metrics/hooks.js";
 import type { RedisConnection } from "../redis/connection.js";
-import { pushItems, type SettleAction } from "../redis/scripts.js";
-import { keysOf, type QueueConfig } from "./declaration.js";
+import { pushItems, type DeadLetterAction, type SettleAction } from "../redis/scripts.js";
+import { countersKey, keysOf, type QueueConfig } from "./declaration.js";
 import { QueueDispatcher, type DispatchOptions } from "./dispatcher.js";
 import { encodeItem, newItemId } from "./envelope.js";
 import { LeaseStream, type LeaseSink } from "./lease-stream.js";
 import { peekItems, type PeekList, type PeekedItem } from "./peek.js";
+import { purgeReady, settleDeadLetterSelection, type DeadLetterSelection } from "./admin.js";
 import type { QueueRegistry } from "./registry.js";
 import { Settler } from "./settler.js";
 import { parseToken } from "./token.js";
@@ -57,6 +58,10 @@ export interface QueueStatsView {
   deadLetter: number;
   oldestClaimAgeMs?: number;
   leaseStreams: number;
+  /** Items enqueued since the queue was declared (0 where not counted, see countersKey). */
+  enqueued: number;
+  /** Items acked or dropped (reliable), or leased (simple: its fence counter). */
+  completed: number;
 }
 
 /** A prepared enqueue: validated and encoded, not yet written. */
@@ -169,7 +174,8 @@ export class Queues {
   }
 
   private async write(p: PreparedEnqueue, wait?: ReplicaWait): Promise<string[]> {
-    const acked = await pushItems(this.redis.client, p.config.name, Math.ceil(p.ttlMs), p.values, wait);
+    const counters = countersKey(p.config, this.redis.cluster);
+    const acked = await pushItems(this.redis.client, p.config.name, counters, Math.ceil(p.ttlMs), p.values, wait);
     this.metrics.items(p.config.name, "enqueued", p.values.length);
     if (wait && acked < wait.replicas) {
       throw new SwitchyardError(
@@ -342,17 +348,30 @@ export class Queues {
     return peekItems(this.redis.client, await this.registry.get(name), list, limit);
   }
 
+  /** Deletes the items waiting in a declared queue; resolves to how many. */
+  async purge(name: string): Promise<number> {
+    return purgeReady(this.redis.client, await this.registry.get(name));
+  }
+
+  /** Requeues or deletes dead letters of a declared reliable queue; resolves to how many. */
+  async settleDeadLetters(name: string, action: DeadLetterAction, selection: DeadLetterSelection): Promise<number> {
+    return settleDeadLetterSelection(this.redis.client, await this.registry.get(name), action, selection);
+  }
+
   /** Depth, processing, dead letters and oldest claim age of a declared queue. */
   async stats(name: string): Promise<QueueStatsView> {
     const config = await this.registry.get(name);
     const { client } = this.redis;
     const keys = keysOf(config);
     const reliable = config.mode === "reliable";
-    const [ready, processing, deadLetter, oldest] = await Promise.all([
+    const counted = countersKey(config, this.redis.cluster) === keys.stats;
+    const [ready, processing, deadLetter, oldest, [enqueued, completed], leased] = await Promise.all([
       client.llen(keys.queue),
       reliable ? client.llen(keys.processing) : 0,
       reliable ? client.llen(keys.deadLetter) : 0,
       config.recoverySet ? client.zrange(config.recoverySet, 0, 0, "WITHSCORES") : [],
+      counted ? client.hmget(keys.stats, "enqueued", "completed") : [null, null],
+      reliable ? null : client.get(keys.fence),
     ]);
     return {
       queue: name,
@@ -361,6 +380,8 @@ export class Queues {
       deadLetter,
       oldestClaimAgeMs: oldest.length === 2 ? Math.max(0, this.clock.now() - Number(oldest[1])) : undefined,
       leaseStreams: this.dispatchers.get(name)?.streamCount ?? 0,
+      enqueued: Number(enqueued ?? 0),
+      completed: Number((reliable ? completed : leased) ?? 0),
     };
   }
 }

@@ -82,6 +82,8 @@ export interface QueueKeys {
   readonly deliveries: string;
   /** Counter: the last fence number issued. */
   readonly fence: string;
+  /** Hash: "enqueued" and "completed" counters (see QueueStats). */
+  readonly stats: string;
 }
 
 /** Default processing list name for queue `name` (the seed's `<key>.processing`). */
@@ -99,12 +101,13 @@ export function queueKeys(name: string, processing: string, deadLetter: string, 
     leases: `${name}.leases`,
     deliveries: `${name}.deliveries`,
     fence: `${name}.fence`,
+    stats: `${name}.stats`,
   };
 }
 
 /** Every key of a queue that Redis holds, in a stable order. */
 export function allKeys(keys: QueueKeys): string[] {
-  return [keys.queue, keys.processing, keys.deadLetter, keys.recovery, keys.leases, keys.deliveries, keys.fence]
+  return [keys.queue, keys.processing, keys.deadLetter, keys.recovery, keys.leases, keys.deliveries, keys.fence, keys.stats]
     .filter((k) => k !== "");
 }
 

@@ -16,6 +16,7 @@ import { clientConstructor } from "../../src/grpc/adapter.js";
 import { QueueMode, QueueService } from "../../src/gen/switchyard/v1/queue_pb.js";
 import { CronService, JobStatus } from "../../src/gen/switchyard/v1/cron_pb.js";
 import { AuditService } from "../../src/gen/switchyard/v1/audit_pb.js";
+import { AuthService } from "../../src/gen/switchyard/v1/auth_pb.js";
 import { Health, HealthCheckRequestSchema, type HealthCheckResponse } from "../../src/gen/grpc/health/v1/health_pb.js";
 import {
   ServerReflection,
@@ -78,8 +79,8 @@ async function withHeld<T>(fn: (token: string) => Promise<T>): Promise<T> {
 
 const rows: Row[] = [
   { method: "QueueService/CreateQueue", scope: "queue:admin", grant: `queue:admin:${Q}*`, run: (c) => c.createQueue(QUEUE) },
-  { method: "QueueService/GetQueue", scope: "queue:admin", grant: `queue:admin:${Q}`, run: (c) => c.getQueue(Q) },
-  { method: "QueueService/ListQueues", scope: "queue:admin", grant: "queue:admin", run: (c) => c.listQueues() },
+  { method: "QueueService/GetQueue", scope: "queue:read", grant: `queue:read:${Q}`, run: (c) => c.getQueue(Q) },
+  { method: "QueueService/ListQueues", scope: "queue:read", grant: "queue:read", run: (c) => c.listQueues() },
   {
     method: "QueueService/DeleteQueue",
     scope: "queue:admin",
@@ -89,8 +90,11 @@ const rows: Row[] = [
       return c.deleteQueue(`${Q}.tmp`);
     },
   },
-  { method: "QueueService/GetQueueStats", scope: "queue:admin", grant: `queue:admin:${Q}`, run: (c) => c.getQueueStats(Q) },
-  { method: "QueueService/PeekQueue", scope: "queue:admin", grant: `queue:admin:${Q}`, run: (c) => c.peekQueue(Q) },
+  { method: "QueueService/GetQueueStats", scope: "queue:read", grant: `queue:read:${Q}`, run: (c) => c.getQueueStats(Q) },
+  { method: "QueueService/PeekQueue", scope: "queue:read", grant: `queue:read:${Q}`, run: (c) => c.peekQueue(Q) },
+  { method: "QueueService/PurgeQueue", scope: "queue:admin", grant: `queue:admin:${Q}`, run: (c) => c.purgeQueue(Q) },
+  { method: "QueueService/RequeueDeadLetters", scope: "queue:admin", grant: `queue:admin:${Q}`, run: (c) => c.requeueDeadLetters(Q, "all") },
+  { method: "QueueService/DeleteDeadLetters", scope: "queue:admin", grant: `queue:admin:${Q}`, run: (c) => c.deleteDeadLetters(Q, "all") },
   { method: "QueueService/Enqueue", scope: "queue:enqueue", grant: `queue:enqueue:${Q}`, run: (c) => c.enqueue(Q, ["m"]) },
   {
     method: "QueueService/Lease",
@@ -138,6 +142,8 @@ const rows: Row[] = [
   { method: "CronService/ResumeJob", scope: "sys:job:resume", run: async (c) => c.resumeJob((await newJob("to resume")).id) },
   { method: "CronService/RunOnce", scope: "sys:job:execute", run: (c) => c.runOnce(baseJobId) },
   { method: "CronService/GetSchedulerStatus", scope: null, run: (c) => c.getSchedulerStatus() },
+  { method: "CronService/PreviewSchedule", scope: null, run: (c) => c.previewSchedule("0 */5 * * * *") },
+  { method: "AuthService/GetCaller", scope: null, run: (c) => c.getCaller() },
 
   { method: "AuditService/ListAuditLogs", scope: "sys:audit:list", run: (c) => c.listAuditLogs() },
 ];
@@ -154,7 +160,8 @@ function tokenTable(): { name: string; scopes: string[] }[] {
     table.push({ name: `only ${grant}`, scopes: [grant] });
   }
   for (const scope of ALL_SCOPES) {
-    table.push({ name: `all but ${scope}`, scopes: ALL_SCOPES.filter((s) => s !== scope) });
+    // queue:admin includes queue:read: "all but queue:read" lacks both.
+    table.push({ name: `all but ${scope}`, scopes: ALL_SCOPES.filter((s) => s !== scope && !(scope === "queue:read" && s === "queue:admin")) });
     if (isQueueScope(scope)) table.push({ name: `${scope} for ${OTHER}`, scopes: [`${scope}:${OTHER}`] });
   }
   table.push({ name: "thumbnails worker", scopes: [`queue:lease:${Q}`] });
@@ -195,7 +202,7 @@ async function outcome(call: Promise<unknown>): Promise<{ code: number; details:
 
 describe("the access table", () => {
   it("has a rule for every method of every Switchyard service, and the matrix a row for each", () => {
-    const methods = [QueueService, CronService, AuditService].flatMap((s) => s.methods.map((m) => `${s.typeName.split(".").pop()}/${m.name}`));
+    const methods = [QueueService, CronService, AuditService, AuthService].flatMap((s) => s.methods.map((m) => `${s.typeName.split(".").pop()}/${m.name}`));
     expect(Object.keys(accessRules).map((p) => p.replace("/switchyard.v1.", "")).sort()).toEqual([...methods].sort());
     expect(rows.map((r) => r.method).sort()).toEqual([...methods].sort());
   });
@@ -261,10 +268,29 @@ describe("queue patterns", () => {
     expect((await outcome(producer.enqueue(Q, ["x"]))).code).toBe(grpc.status.PERMISSION_DENIED);
   });
 
-  it("ListQueues needs queue:admin for every queue: a pattern is not enough", async () => {
+  it("ListQueues needs queue:read for every queue: a pattern is not enough", async () => {
     const r = await outcome(as(`only queue:admin:${Q}*`).listQueues());
     expect(r.code).toBe(grpc.status.PERMISSION_DENIED);
-    expect(r.details).toContain("queue:admin for every queue");
+    expect(r.details).toContain("queue:read for every queue");
+  });
+
+  it("queue:admin includes queue:read for the same queues, and queue:read allows no change", async () => {
+    expect(await outcome(as(`only queue:admin:${Q}`).getQueueStats(Q))).toEqual({ code: grpc.status.OK, details: "" });
+    expect(await outcome(as(`only queue:admin:${Q}`).peekQueue(Q))).toEqual({ code: grpc.status.OK, details: "" });
+    const reader = as(`only queue:read:${Q}`);
+    const writes = [() => reader.purgeQueue(Q), () => reader.requeueDeadLetters(Q, "all"), () => reader.deleteQueue(Q), () => reader.enqueue(Q, ["x"])];
+    for (const call of writes) {
+      const r = await outcome(call());
+      expect(r.code, r.details).toBe(grpc.status.PERMISSION_DENIED);
+    }
+  });
+
+  it("GetCaller names the caller and its scopes as configured", async () => {
+    expect(await as("thumbnails worker with replies").getCaller()).toMatchObject({
+      name: "thumbnails worker with replies",
+      scopes: [`queue:lease:${Q}`, `queue:enqueue:${Q}.replies`],
+      authEnabled: true,
+    });
   });
 
   it("an ack with replies also needs enqueue on the reply queue", async () => {

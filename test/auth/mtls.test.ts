@@ -119,6 +119,14 @@ describe("mutual TLS (SWITCHYARD_TLS_CLIENT_AUTH=require)", () => {
     expect([entry.actor, entry.method, entry.target, entry.code]).toEqual(["CN=worker-1", "switchyard.v1.QueueService/CreateQueue", "by-cert", 0]);
   });
 
+  it("the web API on the side port reaches the TLS-only server over its private socket, and still needs a token", async () => {
+    const url = `http://${sy.app.httpAddress}/api/switchyard.v1.AuthService/GetCaller`;
+    const call = (headers: Record<string, string>) =>
+      fetch(url, { method: "POST", headers: { "content-type": "application/json", ...headers }, body: "{}" }).then(async (r) => [r.status, await r.json()]);
+    expect(await call({})).toEqual([401, { code: "unauthenticated", message: expect.stringContaining("authorization") }]);
+    expect(await call({ authorization: `Bearer ${opsToken}` })).toEqual([200, { name: "ops", scopes: ["*"], authEnabled: true }]);
+  });
+
   it("a good certificate whose name maps to nothing is UNAUTHENTICATED, unless it also sends a known token", async () => {
     const r = await failure(client(sy, tls("worker-2")).listQueues());
     expect(r.code).toBe(grpc.status.UNAUTHENTICATED);

@@ -5,7 +5,7 @@
   never touches the copy another worker now holds).
   KEYS[1] queue list   KEYS[2] processing list   KEYS[3] leases hash
   KEYS[4] deliveries hash   KEYS[5] fence counter   KEYS[6] recovery zset (ignored when ARGV[3] ~= "1")
-  KEYS[7] dead-letter list
+  KEYS[7] dead-letter list   KEYS[8] stats hash ("completed" counts acks and drops)
   ARGV[1] now (ms)   ARGV[2] max deliveries   ARGV[3] "1" with a recovery set
   ARGV[4..] triples: action, sha1, fence. Actions:
     a ack: remove the item          d drop: remove the item
@@ -35,6 +35,7 @@ local function parse(lease)
 end
 
 local out = {}
+local completed = 0
 for i = 4, #ARGV, 3 do
   local action, sha, fence = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local lease = live > 0 and redis.call("HGET", KEYS[3], sha)
@@ -75,6 +76,7 @@ for i = 4, #ARGV, 3 do
       end
       if action == "a" or action == "d" then
         forget()
+        completed = completed + 1
       elseif action == "u" then
         redis.call("HINCRBY", KEYS[4], sha, -1)
         redis.call("RPUSH", KEYS[1], value)
@@ -91,4 +93,5 @@ for i = 4, #ARGV, 3 do
   end
   out[#out + 1] = code
 end
+if completed > 0 then redis.call("HINCRBY", KEYS[8], "completed", completed) end
 return out
