@@ -13,6 +13,8 @@ RUN npm ci --ignore-scripts
 COPY tsconfig.json tsconfig.build.json ./
 COPY scripts ./scripts
 COPY src ./src
+# The dashboard is bundled by Vite (a devDependency of this stage) into dist/dashboard.
+COPY dashboard ./dashboard
 RUN npm run build
 
 # --- deps: production dependencies only ---
@@ -44,7 +46,7 @@ RUN printf '#!/bin/sh\nexec node /app/dist/cli/main.js "$@"\n' > /usr/local/bin/
  && mkdir -p /data && chown node:node /data
 USER node
 VOLUME ["/data"]
-# 50051 gRPC; 9090 the side HTTP port: /metrics, /healthz, /readyz.
+# 50051 gRPC; 9090 the side HTTP port: /metrics, /healthz, /readyz, the dashboard (/dashboard/) and its API (/api/).
 EXPOSE 50051 9090
 # grpc.health.v1 Check on the port of SWITCHYARD_GRPC_ADDRESS; SERVING only while Redis is reachable.
 HEALTHCHECK --interval=15s --timeout=5s --start-period=15s --retries=3 \

@@ -7,7 +7,7 @@ import { readConfigFile, type Config } from "./config.js";
 import { invalid } from "./errors.js";
 import { SyncedClock, redisTime, systemClock, type Clock, type Timer } from "./clock.js";
 import { createLogger, type Logger } from "./log.js";
-import { QueueSchema } from "./gen/switchyard/v1/queue_pb.js";
+import { QueueSchema, QueueService } from "./gen/switchyard/v1/queue_pb.js";
 import { connectRedis, type RedisConnection } from "./redis/connection.js";
 import { systemKeys } from "./redis/keys.js";
 import { QueueRegistry } from "./queue/registry.js";
@@ -27,6 +27,14 @@ import { serverCredentials } from "./grpc/tls.js";
 import { observeCalls } from "./grpc/observe.js";
 import { PromMetrics } from "./metrics/registry.js";
 import { redisReadiness, startSideServer, type SideServer } from "./metrics/http.js";
+import { webApi, type WebApi } from "./web/gateway.js";
+import { DashboardAssets } from "./web/assets.js";
+import { CronService } from "./gen/switchyard/v1/cron_pb.js";
+import { AuditService } from "./gen/switchyard/v1/audit_pb.js";
+import { AuthService } from "./gen/switchyard/v1/auth_pb.js";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 
 /** A running Switchyard instance. */
 export interface App {
@@ -139,6 +147,16 @@ export async function startApp(config: Config, parts: AppParts = {}): Promise<Ap
     );
     const port = await bind(server, config.grpcAddress, serverCredentials(config.tls));
     const address = `${hostOf(config.grpcAddress)}:${port}`;
+    // The web API reaches this server over a private unix socket (plain, whatever TLS the port uses;
+    // calls still need their tokens), so it passes the same interceptors as every other call.
+    let web: { api: WebApi; socketDir: string } | undefined;
+    if (side && config.dashboard) {
+      const socketDir = mkdtempSync(join(tmpdir(), "switchyard-"));
+      const target = `unix:${join(socketDir, "grpc.sock")}`;
+      await bind(server, target);
+      web = { api: webApi(target, [QueueService, CronService, AuditService, AuthService], config.maxMessageBytes), socketDir };
+      side.setWeb({ api: web.api, assets: new DashboardAssets() });
+    }
     const follow = () => health.setAll(redis.ready() ? ServingStatus.SERVING : ServingStatus.NOT_SERVING);
     for (const event of ["ready", "close", "end", "reconnecting", "error"]) redis.client.on(event, follow);
     follow();
@@ -173,6 +191,8 @@ export async function startApp(config: Config, parts: AppParts = {}): Promise<Ap
       await redis.close();
       phase = "shut down";
       await side?.close();
+      web?.api.close();
+      if (web) rmSync(web.socketDir, { recursive: true, force: true });
     };
     return {
       address,

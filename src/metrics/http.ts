@@ -1,6 +1,8 @@
 /**
  * The side HTTP port (SPEC S2): `/metrics` for Prometheus, `/healthz`
- * (liveness) and `/readyz` (readiness). Plain node:http, GET and HEAD only.
+ * (liveness) and `/readyz` (readiness), plain node:http, GET and HEAD; and,
+ * once the instance serves, the web dashboard (`/dashboard/`) and its API
+ * (`/api/`, see src/web).
  *
  * - /healthz: 200 while the process serves, 503 once it has shut down. It does
  *   not look at Redis: a Redis outage is no reason to restart Switchyard.
@@ -12,12 +14,22 @@ import type { AddressInfo } from "node:net";
 import type { Logger } from "../log.js";
 import type { RedisConnection } from "../redis/connection.js";
 import type { PromMetrics, QueueSource } from "./registry.js";
+import { API_PREFIX, type WebApi } from "../web/gateway.js";
+import { DASHBOARD_PREFIX, type DashboardAssets } from "../web/assets.js";
+
+/** The dashboard and the web API it calls. */
+export interface WebParts {
+  api: WebApi;
+  assets: DashboardAssets;
+}
 
 /** What the endpoints answer from. */
 export interface SideParts {
   metrics: PromMetrics;
   /** Set once the queues are up (see {@link SideServer.setQueues}); until then /metrics has no queue gauges. */
   queues?: QueueSource;
+  /** Set once the gRPC server is up (see {@link SideServer.setWeb}). */
+  web?: WebParts;
   /** False once the instance has shut down. */
   live(): boolean;
   /** undefined when ready, else why not. */
@@ -30,6 +42,8 @@ export interface SideServer {
   readonly address: string;
   /** Where /metrics reads the queue gauges from from now on. */
   setQueues(source: QueueSource): void;
+  /** Serves the dashboard and the web API from now on. */
+  setWeb(web: WebParts): void;
   close(): Promise<void>;
 }
 
@@ -73,12 +87,24 @@ function reply(res: ServerResponse, status: number, body: string, type = "text/p
 }
 
 async function route(req: IncomingMessage, res: ServerResponse, parts: SideParts, log: Logger): Promise<void> {
+  const path = (req.url ?? "/").split("?")[0];
+  if (path.startsWith(`${API_PREFIX}/`)) {
+    if (!parts.web) return reply(res, 503, "the web API is not served: the instance is starting, or SWITCHYARD_DASHBOARD is off\n");
+    return parts.web.api.handle(req, res);
+  }
   if (req.method !== "GET" && req.method !== "HEAD") {
     res.setHeader("allow", "GET, HEAD");
     return reply(res, 405, "method not allowed\n");
   }
-  const path = (req.url ?? "/").split("?")[0];
+  if (path.startsWith(DASHBOARD_PREFIX)) {
+    if (!parts.web) return reply(res, 503, "the dashboard is not served: the instance is starting, or SWITCHYARD_DASHBOARD is off\n");
+    return parts.web.assets.serve(req, res, path);
+  }
   switch (path) {
+    case "/":
+    case "/dashboard":
+      res.writeHead(302, { location: DASHBOARD_PREFIX, "cache-control": "no-store" });
+      return void res.end();
     case "/metrics":
       return reply(res, 200, await parts.metrics.scrape(parts.queues, log), parts.metrics.contentType);
     case "/healthz":
@@ -88,7 +114,7 @@ async function route(req: IncomingMessage, res: ServerResponse, parts: SideParts
       return why === undefined ? reply(res, 200, "ready\n") : reply(res, 503, `not ready: ${why}\n`);
     }
     default:
-      return reply(res, 404, "not found: try /metrics, /healthz or /readyz\n");
+      return reply(res, 404, "not found: try /dashboard/, /metrics, /healthz or /readyz\n");
   }
 }
 
@@ -116,6 +142,7 @@ export async function startSideServer(address: string, parts: SideParts, log: Lo
   return {
     address: `${shown}:${bound.port}`,
     setQueues: (source) => (parts.queues = source),
+    setWeb: (web) => (parts.web = web),
     close: () =>
       new Promise<void>((ok) => {
         server.close(() => ok());

@@ -1,0 +1,153 @@
+/** Queues: every declared queue with its counts and rates, and one queue's lists and dead letters. */
+import { QueueList, QueueMode, type PeekedItem, type Queue, type QueueStats } from "../../../src/gen/switchyard/v1/queue_pb.js";
+import { queueApi } from "../api.js";
+import { RateHistory, sparkline } from "../chart.js";
+import { button, durationMs, fill, h, payloadText, span, table, time } from "../dom.js";
+import { act, type Ctx, type Page } from "../page.js";
+
+const PEEK = 20;
+const rates = new RateHistory();
+
+function modeName(mode: QueueMode): string {
+  return mode === QueueMode.RELIABLE ? "reliable" : mode === QueueMode.SIMPLE ? "simple" : "?";
+}
+
+const latest = (series: number[]) => (series.length ? `${series[series.length - 1].toFixed(1)}/s` : "—");
+
+/** Samples a queue's counters: a chart of its rates since the page opened, and the latest rates. */
+function throughput(stats: QueueStats): HTMLElement {
+  const [enqueued, completed] = rates.add(stats.queue, Date.now(), [Number(stats.enqueuedTotal), Number(stats.completedTotal)]);
+  return h("div", { class: "throughput" },
+    sparkline([
+      { values: enqueued, class: "in", label: "enqueued" },
+      { values: completed, class: "out", label: "completed" },
+    ]),
+    h("small", {}, `in ${latest(enqueued)} · out ${latest(completed)}`),
+  );
+}
+
+/** All queues (ListQueues) with their stats. */
+export function queuesPage(_ctx: Ctx): Page {
+  const body = h("div", {});
+  const el = h("section", { "data-testid": "queues-page" }, h("h1", {}, "Queues"), body);
+  return {
+    el,
+    async refresh() {
+      const queues: Queue[] = [];
+      let pageToken = "";
+      do {
+        const page = await queueApi.listQueues({ pageSize: 1000, pageToken });
+        queues.push(...page.queues);
+        pageToken = page.nextPageToken;
+      } while (pageToken);
+      const stats = await Promise.all(queues.map((q) => queueApi.getQueueStats({ name: q.name })));
+      const rows = queues.map((q, i) => {
+        const s = stats[i].stats!;
+        const age = durationMs(s.oldestClaimAge);
+        return h("tr", { "data-queue": q.name },
+          h("td", {}, h("a", { href: `#/queues/${encodeURIComponent(q.name)}` }, q.name)),
+          h("td", {}, modeName(q.mode)),
+          h("td", { class: "num", "data-testid": "ready" }, s.ready),
+          h("td", { class: "num", "data-testid": "processing" }, s.processing),
+          h("td", { class: "num", "data-testid": "dead" }, q.mode === QueueMode.RELIABLE ? s.deadLetter : "—"),
+          h("td", { class: "num" }, age === undefined ? "—" : span(age)),
+          h("td", { class: "chart" }, throughput(s)),
+        );
+      });
+      fill(body, table(["queue", "mode", "ready", "processing", "dead letters", "oldest claim", "throughput"], rows,
+        "No queues are declared: declare one with CreateQueue or the config file.", "queues"));
+    },
+  };
+}
+
+function itemRow(item: PeekedItem, actions: HTMLElement[]): HTMLTableRowElement {
+  const headers = Object.entries(item.headers);
+  return h("tr", { "data-item": item.id || "raw" },
+    h("td", { class: "mono" }, item.id || h("em", {}, "raw")),
+    h("td", {}, time(item.enqueueTime)),
+    h("td", { class: "num" }, item.deliveryCount),
+    h("td", { class: "mono small" }, headers.length ? headers.map(([k, v]) => h("div", {}, `${k}: ${v}`)) : "—"),
+    h("td", { class: "payload mono", "data-testid": "payload" }, payloadText(item.payload)),
+    actions.length ? h("td", { class: "actions" }, actions) : null,
+  );
+}
+
+/** One queue: stats, chart, the next items to leave, dead letters and what an admin may do with them. */
+export function queuePage(name: string, ctx: Ctx): Page {
+  const admin = { scope: "queue:admin" as const, queue: name };
+  const may = ctx.access.can(admin);
+  const why = ctx.access.why(admin);
+  const statsEl = h("div", { class: "cards", "data-testid": "queue-stats" });
+  const readyEl = h("div", {});
+  const deadEl = h("div", {});
+  const confirmEl = h("div", {});
+  let mode = QueueMode.UNSPECIFIED;
+  let ready = 0n;
+
+  const confirmPurge = () =>
+    fill(confirmEl, h("div", { class: "confirm", role: "alertdialog", "data-testid": "confirm-purge" },
+      h("p", {}, `Delete the ${ready} items waiting in ${name}? Leased items and dead letters stay. This cannot be undone.`),
+      button("Purge", () => {
+        fill(confirmEl);
+        void act(ctx, async () => `Purged ${(await queueApi.purgeQueue({ name })).purged} items from ${name}.`);
+      }, { kind: "danger", testid: "confirm-purge-yes" }),
+      button("Cancel", () => fill(confirmEl), { testid: "confirm-purge-no" }),
+    ));
+
+  const requeue = (ids: string[], all = false) =>
+    act(ctx, async () => `Requeued ${(await queueApi.requeueDeadLetters({ name, ids, all })).requeued} dead letters.`);
+  const remove = (ids: string[], all = false) =>
+    act(ctx, async () => `Deleted ${(await queueApi.deleteDeadLetters({ name, ids, all })).deleted} dead letters.`);
+
+  const el = h("section", { "data-testid": "queue-page" },
+    h("p", { class: "crumbs" }, h("a", { href: "#/queues" }, "Queues"), " / "),
+    h("h1", {}, name),
+    statsEl,
+    h("div", { class: "toolbar" },
+      button("Purge queue…", confirmPurge, { allowed: may, why, kind: "danger", testid: "purge" }),
+    ),
+    confirmEl,
+    h("h2", {}, "Next to lease"),
+    readyEl,
+    h("h2", {}, "Dead letters"),
+    deadEl,
+  );
+
+  return {
+    el,
+    async refresh() {
+      const [{ queue }, { stats }] = await Promise.all([queueApi.getQueue({ name }), queueApi.getQueueStats({ name })]);
+      mode = queue!.mode;
+      ready = stats!.ready;
+      const age = durationMs(stats!.oldestClaimAge);
+      fill(statsEl,
+        [["mode", modeName(mode)], ["ready", stats!.ready], ["processing", stats!.processing],
+          ["dead letters", mode === QueueMode.RELIABLE ? stats!.deadLetter : "—"],
+          ["oldest claim", age === undefined ? "—" : span(age)], ["streams here", stats!.leaseStreams]]
+          .map(([label, value]) => h("div", { class: "card", "data-stat": String(label) }, h("small", {}, String(label)), h("strong", {}, String(value)))),
+        h("div", { class: "card wide" }, h("small", {}, "throughput (enqueued / completed per second)"), throughput(stats!)),
+      );
+      const readyItems = await queueApi.peekQueue({ name, list: QueueList.READY, limit: PEEK });
+      fill(readyEl, table(["id", "enqueued", "deliveries", "headers", "payload"], readyItems.items.map((i) => itemRow(i, [])),
+        "Nothing is waiting.", "ready-items"),
+        readyItems.total > BigInt(readyItems.items.length) && h("p", { class: "muted" }, `Showing ${readyItems.items.length} of ${readyItems.total}.`));
+      if (mode !== QueueMode.RELIABLE) {
+        fill(deadEl, h("p", { class: "muted" }, "A SIMPLE queue has no dead-letter list."));
+        return;
+      }
+      const dead = await queueApi.peekQueue({ name, list: QueueList.DEAD_LETTER, limit: PEEK });
+      const rows = dead.items.map((i) => itemRow(i, i.id ? [
+        button("Requeue", () => void requeue([i.id]), { allowed: may, why, testid: "requeue" }),
+        button("Delete", () => void remove([i.id]), { allowed: may, why, kind: "danger", testid: "delete" }),
+      ] : [h("span", { class: "muted" }, "raw: use all")]));
+      fill(deadEl,
+        h("div", { class: "toolbar" },
+          button("Requeue all", () => void requeue([], true), { allowed: may && dead.total > 0n, why, testid: "requeue-all" }),
+          button("Delete all", () => void remove([], true), { allowed: may && dead.total > 0n, why, kind: "danger", testid: "delete-all" }),
+        ),
+        table(["id", "enqueued", "deliveries", "headers", "payload", ""], rows, "No dead letters.", "dead-items"),
+        dead.total > BigInt(dead.items.length) && h("p", { class: "muted" }, `Showing the oldest ${dead.items.length} of ${dead.total}.`),
+      );
+    },
+  };
+}
