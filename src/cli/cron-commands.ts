@@ -1,4 +1,4 @@
-/** `switchyard cron list|create|update|pause|resume|run|logs`. */
+/** `switchyard cron list|create|update|pause|resume|run|logs|preview`. */
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import {
@@ -12,6 +12,7 @@ import {
   JobStatus,
   JobTrigger,
   MisfirePolicy,
+  PreviewScheduleResponseSchema,
 } from "../gen/switchyard/v1/cron_pb.js";
 import { UsageError, choice, durationArg, intArg, need, parse, str, type OptionSpecs, type Values } from "./args.js";
 import { duration, enumName, fields, json, pj, table, time } from "./format.js";
@@ -211,6 +212,19 @@ const logs: Command = {
   },
 };
 
+const preview: Command = {
+  usage: 'cron preview "SCHEDULE" [--tz ZONE] [--count N]   (next fire times; checks the schedule as create does)',
+  options: { tz: { type: "string" }, count: { type: "string" } },
+  async run({ argv, globals, connect, io }) {
+    const { values, positionals } = parse(argv, this.options);
+    const [schedule] = need(positionals, ["SCHEDULE"]);
+    const count = str(values, "count");
+    const res = await connect().previewSchedule(schedule, str(values, "tz") ?? "", count === undefined ? 0 : intArg("--count", count));
+    if (globals.json) return io.out(json(pj(PreviewScheduleResponseSchema, res)));
+    io.out(`${res.schedule}\n${res.fireTimes.map((t) => time(t)).join("\n")}\n`);
+  },
+};
+
 /** The cron commands by name. */
 export const cronCommands: Record<string, Command> = {
   list: listJobs,
@@ -220,4 +234,5 @@ export const cronCommands: Record<string, Command> = {
   resume: statusCommand("resume"),
   run: runJob,
   logs,
+  preview,
 };

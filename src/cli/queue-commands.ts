@@ -1,4 +1,4 @@
-/** `switchyard queue declare|list|stats|enqueue|peek-dead`. */
+/** `switchyard queue declare|list|stats|enqueue|peek-dead|requeue-dead|delete-dead|purge`. */
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import {
   PeekQueueResponseSchema,
@@ -172,6 +172,38 @@ const peekDead: Command = {
   },
 };
 
+/** `requeue-dead` and `delete-dead`: dead letters by id, or all of them. */
+function deadLetterCommand(verb: "requeue" | "delete"): Command {
+  return {
+    usage: `queue ${verb}-dead NAME (ID... | --all)   (${verb === "requeue" ? "back onto the queue, fresh delivery count" : "gone for good"})`,
+    options: { all: { type: "boolean" } },
+    async run({ argv, globals, connect, io }) {
+      const client = connect();
+      const { values, positionals } = parse(argv, this.options);
+      const [name, ...ids] = positionals;
+      if (name === undefined) throw new UsageError("missing NAME");
+      if (values.all === (ids.length > 0)) throw new UsageError(`name the dead letters' ids (see queue peek-dead), or give --all`);
+      const which = values.all ? "all" : { ids };
+      const n = verb === "requeue" ? await client.requeueDeadLetters(name, which) : await client.deleteDeadLetters(name, which);
+      if (globals.json) return io.out(json({ queue: name, [verb === "requeue" ? "requeued" : "deleted"]: String(n) }));
+      io.out(`${verb === "requeue" ? "requeued" : "deleted"} ${n} dead letter${n === 1 ? "" : "s"} of ${name}\n`);
+    },
+  };
+}
+
+const purge: Command = {
+  usage: "queue purge NAME --yes   (deletes the waiting items; leased ones and dead letters stay)",
+  options: { yes: { type: "boolean" } },
+  async run({ argv, globals, connect, io }) {
+    const { values, positionals } = parse(argv, this.options);
+    const [name] = need(positionals, ["NAME"]);
+    if (!values.yes) throw new UsageError(`purging deletes every item waiting in ${name}; add --yes to do it`);
+    const n = await connect().purgeQueue(name);
+    if (globals.json) return io.out(json({ queue: name, purged: String(n) }));
+    io.out(`purged ${n} item${n === 1 ? "" : "s"} from ${name}\n`);
+  },
+};
+
 /** The queue commands by name. */
 export const queueCommands: Record<string, Command> = {
   declare,
@@ -179,4 +211,7 @@ export const queueCommands: Record<string, Command> = {
   stats,
   enqueue,
   "peek-dead": peekDead,
+  "requeue-dead": deadLetterCommand("requeue"),
+  "delete-dead": deadLetterCommand("delete"),
+  purge,
 };

@@ -206,6 +206,18 @@ describe("switchyard CLI", () => {
     expect([item("enqueued"), item("leased"), item("acked"), item("dead_lettered")]).toEqual([4, 4, 3, 1]);
     expect((await get(server.http, "/readyz")).status).toBe(200);
 
+    // The dead letter goes back, then the waiting item is purged (only with --yes); a schedule is previewed.
+    expect(await ok(a, ["queue", "requeue-dead", q, fromStdin.ids[0]])).toBe(`requeued 1 dead letter of ${q}\n`);
+    const refused = await sy(a, ["queue", "purge", q]);
+    expect([refused.code, refused.stderr]).toEqual([2, expect.stringContaining("add --yes")]);
+    expect(JSON.parse(await ok(a, ["queue", "purge", q, "--yes", "--json"]))).toEqual({ queue: q, purged: "1" });
+    expect(await ok(a, ["queue", "delete-dead", q, "--all"])).toBe(`deleted 0 dead letters of ${q}\n`);
+    const fires = JSON.parse(await ok(a, ["cron", "preview", "# 0 9 * * 1-5", "--tz", "Europe/Berlin", "--count", "2", "--json"]));
+    expect(fires.schedule).toBe("0 0 9 * * 1-5");
+    expect(fires.fireTimes).toHaveLength(2);
+    const badSchedule = await sy(a, ["cron", "preview", "not a schedule"]);
+    expect([badSchedule.code, badSchedule.stderr]).toEqual([1, expect.stringContaining("INVALID_ARGUMENT: invalid cron expression")]);
+
     // Failures: a gRPC status on stderr (exit 1); a usage mistake (exit 2).
     const missing = await sy(a, ["queue", "stats", "nope"]);
     expect(missing.code).toBe(1);

@@ -5,13 +5,13 @@
  */
 import { describe, expect, it } from "vitest";
 import * as grpc from "@grpc/grpc-js";
-import { timestampFromMs, timestampMs } from "@bufbuild/protobuf/wkt";
+import { timestampFromMs, timestampMs, type Timestamp } from "@bufbuild/protobuf/wkt";
 import { JobRunStatus, JobTrigger } from "../../src/gen/switchyard/v1/cron_pb.js";
 import type { ManualClock } from "../../src/clock.js";
 import { useSwitchyard } from "../helpers/switchyard.js";
 
 const t = useSwitchyard();
-const iso = (ts: { seconds: bigint; nanos: number }[]) => ts.map((x) => new Date(timestampMs(x)).toISOString());
+const iso = (ts: Timestamp[]) => ts.map((x) => new Date(timestampMs(x)).toISOString());
 
 async function refusal(call: Promise<unknown>): Promise<{ code: number; details: string }> {
   try {
@@ -37,7 +37,7 @@ describe("PreviewSchedule", () => {
   });
 
   it("follows the time zone across a DST change from a given start time", async () => {
-    const res = await (t.sy.client as unknown as { cron(m: string, r: object): Promise<{ fireTimes: never[] }> }).cron("previewSchedule", {
+    const res = await (t.sy.client as unknown as { cron(m: string, r: object): Promise<{ fireTimes: Timestamp[] }> }).cron("previewSchedule", {
       schedule: "0 30 2 * * *",
       timeZone: "Europe/Berlin",
       count: 3,
