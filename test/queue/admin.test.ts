@@ -7,6 +7,7 @@ import * as grpc from "@grpc/grpc-js";
 import { QueueList, QueueMode } from "../../src/gen/switchyard/v1/queue_pb.js";
 import type { SwitchyardClient } from "../../src/client/client.js";
 import { useSwitchyard } from "../helpers/switchyard.js";
+import { onCluster } from "../helpers/redis.js";
 
 const t = useSwitchyard();
 const text = (b: Uint8Array) => Buffer.from(b).toString();
@@ -137,5 +138,14 @@ describe("GetQueueStats counters (the dashboard's throughput)", () => {
     await simple.take(2);
     await simple.close();
     expect(await client.getQueueStats("{cs}")).toMatchObject({ enqueuedTotal: 3n, completedTotal: 2n, ready: 1n });
+  });
+
+  it("on a cluster, leave a SIMPLE queue without a hash tag uncounted rather than fail its enqueues", async () => {
+    const { client } = t.sy;
+    await client.createQueue({ name: "plain.simple", mode: QueueMode.SIMPLE });
+    expect(await client.enqueue("plain.simple", ["a", "b"])).toHaveLength(2);
+    // Its stats hash would sit in another cluster slot than the list, out of one script's reach.
+    expect((await client.getQueueStats("plain.simple")).enqueuedTotal).toBe(onCluster ? 0n : 2n);
+    expect(await t.redis.plain.llen("plain.simple")).toBe(2);
   });
 });
