@@ -98,6 +98,9 @@ export function nextFires(schedule: Schedule, afterMs: number, n: number): numbe
   return out;
 }
 
+/** The last instant a protobuf Timestamp can hold (9999-12-31T23:59:59.999Z). */
+const LATEST_MS = 253_402_300_799_999;
+
 /** Fire times a preview returns when the request names no count, and the most it may ask for. */
 export const DEFAULT_PREVIEW = 5;
 export const MAX_PREVIEW = 50;
@@ -112,7 +115,11 @@ export function previewSchedule(text: string, timeZone: string, count: number, a
   if (!Number.isInteger(count) || count < 0 || count > MAX_PREVIEW) {
     throw invalid(`count must be between 0 and ${MAX_PREVIEW} (0 means ${DEFAULT_PREVIEW})`);
   }
+  if (!Number.isFinite(afterMs) || afterMs < 0 || afterMs > LATEST_MS) {
+    throw invalid("start_time must be between 1970-01-01T00:00:00Z and 9999-12-31T23:59:59Z");
+  }
   checkTimeZone(timeZone || "UTC"); // as a job's: an interval ignores it, but a later cron schedule would not
   const schedule = parseSchedule(text, timeZone || "UTC");
-  return { schedule: schedule.expression, fireTimes: nextFires(schedule, afterMs, count || DEFAULT_PREVIEW) };
+  const fireTimes = nextFires(schedule, afterMs, count || DEFAULT_PREVIEW).filter((t) => t <= LATEST_MS);
+  return { schedule: schedule.expression, fireTimes };
 }

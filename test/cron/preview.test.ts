@@ -66,6 +66,18 @@ describe("PreviewSchedule", () => {
       details: "count must be between 0 and 50 (0 means 5)",
     });
     expect((await refusal(client.previewSchedule(" "))).code).toBe(grpc.status.INVALID_ARGUMENT);
+    // Found by the fuzz scenario: a start time past what a date can hold was INTERNAL.
+    const cron = (r: object) => (client as unknown as { cron(m: string, r: object): Promise<unknown> }).cron("previewSchedule", r);
+    for (const seconds of [-1n, 9_000_000_000_000n]) {
+      expect(await refusal(cron({ schedule: "0 */5 * * * *", startTime: { seconds, nanos: 0 } }))).toEqual({
+        code: grpc.status.INVALID_ARGUMENT,
+        details: "start_time must be between 1970-01-01T00:00:00Z and 9999-12-31T23:59:59Z",
+      });
+    }
+    const late = (await cron({ schedule: "@every 1000d", count: 3, startTime: timestampFromMs(Date.parse("9999-01-01T00:00:00Z")) })) as {
+      fireTimes: Timestamp[];
+    };
+    expect(late.fireTimes).toEqual([]);
   });
 });
 
