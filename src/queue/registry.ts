@@ -28,15 +28,33 @@ export class QueueRegistry {
     private readonly log: Logger,
   ) {}
 
-  /** Loads every declaration and follows changes made by other instances. */
+  /**
+   * Loads every declaration and follows changes made by other instances; after
+   * each reconnect to Redis it loads them again, since change events may have
+   * been missed and a restarted Redis may have lost declarations.
+   */
   async start(): Promise<void> {
     this.unsubscribe = await this.redis.subscribe(this.keys.events, (message) => this.onEvent(message));
-    const all = await this.redis.client.hgetall(this.keys.queues);
-    this.cache = new Map(Object.entries(all).map(([name, json]) => [name, JSON.parse(json) as QueueConfig]));
+    await this.reload();
+    this.redis.client.on("ready", this.onReconnect);
   }
 
   async stop(): Promise<void> {
     this.unsubscribe?.();
+    this.redis.client.off("ready", this.onReconnect);
+  }
+
+  private readonly onReconnect = () => {
+    this.reload().catch((err: unknown) => this.log.warn("could not reload queue declarations after reconnecting to redis", { err }));
+  };
+
+  /** Replaces the cache with what Redis holds; declarations gone from Redis count as deleted. */
+  private async reload(): Promise<void> {
+    const all = await this.redis.client.hgetall(this.keys.queues);
+    const fresh = new Map(Object.entries(all).map(([name, json]) => [name, JSON.parse(json) as QueueConfig]));
+    const gone = [...this.cache.keys()].filter((name) => !fresh.has(name));
+    this.cache = fresh;
+    for (const name of gone) for (const fn of this.deletedListeners) fn(name);
   }
 
   /** Calls `fn` with the name of every queue deleted, through any instance. */

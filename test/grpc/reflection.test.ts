@@ -267,7 +267,9 @@ describe("health follows Redis", () => {
     await eventuallyStatus(ServingStatus.SERVING);
     expect(watched[watched.length - 1]).toBe(ServingStatus.SERVING);
     watch.cancel();
-    // The test Redis keeps no data across the crash, so the declaration is made again.
+    // The test Redis keeps no data across the crash: the instance reloads its declarations on reconnecting
+    // and no longer takes items for the lost queue, until it is declared again.
+    await expect.poll(() => codeOf(sy.client.enqueue("{h}", ["lost queue"]))).toBe(grpc.status.NOT_FOUND);
     await sy.client.createQueue({ name: "{h}", mode: QueueMode.RELIABLE });
     expect(await sy.client.enqueue("{h}", ["after"])).toHaveLength(1);
     // The stream still holds its credit of 1, so the new item waits in the queue.
