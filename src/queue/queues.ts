@@ -13,6 +13,7 @@ import { QueueDispatcher, type DispatchOptions } from "./dispatcher.js";
 import { encodeItem, newItemId } from "./envelope.js";
 import { LeaseStream, type LeaseSink } from "./lease-stream.js";
 import { peekItems, type PeekList, type PeekedItem } from "./peek.js";
+import { PushBatcher } from "./push-batcher.js";
 import type { QueueRegistry } from "./registry.js";
 import { Settler } from "./settler.js";
 import { parseToken } from "./token.js";
@@ -80,6 +81,8 @@ export class Queues {
   /** Called after every release while draining. */
   private onRelease?: () => void;
   private readonly settler: Settler;
+  /** Enqueues without a replica wait, coalesced per queue and event-loop turn. */
+  private readonly pushes: PushBatcher;
   readonly watchdog: Watchdog;
 
   constructor(
@@ -91,6 +94,7 @@ export class Queues {
     private readonly metrics: Metrics = noMetrics,
   ) {
     this.settler = new Settler(redis.client, clock, metrics);
+    this.pushes = new PushBatcher((queue, ttlMs, values) => pushItems(redis.client, queue, ttlMs, values), options.maxItemsPerEnqueue);
     this.watchdog = new Watchdog(redis.client, clock, () => registry.known(), options.watchdogIntervalMs, log, metrics);
     registry.onDeleted((name) => this.onQueueDeleted(name));
   }
@@ -169,9 +173,14 @@ export class Queues {
   }
 
   private async write(p: PreparedEnqueue, wait?: ReplicaWait): Promise<string[]> {
+    if (!wait) {
+      await this.pushes.push(p.config.name, Math.ceil(p.ttlMs), p.values);
+      this.metrics.items(p.config.name, "enqueued", p.values.length);
+      return p.ids;
+    }
     const acked = await pushItems(this.redis.client, p.config.name, Math.ceil(p.ttlMs), p.values, wait);
     this.metrics.items(p.config.name, "enqueued", p.values.length);
-    if (wait && acked < wait.replicas) {
+    if (acked < wait.replicas) {
       throw new SwitchyardError(
         "unavailable",
         `the items reached the master of "${p.config.name}" but only ${acked} of ${wait.replicas} replica(s) acknowledged them ` +
