@@ -101,7 +101,8 @@ export class SwitchyardClient {
 
   constructor(address: string, options: ClientOptions = {}) {
     const credentials = options.credentials ?? grpc.credentials.createInsecure();
-    const clientOptions: grpc.ClientOptions = { ...options.channelOptions };
+    // No channelz service reads the client's channel statistics; keeping them costs ~5% of a unary call's CPU.
+    const clientOptions: grpc.ClientOptions = { "grpc.enable_channelz": 0, ...options.channelOptions };
     if (options.token) clientOptions.interceptors = [...(clientOptions.interceptors ?? []), bearer(options.token)];
     this.grpc = new (clientConstructor(QueueService))(address, credentials, clientOptions);
     this.cronGrpc = new (clientConstructor(CronService))(address, credentials, clientOptions);

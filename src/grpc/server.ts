@@ -49,6 +49,8 @@ export function createGrpcServer(
     // Answer client keepalive pings on idle lease streams.
     "grpc.keepalive_permit_without_calls": 1,
     "grpc.http2.min_ping_interval_without_data_ms": 10_000,
+    // No channelz service is served, so its per-call bookkeeping is only a cost (~5% of a unary call's CPU).
+    "grpc.enable_channelz": 0,
   };
   if (config.maxConnectionAgeMs > 0) {
     options["grpc.max_connection_age_ms"] = config.maxConnectionAgeMs;

@@ -142,8 +142,8 @@ export function validateQueueSpec(spec: QueueSpec, nowMs: number): QueueConfig {
  * where a cluster would put that in another slot than the queue (a SIMPLE
  * queue without a hash tag), the queue itself, which means "not counted".
  */
-export function countersKey(config: QueueConfig, cluster: boolean): string {
-  const { queue, stats } = keysOf(config);
+export function countersKey(queue: string, cluster: boolean): string {
+  const stats = queueKeys(queue, queue, queue, "").stats;
   return !cluster || slotOf(stats) === slotOf(queue) ? stats : queue;
 }
 

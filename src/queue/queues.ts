@@ -14,6 +14,7 @@ import { encodeItem, newItemId } from "./envelope.js";
 import { LeaseStream, type LeaseSink } from "./lease-stream.js";
 import { peekItems, type PeekList, type PeekedItem } from "./peek.js";
 import { purgeReady, settleDeadLetterSelection, type DeadLetterSelection } from "./admin.js";
+import { PushBatcher } from "./push-batcher.js";
 import type { QueueRegistry } from "./registry.js";
 import { Settler } from "./settler.js";
 import { parseToken } from "./token.js";
@@ -85,6 +86,8 @@ export class Queues {
   /** Called after every release while draining. */
   private onRelease?: () => void;
   private readonly settler: Settler;
+  /** Enqueues without a replica wait, coalesced per queue and event-loop turn. */
+  private readonly pushes: PushBatcher;
   readonly watchdog: Watchdog;
 
   constructor(
@@ -96,6 +99,10 @@ export class Queues {
     private readonly metrics: Metrics = noMetrics,
   ) {
     this.settler = new Settler(redis.client, clock, metrics);
+    this.pushes = new PushBatcher(
+      (queue, ttlMs, values) => pushItems(redis.client, queue, countersKey(queue, redis.cluster), ttlMs, values),
+      options.maxItemsPerEnqueue,
+    );
     this.watchdog = new Watchdog(redis.client, clock, () => registry.known(), options.watchdogIntervalMs, log, metrics);
     registry.onDeleted((name) => this.onQueueDeleted(name));
   }
@@ -174,10 +181,15 @@ export class Queues {
   }
 
   private async write(p: PreparedEnqueue, wait?: ReplicaWait): Promise<string[]> {
-    const counters = countersKey(p.config, this.redis.cluster);
+    if (!wait) {
+      await this.pushes.push(p.config.name, Math.ceil(p.ttlMs), p.values);
+      this.metrics.items(p.config.name, "enqueued", p.values.length);
+      return p.ids;
+    }
+    const counters = countersKey(p.config.name, this.redis.cluster);
     const acked = await pushItems(this.redis.client, p.config.name, counters, Math.ceil(p.ttlMs), p.values, wait);
     this.metrics.items(p.config.name, "enqueued", p.values.length);
-    if (wait && acked < wait.replicas) {
+    if (acked < wait.replicas) {
       throw new SwitchyardError(
         "unavailable",
         `the items reached the master of "${p.config.name}" but only ${acked} of ${wait.replicas} replica(s) acknowledged them ` +
@@ -364,7 +376,7 @@ export class Queues {
     const { client } = this.redis;
     const keys = keysOf(config);
     const reliable = config.mode === "reliable";
-    const counted = countersKey(config, this.redis.cluster) === keys.stats;
+    const counted = countersKey(config.name, this.redis.cluster) === keys.stats;
     const [ready, processing, deadLetter, oldest, [enqueued, completed], leased] = await Promise.all([
       client.llen(keys.queue),
       reliable ? client.llen(keys.processing) : 0,
