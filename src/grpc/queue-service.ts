@@ -90,6 +90,8 @@ function leaseHandler(queues: Queues, baseLog: Logger, heartbeatIntervalMs: numb
           else call.end();
         });
     };
+    const settleFailed = (token: string, status: grpc.StatusObject) =>
+      write({ case: "settleResult", value: { leaseToken: token, code: status.code, message: status.details } });
     const settle = async (s: LeaseStream, token: string, action: SettleAction, ack?: AckRequest) => {
       try {
         if (ack) await queues.ack(token, replyOf(ack), s);
@@ -101,8 +103,17 @@ function leaseHandler(queues: Queues, baseLog: Logger, heartbeatIntervalMs: numb
         }
       } catch (err) {
         // Redis unavailable (a cluster slot migrating, say) is UNAVAILABLE: the worker may settle again.
+        settleFailed(token, toStatus(err, log, "Lease"));
+      }
+    };
+    // Acks of many tokens: one settle call per queue; each token that failed gets its own result.
+    const ackBatch = async (s: LeaseStream, tokens: readonly string[]) => {
+      try {
+        for (const { token, error } of await queues.ackMany(tokens, s)) settleFailed(token, toStatus(error, log, "Lease"));
+      } catch (err) {
+        // Redis could not be asked (UNAVAILABLE, say): the worker may ack every token again.
         const status = toStatus(err, log, "Lease");
-        write({ case: "settleResult", value: { leaseToken: token, code: status.code, message: status.details } });
+        for (const token of tokens) settleFailed(token, status);
       }
     };
     call.on("data", (raw: LeaseRequest | MalformedMessage) => {
@@ -127,6 +138,7 @@ function leaseHandler(queues: Queues, baseLog: Logger, heartbeatIntervalMs: numb
                   queue: s.queue,
                   mode: config.mode === "simple" ? QueueMode.SIMPLE : QueueMode.RELIABLE,
                   heartbeatInterval: msDuration(heartbeatIntervalMs),
+                  ackBatches: true,
                 },
               });
               if (ended) void queues.closeStream(s);
@@ -146,6 +158,8 @@ function leaseHandler(queues: Queues, baseLog: Logger, heartbeatIntervalMs: numb
               return settle(s, kind.value.leaseToken, "d");
             case "extend":
               return settle(s, kind.value.leaseToken, "x");
+            case "ackBatch":
+              return ackBatch(s, kind.value.leaseTokens);
             case "credit":
               try {
                 queues.setCredit(s, kind.value.credit);
@@ -154,7 +168,7 @@ function leaseHandler(queues: Queues, baseLog: Logger, heartbeatIntervalMs: numb
               }
               return;
             default:
-              finish(invalid("empty LeaseRequest: set one of open, ack, retry, drop, extend or credit"));
+              finish(invalid("empty LeaseRequest: set one of open, ack, ack_batch, retry, drop, extend or credit"));
           }
         }, () => undefined);
         pending.add(work);

@@ -162,7 +162,7 @@ export class QueueDispatcher {
         await this.redis.client.rpush(this.config.name, ...taken.map((t) => t.value).reverse());
       } else {
         const lastFirst = [...taken].reverse();
-        await Promise.all(lastFirst.map((t) => this.settler.settle(this.config, { action: "u", sha: t.ref.sha, fence: t.ref.fence })));
+        await this.settler.settleMany(this.config, lastFirst.map((t) => ({ action: "u", sha: t.ref.sha, fence: t.ref.fence })));
       }
     } catch (err) {
       this.log.error("could not return undeliverable items; the watchdog will recover them", { queue: this.config.name, err });

@@ -15,7 +15,7 @@ import { LeaseStream, type LeaseSink } from "./lease-stream.js";
 import { peekItems, type PeekList, type PeekedItem } from "./peek.js";
 import type { QueueRegistry } from "./registry.js";
 import { Settler } from "./settler.js";
-import { parseToken } from "./token.js";
+import { parseToken, type LeaseRef } from "./token.js";
 import { Watchdog } from "./watchdog.js";
 
 /** Limits and tuning of the queue capability. */
@@ -49,6 +49,35 @@ export interface SettleOutcome {
   expireTimeMs?: number;
 }
 
+const actionNames: Record<SettleAction, string> = {
+  a: "ack", d: "drop", r: "retry", b: "return", u: "return", x: "extend", c: "check",
+};
+
+/** A settle of a batch that did not apply, and why. */
+export interface SettleFailure {
+  token: string;
+  error: unknown;
+}
+
+/** The error for a settle.lua code below 0. */
+function settleError(code: number, action: SettleAction, ref: LeaseRef): SwitchyardError {
+  const what = actionNames[action];
+  switch (code) {
+    case -1:
+      return new SwitchyardError(
+        "failed_precondition",
+        `cannot ${what}: lease ${ref.fence} on "${ref.queue}" is no longer held; the item was settled, or recovered after min_idle`,
+      );
+    case -2:
+      return new SwitchyardError(
+        "failed_precondition",
+        `cannot ${what}: lease ${ref.fence} on "${ref.queue}" was superseded; the item was recovered and leased again`,
+      );
+    default:
+      return new SwitchyardError("not_found", `cannot ${what}: no lease ${ref.fence} was ever issued on "${ref.queue}"`);
+  }
+}
+
 /** Counts for one queue. */
 export interface QueueStatsView {
   queue: string;
@@ -66,10 +95,6 @@ interface PreparedEnqueue {
   values: Buffer[];
   ttlMs: number;
 }
-
-const actionNames: Record<SettleAction, string> = {
-  a: "ack", d: "drop", r: "retry", b: "return", u: "return", x: "extend", c: "check",
-};
 
 export class Queues {
   private readonly dispatchers = new Map<string, QueueDispatcher>();
@@ -250,7 +275,7 @@ export class Queues {
   private async forgetSettledElsewhere(stream: LeaseStream): Promise<void> {
     const held = [...stream.held].filter(([, ref]) => ref.sha);
     if (held.length === 0) return;
-    const codes = await Promise.all(held.map(([, ref]) => this.settler.settle(stream.config, { action: "c", sha: ref.sha, fence: ref.fence })));
+    const codes = await this.settler.settleMany(stream.config, held.map(([, ref]) => ({ action: "c", sha: ref.sha, fence: ref.fence })));
     held.forEach(([token], i) => {
       if (codes[i] < 0) this.release(token, stream);
     });
@@ -280,7 +305,7 @@ export class Queues {
     stream.held.clear();
     if (held.length === 0 || !held[0].sha) return;
     // Each return goes to the front: push the last delivered first so the queue keeps its order.
-    await Promise.all(held.reverse().map((ref) => this.settler.settle(stream.config, { action: "b", sha: ref.sha, fence: ref.fence })));
+    await this.settler.settleMany(stream.config, held.reverse().map((ref) => ({ action: "b", sha: ref.sha, fence: ref.fence })));
   }
 
   /**
@@ -297,27 +322,60 @@ export class Queues {
     }
     const code = await this.settler.settle(config, { action, sha: ref.sha, fence: ref.fence });
     if ((action !== "x" && action !== "c") || code < 0) this.release(token, fromStream);
-    const what = actionNames[action];
-    switch (code) {
-      case 1:
-      case 2:
-        return {
-          deadLettered: code === 2,
-          expireTimeMs: action === "x" && config.recoverySet ? this.clock.now() + config.minIdleMs : undefined,
-        };
-      case -1:
-        throw new SwitchyardError(
-          "failed_precondition",
-          `cannot ${what}: lease ${ref.fence} on "${ref.queue}" is no longer held; the item was settled, or recovered after min_idle`,
-        );
-      case -2:
-        throw new SwitchyardError(
-          "failed_precondition",
-          `cannot ${what}: lease ${ref.fence} on "${ref.queue}" was superseded; the item was recovered and leased again`,
-        );
-      default:
-        throw new SwitchyardError("not_found", `cannot ${what}: no lease ${ref.fence} was ever issued on "${ref.queue}"`);
+    if (code < 0) throw settleError(code, action, ref);
+    return {
+      deadLettered: code === 2,
+      expireTimeMs: action === "x" && config.recoverySet ? this.clock.now() + config.minIdleMs : undefined,
+    };
+  }
+
+  /**
+   * Acknowledges deliveries (no replies) as `settle(token, "a")` would each,
+   * with one settle call per queue for all of them. Resolves to the tokens
+   * that failed, each with its own error; rejects only when Redis could not
+   * be asked (then none of them is known to have applied).
+   */
+  async ackMany(tokens: readonly string[], fromStream?: LeaseStream): Promise<SettleFailure[]> {
+    const failures: SettleFailure[] = [];
+    const byQueue = new Map<string, { token: string; ref: LeaseRef }[]>();
+    for (const token of tokens) {
+      let ref: LeaseRef;
+      try {
+        ref = parseToken(token);
+      } catch (error) {
+        failures.push({ token, error });
+        continue;
+      }
+      let group = byQueue.get(ref.queue);
+      if (!group) byQueue.set(ref.queue, (group = []));
+      group.push({ token, ref });
     }
+    await Promise.all([...byQueue].map(async ([queue, group]) => {
+      let config: QueueConfig;
+      try {
+        config = await this.registry.get(queue);
+      } catch (error) {
+        for (const { token } of group) failures.push({ token, error });
+        return;
+      }
+      // Simple queues, and tokens without an item hash, have nothing to settle: the item left Redis when it was popped.
+      const settles: typeof group = [];
+      let popped = 0;
+      for (const g of group) {
+        if (config.mode === "reliable" && g.ref.sha) settles.push(g);
+        else {
+          this.release(g.token, fromStream);
+          popped++;
+        }
+      }
+      if (popped > 0) this.metrics.items(config.name, "acked", popped);
+      const codes = await this.settler.settleMany(config, settles.map(({ ref }) => ({ action: "a", sha: ref.sha, fence: ref.fence })));
+      settles.forEach(({ token, ref }, i) => {
+        this.release(token, fromStream);
+        if (codes[i] < 0) failures.push({ token, error: settleError(codes[i], "a", ref) });
+      });
+    }));
+    return failures;
   }
 
   /**

@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file switchyard/v1/queue.proto.
  */
 export const file_switchyard_v1_queue: GenFile = /*@__PURE__*/
-  fileDesc("Chlzd2l0Y2h5YXJkL3YxL3F1ZXVlLnByb3RvEg1zd2l0Y2h5YXJkLnYxIq0CCgVRdWV1ZRIMCgRuYW1lGAEgASgJEiYKBG1vZGUYAiABKA4yGC5zd2l0Y2h5YXJkLnYxLlF1ZXVlTW9kZRIXCg9wcm9jZXNzaW5nX2xpc3QYAyABKAkSFAoMcmVjb3Zlcnlfc2V0GAQgASgJEisKCG1pbl9pZGxlGAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEi8KDHJlY292ZXJ5X3R0bBgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIWCg5tYXhfZGVsaXZlcmllcxgHIAEoDRIYChBkZWFkX2xldHRlcl9saXN0GAggASgJEi8KC2NyZWF0ZV90aW1lGAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCI5ChJDcmVhdGVRdWV1ZVJlcXVlc3QSIwoFcXVldWUYASABKAsyFC5zd2l0Y2h5YXJkLnYxLlF1ZXVlIjoKE0NyZWF0ZVF1ZXVlUmVzcG9uc2USIwoFcXVldWUYASABKAsyFC5zd2l0Y2h5YXJkLnYxLlF1ZXVlIh8KD0dldFF1ZXVlUmVxdWVzdBIMCgRuYW1lGAEgASgJIjcKEEdldFF1ZXVlUmVzcG9uc2USIwoFcXVldWUYASABKAsyFC5zd2l0Y2h5YXJkLnYxLlF1ZXVlIjoKEUxpc3RRdWV1ZXNSZXF1ZXN0EhEKCXBhZ2Vfc2l6ZRgBIAEoBRISCgpwYWdlX3Rva2VuGAIgASgJIlMKEkxpc3RRdWV1ZXNSZXNwb25zZRIkCgZxdWV1ZXMYASADKAsyFC5zd2l0Y2h5YXJkLnYxLlF1ZXVlEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSIxChJEZWxldGVRdWV1ZVJlcXVlc3QSDAoEbmFtZRgBIAEoCRINCgVwdXJnZRgCIAEoCCIVChNEZWxldGVRdWV1ZVJlc3BvbnNlIiQKFEdldFF1ZXVlU3RhdHNSZXF1ZXN0EgwKBG5hbWUYASABKAkiQQoVR2V0UXVldWVTdGF0c1Jlc3BvbnNlEigKBXN0YXRzGAEgASgLMhkuc3dpdGNoeWFyZC52MS5RdWV1ZVN0YXRzIp8BCgpRdWV1ZVN0YXRzEg0KBXF1ZXVlGAEgASgJEg0KBXJlYWR5GAIgASgDEhIKCnByb2Nlc3NpbmcYAyABKAMSEwoLZGVhZF9sZXR0ZXIYBCABKAMSMwoQb2xkZXN0X2NsYWltX2FnZRgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIVCg1sZWFzZV9zdHJlYW1zGAYgASgFIlcKEFBlZWtRdWV1ZVJlcXVlc3QSDAoEbmFtZRgBIAEoCRImCgRsaXN0GAIgASgOMhguc3dpdGNoeWFyZC52MS5RdWV1ZUxpc3QSDQoFbGltaXQYAyABKAUiTAoRUGVla1F1ZXVlUmVzcG9uc2USKAoFaXRlbXMYASADKAsyGS5zd2l0Y2h5YXJkLnYxLlBlZWtlZEl0ZW0SDQoFdG90YWwYAiABKAMi3AEKClBlZWtlZEl0ZW0SCgoCaWQYASABKAkSDwoHcGF5bG9hZBgCIAEoDBI3CgdoZWFkZXJzGAMgAygLMiYuc3dpdGNoeWFyZC52MS5QZWVrZWRJdGVtLkhlYWRlcnNFbnRyeRIwCgxlbnF1ZXVlX3RpbWUYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhYKDmRlbGl2ZXJ5X2NvdW50GAUgASgNGi4KDEhlYWRlcnNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIogBCgtFbnF1ZXVlSXRlbRIPCgdwYXlsb2FkGAEgASgMEjgKB2hlYWRlcnMYAiADKAsyJy5zd2l0Y2h5YXJkLnYxLkVucXVldWVJdGVtLkhlYWRlcnNFbnRyeRouCgxIZWFkZXJzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASK8AQoORW5xdWV1ZVJlcXVlc3QSDQoFcXVldWUYASABKAkSKQoFaXRlbXMYAiADKAsyGi5zd2l0Y2h5YXJkLnYxLkVucXVldWVJdGVtEiYKA3R0bBgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIUCgxtaW5fcmVwbGljYXMYBCABKA0SMgoPcmVwbGljYV90aW1lb3V0GAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIh4KD0VucXVldWVSZXNwb25zZRILCgNpZHMYASADKAkipwIKDExlYXNlUmVxdWVzdBIoCgRvcGVuGAEgASgLMhguc3dpdGNoeWFyZC52MS5MZWFzZU9wZW5IABIoCgNhY2sYAiABKAsyGS5zd2l0Y2h5YXJkLnYxLkFja1JlcXVlc3RIABIsCgVyZXRyeRgDIAEoCzIbLnN3aXRjaHlhcmQudjEuUmV0cnlSZXF1ZXN0SAASKgoEZHJvcBgEIAEoCzIaLnN3aXRjaHlhcmQudjEuRHJvcFJlcXVlc3RIABIzCgZleHRlbmQYBSABKAsyIS5zd2l0Y2h5YXJkLnYxLkV4dGVuZExlYXNlUmVxdWVzdEgAEiwKBmNyZWRpdBgGIAEoCzIaLnN3aXRjaHlhcmQudjEuTGVhc2VDcmVkaXRIAEIGCgRraW5kIioKCUxlYXNlT3BlbhINCgVxdWV1ZRgBIAEoCRIOCgZjcmVkaXQYAiABKA0iHQoLTGVhc2VDcmVkaXQSDgoGY3JlZGl0GAEgASgNIoUCCg1MZWFzZVJlc3BvbnNlEiwKBm9wZW5lZBgBIAEoCzIaLnN3aXRjaHlhcmQudjEuTGVhc2VPcGVuZWRIABIyCgpkZWxpdmVyaWVzGAIgASgLMhwuc3dpdGNoeWFyZC52MS5EZWxpdmVyeUJhdGNoSAASLQoJaGVhcnRiZWF0GAMgASgLMhguc3dpdGNoeWFyZC52MS5IZWFydGJlYXRIABI0Cg1zZXR0bGVfcmVzdWx0GAQgASgLMhsuc3dpdGNoeWFyZC52MS5TZXR0bGVSZXN1bHRIABIlCgVkcmFpbhgFIAEoCzIULnN3aXRjaHlhcmQudjEuRHJhaW5IAEIGCgRraW5kInsKC0xlYXNlT3BlbmVkEg0KBXF1ZXVlGAEgASgJEiYKBG1vZGUYAiABKA4yGC5zd2l0Y2h5YXJkLnYxLlF1ZXVlTW9kZRI1ChJoZWFydGJlYXRfaW50ZXJ2YWwYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iPAoNRGVsaXZlcnlCYXRjaBIrCgpkZWxpdmVyaWVzGAEgAygLMhcuc3dpdGNoeWFyZC52MS5EZWxpdmVyeSKLAgoIRGVsaXZlcnkSEwoLbGVhc2VfdG9rZW4YASABKAkSDQoFZmVuY2UYAiABKAQSCgoCaWQYAyABKAkSDwoHcGF5bG9hZBgEIAEoDBI1CgdoZWFkZXJzGAUgAygLMiQuc3dpdGNoeWFyZC52MS5EZWxpdmVyeS5IZWFkZXJzRW50cnkSMAoMZW5xdWV1ZV90aW1lGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIWCg5kZWxpdmVyeV9jb3VudBgHIAEoDRINCgVxdWV1ZRgIIAEoCRouCgxIZWFkZXJzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASI8CglIZWFydGJlYXQSLwoLc2VydmVyX3RpbWUYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIjEKBURyYWluEigKBWdyYWNlGAEgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uInMKDFNldHRsZVJlc3VsdBITCgtsZWFzZV90b2tlbhgBIAEoCRIMCgRjb2RlGAIgASgFEg8KB21lc3NhZ2UYAyABKAkSLwoLZXhwaXJlX3RpbWUYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIpEBCgpBY2tSZXF1ZXN0EhMKC2xlYXNlX3Rva2VuGAEgASgJEisKB3JlcGxpZXMYAiADKAsyGi5zd2l0Y2h5YXJkLnYxLkVucXVldWVJdGVtEhMKC3JlcGx5X3F1ZXVlGAMgASgJEiwKCXJlcGx5X3R0bBgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiIgCgtBY2tSZXNwb25zZRIRCglyZXBseV9pZHMYASADKAkiIwoMUmV0cnlSZXF1ZXN0EhMKC2xlYXNlX3Rva2VuGAEgASgJIiYKDVJldHJ5UmVzcG9uc2USFQoNZGVhZF9sZXR0ZXJlZBgBIAEoCCIiCgtEcm9wUmVxdWVzdBITCgtsZWFzZV90b2tlbhgBIAEoCSIOCgxEcm9wUmVzcG9uc2UiKQoSRXh0ZW5kTGVhc2VSZXF1ZXN0EhMKC2xlYXNlX3Rva2VuGAEgASgJIkYKE0V4dGVuZExlYXNlUmVzcG9uc2USLwoLZXhwaXJlX3RpbWUYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIqcBCghFbnZlbG9wZRIKCgJpZBgBIAEoCRIPCgdwYXlsb2FkGAIgASgMEjUKB2hlYWRlcnMYAyADKAsyJC5zd2l0Y2h5YXJkLnYxLkVudmVsb3BlLkhlYWRlcnNFbnRyeRIXCg9lbnF1ZXVlX3RpbWVfbXMYBCABKAMaLgoMSGVhZGVyc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEqVwoJUXVldWVNb2RlEhoKFlFVRVVFX01PREVfVU5TUEVDSUZJRUQQABIVChFRVUVVRV9NT0RFX1NJTVBMRRABEhcKE1FVRVVFX01PREVfUkVMSUFCTEUQAipZCglRdWV1ZUxpc3QSGgoWUVVFVUVfTElTVF9VTlNQRUNJRklFRBAAEhQKEFFVRVVFX0xJU1RfUkVBRFkQARIaChZRVUVVRV9MSVNUX0RFQURfTEVUVEVSEAIysQcKDFF1ZXVlU2VydmljZRJUCgtDcmVhdGVRdWV1ZRIhLnN3aXRjaHlhcmQudjEuQ3JlYXRlUXVldWVSZXF1ZXN0GiIuc3dpdGNoeWFyZC52MS5DcmVhdGVRdWV1ZVJlc3BvbnNlEksKCEdldFF1ZXVlEh4uc3dpdGNoeWFyZC52MS5HZXRRdWV1ZVJlcXVlc3QaHy5zd2l0Y2h5YXJkLnYxLkdldFF1ZXVlUmVzcG9uc2USUQoKTGlzdFF1ZXVlcxIgLnN3aXRjaHlhcmQudjEuTGlzdFF1ZXVlc1JlcXVlc3QaIS5zd2l0Y2h5YXJkLnYxLkxpc3RRdWV1ZXNSZXNwb25zZRJUCgtEZWxldGVRdWV1ZRIhLnN3aXRjaHlhcmQudjEuRGVsZXRlUXVldWVSZXF1ZXN0GiIuc3dpdGNoeWFyZC52MS5EZWxldGVRdWV1ZVJlc3BvbnNlEloKDUdldFF1ZXVlU3RhdHMSIy5zd2l0Y2h5YXJkLnYxLkdldFF1ZXVlU3RhdHNSZXF1ZXN0GiQuc3dpdGNoeWFyZC52MS5HZXRRdWV1ZVN0YXRzUmVzcG9uc2USTgoJUGVla1F1ZXVlEh8uc3dpdGNoeWFyZC52MS5QZWVrUXVldWVSZXF1ZXN0GiAuc3dpdGNoeWFyZC52MS5QZWVrUXVldWVSZXNwb25zZRJICgdFbnF1ZXVlEh0uc3dpdGNoeWFyZC52MS5FbnF1ZXVlUmVxdWVzdBoeLnN3aXRjaHlhcmQudjEuRW5xdWV1ZVJlc3BvbnNlEkYKBUxlYXNlEhsuc3dpdGNoeWFyZC52MS5MZWFzZVJlcXVlc3QaHC5zd2l0Y2h5YXJkLnYxLkxlYXNlUmVzcG9uc2UoATABEjwKA0FjaxIZLnN3aXRjaHlhcmQudjEuQWNrUmVxdWVzdBoaLnN3aXRjaHlhcmQudjEuQWNrUmVzcG9uc2USQgoFUmV0cnkSGy5zd2l0Y2h5YXJkLnYxLlJldHJ5UmVxdWVzdBocLnN3aXRjaHlhcmQudjEuUmV0cnlSZXNwb25zZRI/CgREcm9wEhouc3dpdGNoeWFyZC52MS5Ecm9wUmVxdWVzdBobLnN3aXRjaHlhcmQudjEuRHJvcFJlc3BvbnNlElQKC0V4dGVuZExlYXNlEiEuc3dpdGNoeWFyZC52MS5FeHRlbmRMZWFzZVJlcXVlc3QaIi5zd2l0Y2h5YXJkLnYxLkV4dGVuZExlYXNlUmVzcG9uc2ViBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("Chlzd2l0Y2h5YXJkL3YxL3F1ZXVlLnByb3RvEg1zd2l0Y2h5YXJkLnYxIq0CCgVRdWV1ZRIMCgRuYW1lGAEgASgJEiYKBG1vZGUYAiABKA4yGC5zd2l0Y2h5YXJkLnYxLlF1ZXVlTW9kZRIXCg9wcm9jZXNzaW5nX2xpc3QYAyABKAkSFAoMcmVjb3Zlcnlfc2V0GAQgASgJEisKCG1pbl9pZGxlGAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEi8KDHJlY292ZXJ5X3R0bBgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIWCg5tYXhfZGVsaXZlcmllcxgHIAEoDRIYChBkZWFkX2xldHRlcl9saXN0GAggASgJEi8KC2NyZWF0ZV90aW1lGAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCI5ChJDcmVhdGVRdWV1ZVJlcXVlc3QSIwoFcXVldWUYASABKAsyFC5zd2l0Y2h5YXJkLnYxLlF1ZXVlIjoKE0NyZWF0ZVF1ZXVlUmVzcG9uc2USIwoFcXVldWUYASABKAsyFC5zd2l0Y2h5YXJkLnYxLlF1ZXVlIh8KD0dldFF1ZXVlUmVxdWVzdBIMCgRuYW1lGAEgASgJIjcKEEdldFF1ZXVlUmVzcG9uc2USIwoFcXVldWUYASABKAsyFC5zd2l0Y2h5YXJkLnYxLlF1ZXVlIjoKEUxpc3RRdWV1ZXNSZXF1ZXN0EhEKCXBhZ2Vfc2l6ZRgBIAEoBRISCgpwYWdlX3Rva2VuGAIgASgJIlMKEkxpc3RRdWV1ZXNSZXNwb25zZRIkCgZxdWV1ZXMYASADKAsyFC5zd2l0Y2h5YXJkLnYxLlF1ZXVlEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSIxChJEZWxldGVRdWV1ZVJlcXVlc3QSDAoEbmFtZRgBIAEoCRINCgVwdXJnZRgCIAEoCCIVChNEZWxldGVRdWV1ZVJlc3BvbnNlIiQKFEdldFF1ZXVlU3RhdHNSZXF1ZXN0EgwKBG5hbWUYASABKAkiQQoVR2V0UXVldWVTdGF0c1Jlc3BvbnNlEigKBXN0YXRzGAEgASgLMhkuc3dpdGNoeWFyZC52MS5RdWV1ZVN0YXRzIp8BCgpRdWV1ZVN0YXRzEg0KBXF1ZXVlGAEgASgJEg0KBXJlYWR5GAIgASgDEhIKCnByb2Nlc3NpbmcYAyABKAMSEwoLZGVhZF9sZXR0ZXIYBCABKAMSMwoQb2xkZXN0X2NsYWltX2FnZRgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIVCg1sZWFzZV9zdHJlYW1zGAYgASgFIlcKEFBlZWtRdWV1ZVJlcXVlc3QSDAoEbmFtZRgBIAEoCRImCgRsaXN0GAIgASgOMhguc3dpdGNoeWFyZC52MS5RdWV1ZUxpc3QSDQoFbGltaXQYAyABKAUiTAoRUGVla1F1ZXVlUmVzcG9uc2USKAoFaXRlbXMYASADKAsyGS5zd2l0Y2h5YXJkLnYxLlBlZWtlZEl0ZW0SDQoFdG90YWwYAiABKAMi3AEKClBlZWtlZEl0ZW0SCgoCaWQYASABKAkSDwoHcGF5bG9hZBgCIAEoDBI3CgdoZWFkZXJzGAMgAygLMiYuc3dpdGNoeWFyZC52MS5QZWVrZWRJdGVtLkhlYWRlcnNFbnRyeRIwCgxlbnF1ZXVlX3RpbWUYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhYKDmRlbGl2ZXJ5X2NvdW50GAUgASgNGi4KDEhlYWRlcnNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIogBCgtFbnF1ZXVlSXRlbRIPCgdwYXlsb2FkGAEgASgMEjgKB2hlYWRlcnMYAiADKAsyJy5zd2l0Y2h5YXJkLnYxLkVucXVldWVJdGVtLkhlYWRlcnNFbnRyeRouCgxIZWFkZXJzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASK8AQoORW5xdWV1ZVJlcXVlc3QSDQoFcXVldWUYASABKAkSKQoFaXRlbXMYAiADKAsyGi5zd2l0Y2h5YXJkLnYxLkVucXVldWVJdGVtEiYKA3R0bBgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIUCgxtaW5fcmVwbGljYXMYBCABKA0SMgoPcmVwbGljYV90aW1lb3V0GAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIh4KD0VucXVldWVSZXNwb25zZRILCgNpZHMYASADKAki2gIKDExlYXNlUmVxdWVzdBIoCgRvcGVuGAEgASgLMhguc3dpdGNoeWFyZC52MS5MZWFzZU9wZW5IABIoCgNhY2sYAiABKAsyGS5zd2l0Y2h5YXJkLnYxLkFja1JlcXVlc3RIABIsCgVyZXRyeRgDIAEoCzIbLnN3aXRjaHlhcmQudjEuUmV0cnlSZXF1ZXN0SAASKgoEZHJvcBgEIAEoCzIaLnN3aXRjaHlhcmQudjEuRHJvcFJlcXVlc3RIABIzCgZleHRlbmQYBSABKAsyIS5zd2l0Y2h5YXJkLnYxLkV4dGVuZExlYXNlUmVxdWVzdEgAEiwKBmNyZWRpdBgGIAEoCzIaLnN3aXRjaHlhcmQudjEuTGVhc2VDcmVkaXRIABIxCglhY2tfYmF0Y2gYByABKAsyHC5zd2l0Y2h5YXJkLnYxLkxlYXNlQWNrQmF0Y2hIAEIGCgRraW5kIiUKDUxlYXNlQWNrQmF0Y2gSFAoMbGVhc2VfdG9rZW5zGAEgAygJIioKCUxlYXNlT3BlbhINCgVxdWV1ZRgBIAEoCRIOCgZjcmVkaXQYAiABKA0iHQoLTGVhc2VDcmVkaXQSDgoGY3JlZGl0GAEgASgNIoUCCg1MZWFzZVJlc3BvbnNlEiwKBm9wZW5lZBgBIAEoCzIaLnN3aXRjaHlhcmQudjEuTGVhc2VPcGVuZWRIABIyCgpkZWxpdmVyaWVzGAIgASgLMhwuc3dpdGNoeWFyZC52MS5EZWxpdmVyeUJhdGNoSAASLQoJaGVhcnRiZWF0GAMgASgLMhguc3dpdGNoeWFyZC52MS5IZWFydGJlYXRIABI0Cg1zZXR0bGVfcmVzdWx0GAQgASgLMhsuc3dpdGNoeWFyZC52MS5TZXR0bGVSZXN1bHRIABIlCgVkcmFpbhgFIAEoCzIULnN3aXRjaHlhcmQudjEuRHJhaW5IAEIGCgRraW5kIpABCgtMZWFzZU9wZW5lZBINCgVxdWV1ZRgBIAEoCRImCgRtb2RlGAIgASgOMhguc3dpdGNoeWFyZC52MS5RdWV1ZU1vZGUSNQoSaGVhcnRiZWF0X2ludGVydmFsGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhMKC2Fja19iYXRjaGVzGAQgASgIIjwKDURlbGl2ZXJ5QmF0Y2gSKwoKZGVsaXZlcmllcxgBIAMoCzIXLnN3aXRjaHlhcmQudjEuRGVsaXZlcnkiiwIKCERlbGl2ZXJ5EhMKC2xlYXNlX3Rva2VuGAEgASgJEg0KBWZlbmNlGAIgASgEEgoKAmlkGAMgASgJEg8KB3BheWxvYWQYBCABKAwSNQoHaGVhZGVycxgFIAMoCzIkLnN3aXRjaHlhcmQudjEuRGVsaXZlcnkuSGVhZGVyc0VudHJ5EjAKDGVucXVldWVfdGltZRgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFgoOZGVsaXZlcnlfY291bnQYByABKA0SDQoFcXVldWUYCCABKAkaLgoMSGVhZGVyc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiPAoJSGVhcnRiZWF0Ei8KC3NlcnZlcl90aW1lGAEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCIxCgVEcmFpbhIoCgVncmFjZRgBIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJzCgxTZXR0bGVSZXN1bHQSEwoLbGVhc2VfdG9rZW4YASABKAkSDAoEY29kZRgCIAEoBRIPCgdtZXNzYWdlGAMgASgJEi8KC2V4cGlyZV90aW1lGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKRAQoKQWNrUmVxdWVzdBITCgtsZWFzZV90b2tlbhgBIAEoCRIrCgdyZXBsaWVzGAIgAygLMhouc3dpdGNoeWFyZC52MS5FbnF1ZXVlSXRlbRITCgtyZXBseV9xdWV1ZRgDIAEoCRIsCglyZXBseV90dGwYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iIAoLQWNrUmVzcG9uc2USEQoJcmVwbHlfaWRzGAEgAygJIiMKDFJldHJ5UmVxdWVzdBITCgtsZWFzZV90b2tlbhgBIAEoCSImCg1SZXRyeVJlc3BvbnNlEhUKDWRlYWRfbGV0dGVyZWQYASABKAgiIgoLRHJvcFJlcXVlc3QSEwoLbGVhc2VfdG9rZW4YASABKAkiDgoMRHJvcFJlc3BvbnNlIikKEkV4dGVuZExlYXNlUmVxdWVzdBITCgtsZWFzZV90b2tlbhgBIAEoCSJGChNFeHRlbmRMZWFzZVJlc3BvbnNlEi8KC2V4cGlyZV90aW1lGAEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKnAQoIRW52ZWxvcGUSCgoCaWQYASABKAkSDwoHcGF5bG9hZBgCIAEoDBI1CgdoZWFkZXJzGAMgAygLMiQuc3dpdGNoeWFyZC52MS5FbnZlbG9wZS5IZWFkZXJzRW50cnkSFwoPZW5xdWV1ZV90aW1lX21zGAQgASgDGi4KDEhlYWRlcnNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBKlcKCVF1ZXVlTW9kZRIaChZRVUVVRV9NT0RFX1VOU1BFQ0lGSUVEEAASFQoRUVVFVUVfTU9ERV9TSU1QTEUQARIXChNRVUVVRV9NT0RFX1JFTElBQkxFEAIqWQoJUXVldWVMaXN0EhoKFlFVRVVFX0xJU1RfVU5TUEVDSUZJRUQQABIUChBRVUVVRV9MSVNUX1JFQURZEAESGgoWUVVFVUVfTElTVF9ERUFEX0xFVFRFUhACMrEHCgxRdWV1ZVNlcnZpY2USVAoLQ3JlYXRlUXVldWUSIS5zd2l0Y2h5YXJkLnYxLkNyZWF0ZVF1ZXVlUmVxdWVzdBoiLnN3aXRjaHlhcmQudjEuQ3JlYXRlUXVldWVSZXNwb25zZRJLCghHZXRRdWV1ZRIeLnN3aXRjaHlhcmQudjEuR2V0UXVldWVSZXF1ZXN0Gh8uc3dpdGNoeWFyZC52MS5HZXRRdWV1ZVJlc3BvbnNlElEKCkxpc3RRdWV1ZXMSIC5zd2l0Y2h5YXJkLnYxLkxpc3RRdWV1ZXNSZXF1ZXN0GiEuc3dpdGNoeWFyZC52MS5MaXN0UXVldWVzUmVzcG9uc2USVAoLRGVsZXRlUXVldWUSIS5zd2l0Y2h5YXJkLnYxLkRlbGV0ZVF1ZXVlUmVxdWVzdBoiLnN3aXRjaHlhcmQudjEuRGVsZXRlUXVldWVSZXNwb25zZRJaCg1HZXRRdWV1ZVN0YXRzEiMuc3dpdGNoeWFyZC52MS5HZXRRdWV1ZVN0YXRzUmVxdWVzdBokLnN3aXRjaHlhcmQudjEuR2V0UXVldWVTdGF0c1Jlc3BvbnNlEk4KCVBlZWtRdWV1ZRIfLnN3aXRjaHlhcmQudjEuUGVla1F1ZXVlUmVxdWVzdBogLnN3aXRjaHlhcmQudjEuUGVla1F1ZXVlUmVzcG9uc2USSAoHRW5xdWV1ZRIdLnN3aXRjaHlhcmQudjEuRW5xdWV1ZVJlcXVlc3QaHi5zd2l0Y2h5YXJkLnYxLkVucXVldWVSZXNwb25zZRJGCgVMZWFzZRIbLnN3aXRjaHlhcmQudjEuTGVhc2VSZXF1ZXN0Ghwuc3dpdGNoeWFyZC52MS5MZWFzZVJlc3BvbnNlKAEwARI8CgNBY2sSGS5zd2l0Y2h5YXJkLnYxLkFja1JlcXVlc3QaGi5zd2l0Y2h5YXJkLnYxLkFja1Jlc3BvbnNlEkIKBVJldHJ5Ehsuc3dpdGNoeWFyZC52MS5SZXRyeVJlcXVlc3QaHC5zd2l0Y2h5YXJkLnYxLlJldHJ5UmVzcG9uc2USPwoERHJvcBIaLnN3aXRjaHlhcmQudjEuRHJvcFJlcXVlc3QaGy5zd2l0Y2h5YXJkLnYxLkRyb3BSZXNwb25zZRJUCgtFeHRlbmRMZWFzZRIhLnN3aXRjaHlhcmQudjEuRXh0ZW5kTGVhc2VSZXF1ZXN0GiIuc3dpdGNoeWFyZC52MS5FeHRlbmRMZWFzZVJlc3BvbnNlYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * A queue declaration.
@@ -581,6 +581,14 @@ export type LeaseRequest = Message<"switchyard.v1.LeaseRequest"> & {
      */
     value: LeaseCredit;
     case: "credit";
+  } | {
+    /**
+     * Acknowledges many deliveries in one message (see LeaseOpened.ack_batches).
+     *
+     * @generated from field: switchyard.v1.LeaseAckBatch ack_batch = 7;
+     */
+    value: LeaseAckBatch;
+    case: "ackBatch";
   } | { case: undefined; value?: undefined };
 };
 
@@ -590,6 +598,28 @@ export type LeaseRequest = Message<"switchyard.v1.LeaseRequest"> & {
  */
 export const LeaseRequestSchema: GenMessage<LeaseRequest> = /*@__PURE__*/
   messageDesc(file_switchyard_v1_queue, 18);
+
+/**
+ * Acknowledges deliveries, as one ack (without replies) per token would, in
+ * order. Each token is settled on its own: a failed one (superseded, say) comes
+ * back in its own SettleResult and the others still apply; successes are not
+ * echoed. Every token needs queue:lease on the queue it names.
+ *
+ * @generated from message switchyard.v1.LeaseAckBatch
+ */
+export type LeaseAckBatch = Message<"switchyard.v1.LeaseAckBatch"> & {
+  /**
+   * @generated from field: repeated string lease_tokens = 1;
+   */
+  leaseTokens: string[];
+};
+
+/**
+ * Describes the message switchyard.v1.LeaseAckBatch.
+ * Use `create(LeaseAckBatchSchema)` to create a new message.
+ */
+export const LeaseAckBatchSchema: GenMessage<LeaseAckBatch> = /*@__PURE__*/
+  messageDesc(file_switchyard_v1_queue, 19);
 
 /**
  * @generated from message switchyard.v1.LeaseOpen
@@ -613,7 +643,7 @@ export type LeaseOpen = Message<"switchyard.v1.LeaseOpen"> & {
  * Use `create(LeaseOpenSchema)` to create a new message.
  */
 export const LeaseOpenSchema: GenMessage<LeaseOpen> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 19);
+  messageDesc(file_switchyard_v1_queue, 20);
 
 /**
  * @generated from message switchyard.v1.LeaseCredit
@@ -632,7 +662,7 @@ export type LeaseCredit = Message<"switchyard.v1.LeaseCredit"> & {
  * Use `create(LeaseCreditSchema)` to create a new message.
  */
 export const LeaseCreditSchema: GenMessage<LeaseCredit> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 20);
+  messageDesc(file_switchyard_v1_queue, 21);
 
 /**
  * A message from the server on a Lease stream.
@@ -692,7 +722,7 @@ export type LeaseResponse = Message<"switchyard.v1.LeaseResponse"> & {
  * Use `create(LeaseResponseSchema)` to create a new message.
  */
 export const LeaseResponseSchema: GenMessage<LeaseResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 21);
+  messageDesc(file_switchyard_v1_queue, 22);
 
 /**
  * @generated from message switchyard.v1.LeaseOpened
@@ -712,6 +742,14 @@ export type LeaseOpened = Message<"switchyard.v1.LeaseOpened"> & {
    * @generated from field: google.protobuf.Duration heartbeat_interval = 3;
    */
   heartbeatInterval?: Duration | undefined;
+
+  /**
+   * The server accepts ack_batch on this stream. Servers older than it leave
+   * this false; a client then sends one ack per delivery.
+   *
+   * @generated from field: bool ack_batches = 4;
+   */
+  ackBatches: boolean;
 };
 
 /**
@@ -719,7 +757,7 @@ export type LeaseOpened = Message<"switchyard.v1.LeaseOpened"> & {
  * Use `create(LeaseOpenedSchema)` to create a new message.
  */
 export const LeaseOpenedSchema: GenMessage<LeaseOpened> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 22);
+  messageDesc(file_switchyard_v1_queue, 23);
 
 /**
  * @generated from message switchyard.v1.DeliveryBatch
@@ -736,7 +774,7 @@ export type DeliveryBatch = Message<"switchyard.v1.DeliveryBatch"> & {
  * Use `create(DeliveryBatchSchema)` to create a new message.
  */
 export const DeliveryBatchSchema: GenMessage<DeliveryBatch> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 23);
+  messageDesc(file_switchyard_v1_queue, 24);
 
 /**
  * One leased item.
@@ -800,7 +838,7 @@ export type Delivery = Message<"switchyard.v1.Delivery"> & {
  * Use `create(DeliverySchema)` to create a new message.
  */
 export const DeliverySchema: GenMessage<Delivery> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 24);
+  messageDesc(file_switchyard_v1_queue, 25);
 
 /**
  * @generated from message switchyard.v1.Heartbeat
@@ -817,7 +855,7 @@ export type Heartbeat = Message<"switchyard.v1.Heartbeat"> & {
  * Use `create(HeartbeatSchema)` to create a new message.
  */
 export const HeartbeatSchema: GenMessage<Heartbeat> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 25);
+  messageDesc(file_switchyard_v1_queue, 26);
 
 /**
  * @generated from message switchyard.v1.Drain
@@ -836,7 +874,7 @@ export type Drain = Message<"switchyard.v1.Drain"> & {
  * Use `create(DrainSchema)` to create a new message.
  */
 export const DrainSchema: GenMessage<Drain> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 26);
+  messageDesc(file_switchyard_v1_queue, 27);
 
 /**
  * @generated from message switchyard.v1.SettleResult
@@ -872,7 +910,7 @@ export type SettleResult = Message<"switchyard.v1.SettleResult"> & {
  * Use `create(SettleResultSchema)` to create a new message.
  */
 export const SettleResultSchema: GenMessage<SettleResult> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 27);
+  messageDesc(file_switchyard_v1_queue, 28);
 
 /**
  * @generated from message switchyard.v1.AckRequest
@@ -908,7 +946,7 @@ export type AckRequest = Message<"switchyard.v1.AckRequest"> & {
  * Use `create(AckRequestSchema)` to create a new message.
  */
 export const AckRequestSchema: GenMessage<AckRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 28);
+  messageDesc(file_switchyard_v1_queue, 29);
 
 /**
  * @generated from message switchyard.v1.AckResponse
@@ -927,7 +965,7 @@ export type AckResponse = Message<"switchyard.v1.AckResponse"> & {
  * Use `create(AckResponseSchema)` to create a new message.
  */
 export const AckResponseSchema: GenMessage<AckResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 29);
+  messageDesc(file_switchyard_v1_queue, 30);
 
 /**
  * @generated from message switchyard.v1.RetryRequest
@@ -944,7 +982,7 @@ export type RetryRequest = Message<"switchyard.v1.RetryRequest"> & {
  * Use `create(RetryRequestSchema)` to create a new message.
  */
 export const RetryRequestSchema: GenMessage<RetryRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 30);
+  messageDesc(file_switchyard_v1_queue, 31);
 
 /**
  * @generated from message switchyard.v1.RetryResponse
@@ -963,7 +1001,7 @@ export type RetryResponse = Message<"switchyard.v1.RetryResponse"> & {
  * Use `create(RetryResponseSchema)` to create a new message.
  */
 export const RetryResponseSchema: GenMessage<RetryResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 31);
+  messageDesc(file_switchyard_v1_queue, 32);
 
 /**
  * @generated from message switchyard.v1.DropRequest
@@ -980,7 +1018,7 @@ export type DropRequest = Message<"switchyard.v1.DropRequest"> & {
  * Use `create(DropRequestSchema)` to create a new message.
  */
 export const DropRequestSchema: GenMessage<DropRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 32);
+  messageDesc(file_switchyard_v1_queue, 33);
 
 /**
  * @generated from message switchyard.v1.DropResponse
@@ -993,7 +1031,7 @@ export type DropResponse = Message<"switchyard.v1.DropResponse"> & {
  * Use `create(DropResponseSchema)` to create a new message.
  */
 export const DropResponseSchema: GenMessage<DropResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 33);
+  messageDesc(file_switchyard_v1_queue, 34);
 
 /**
  * @generated from message switchyard.v1.ExtendLeaseRequest
@@ -1010,7 +1048,7 @@ export type ExtendLeaseRequest = Message<"switchyard.v1.ExtendLeaseRequest"> & {
  * Use `create(ExtendLeaseRequestSchema)` to create a new message.
  */
 export const ExtendLeaseRequestSchema: GenMessage<ExtendLeaseRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 34);
+  messageDesc(file_switchyard_v1_queue, 35);
 
 /**
  * @generated from message switchyard.v1.ExtendLeaseResponse
@@ -1029,7 +1067,7 @@ export type ExtendLeaseResponse = Message<"switchyard.v1.ExtendLeaseResponse"> &
  * Use `create(ExtendLeaseResponseSchema)` to create a new message.
  */
 export const ExtendLeaseResponseSchema: GenMessage<ExtendLeaseResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 35);
+  messageDesc(file_switchyard_v1_queue, 36);
 
 /**
  * How Switchyard stores an item it enqueued: the bytes "SYE1" followed by this
@@ -1066,7 +1104,7 @@ export type Envelope = Message<"switchyard.v1.Envelope"> & {
  * Use `create(EnvelopeSchema)` to create a new message.
  */
 export const EnvelopeSchema: GenMessage<Envelope> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 36);
+  messageDesc(file_switchyard_v1_queue, 37);
 
 /**
  * How items leave a queue.
