@@ -27,15 +27,13 @@ import {
   QueueMode,
   QueueStatsSchema,
   RetryResponseSchema,
-  type Delivery as DeliveryMessage,
-  DeliverySchema,
 } from "../gen/switchyard/v1/queue_pb.js";
 import type { Logger } from "../log.js";
 import type { SettleAction } from "../redis/scripts.js";
-import type { Delivery } from "../queue/lease-stream.js";
 import type { LeaseStream } from "../queue/lease-stream.js";
 import type { NewItem, Queues } from "../queue/queues.js";
-import { MalformedMessage } from "./adapter.js";
+import { MalformedMessage, type PreEncoded } from "./adapter.js";
+import { encodeDeliveries } from "./delivery-wire.js";
 import { durationMs, msDuration, msTimestamp, queueMessage, queueSpec } from "./convert.js";
 import { assertWellFormed, callLogger, toStatus, unary } from "./status.js";
 import { traceOf, withTrace } from "./trace.js";
@@ -44,26 +42,13 @@ function newItems(items: EnqueueItem[]): NewItem[] {
   return items.map((i) => ({ payload: i.payload, headers: i.headers }));
 }
 
-function deliveryMessage(d: Delivery): DeliveryMessage {
-  return create(DeliverySchema, {
-    leaseToken: d.token,
-    fence: BigInt(d.fence),
-    id: d.item.id,
-    payload: d.item.payload,
-    headers: d.item.headers,
-    enqueueTime: msTimestamp(d.item.enqueueTimeMs),
-    deliveryCount: d.deliveryCount,
-    queue: d.queue,
-  });
-}
-
 function replyOf(req: AckRequest) {
   if (req.replies.length === 0) return undefined;
   if (!req.replyQueue) throw invalid("reply_queue is required with replies");
   return { queue: req.replyQueue, items: newItems(req.replies), ttlMs: durationMs("reply_ttl", req.replyTtl) ?? 0 };
 }
 
-type Duplex = grpc.ServerDuplexStream<LeaseRequest | MalformedMessage, LeaseResponse>;
+type Duplex = grpc.ServerDuplexStream<LeaseRequest | MalformedMessage, LeaseResponse | PreEncoded>;
 
 /** Runs one Lease stream (see the state notes in queue.proto's Lease rpc). */
 function leaseHandler(queues: Queues, baseLog: Logger, heartbeatIntervalMs: number) {
@@ -123,7 +108,9 @@ function leaseHandler(queues: Queues, baseLog: Logger, heartbeatIntervalMs: numb
         if (!stream) {
           if (kind.case !== "open") throw invalid("the first message on a Lease stream must be open {queue, credit}");
           stream = queues.openStream(kind.value.queue, kind.value.credit, {
-            deliver: (batch) => write({ case: "deliveries", value: { deliveries: batch.map(deliveryMessage) } }),
+            deliver: (batch) => {
+              if (!ended) call.write(encodeDeliveries(batch));
+            },
             heartbeat: (now) => write({ case: "heartbeat", value: { serverTime: msTimestamp(now) } }),
             fail: (err) => finish(err),
             drain: (graceMs) => write({ case: "drain", value: { grace: msDuration(graceMs) } }),

@@ -21,7 +21,7 @@ import { keysOf, type QueueConfig } from "./declaration.js";
 import { decodeItem } from "./envelope.js";
 import type { Delivery, LeaseStream } from "./lease-stream.js";
 import type { Settler } from "./settler.js";
-import { formatToken, type LeaseRef } from "./token.js";
+import { tokenFormatter, type LeaseRef } from "./token.js";
 
 /** Tuning for dispatchers. */
 export interface DispatchOptions {
@@ -43,6 +43,7 @@ export class QueueDispatcher {
   private pumping = false;
   private closed = false;
   private blocker?: RedisClient;
+  private readonly token: (fence: number, sha: string) => string;
 
   constructor(
     readonly config: QueueConfig,
@@ -51,8 +52,11 @@ export class QueueDispatcher {
     private readonly settler: Settler,
     private readonly options: DispatchOptions,
     private readonly log: Logger,
-    private readonly onHold: (token: string, stream: LeaseStream) => void,
-  ) {}
+    /** Told of the tokens each stream was sent (they are in its `held` already). */
+    private readonly onHold: (tokens: string[], stream: LeaseStream) => void,
+  ) {
+    this.token = tokenFormatter(config.name);
+  }
 
   get streamCount(): number {
     return this.streams.length;
@@ -141,13 +145,15 @@ export class QueueDispatcher {
       const room = stream.free();
       if (room === 0) continue;
       const batch: Delivery[] = [];
+      const tokens: string[] = [];
       for (const end = Math.min(taken.length, i + room); i < end; i++) {
         const t = taken[i];
-        const token = formatToken(t.ref);
+        const token = this.token(t.ref.fence, t.ref.sha);
         stream.held.set(token, t.ref);
-        this.onHold(token, stream);
+        tokens.push(token);
         batch.push({ token, fence: t.ref.fence, deliveryCount: t.deliveries, queue: this.config.name, item: decodeItem(t.value) });
       }
+      this.onHold(tokens, stream);
       stream.lastSendMs = this.clock.now();
       stream.sink.deliver(batch);
     }

@@ -226,9 +226,9 @@ export class Queues {
     const stream = new LeaseStream(config, credit, sink, this.clock.now());
     let dispatcher = this.dispatchers.get(queue);
     if (!dispatcher) {
-      dispatcher = new QueueDispatcher(config, this.redis, this.clock, this.settler, this.options, this.log, (token, s) => {
-        this.holders.set(token, s);
-        this.metrics.items(s.queue, "leased");
+      dispatcher = new QueueDispatcher(config, this.redis, this.clock, this.settler, this.options, this.log, (tokens, s) => {
+        for (const token of tokens) this.holders.set(token, s);
+        this.metrics.items(s.queue, "leased", tokens.length);
       });
       this.dispatchers.set(queue, dispatcher);
     }
