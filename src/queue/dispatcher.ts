@@ -43,6 +43,10 @@ export class QueueDispatcher {
   private pumping = false;
   private closed = false;
   private blocker?: RedisClient;
+  /** The pending blocking wake-up, if any. */
+  private blocking?: Promise<void>;
+  /** Ends the pump's wait for items early. */
+  private wake?: () => void;
   private readonly token: (fence: number, sha: string) => string;
 
   constructor(
@@ -132,9 +136,35 @@ export class QueueDispatcher {
     return values.map((value, i) => ({ ref: { queue: config.name, fence: first + i, sha: "" }, value, deliveries: 1 }));
   }
 
+  /**
+   * Waits until the blocking wake-up returns, or until this instance pushes to
+   * the queue (see `pushed`). A wait cut short leaves its BLMOVE pending, and
+   * the next wait waits on that one: still one blocking read per queue.
+   */
   private async waitForItems(): Promise<void> {
     this.blocker ??= await this.redis.duplicate();
-    await this.blocker.blmoveBuffer(this.config.name, this.config.name, "RIGHT", "RIGHT", this.options.blockTimeoutSec);
+    if (!this.blocking) {
+      const move = this.blocker.blmoveBuffer(this.config.name, this.config.name, "RIGHT", "RIGHT", this.options.blockTimeoutSec);
+      this.blocking = move.then(() => undefined).finally(() => (this.blocking = undefined));
+      this.blocking.catch(() => undefined); // a wake-up nobody waits for any more may fail unseen (the connection closed)
+    }
+    const blocking = this.blocking;
+    await new Promise<void>((resolve, reject) => {
+      this.wake = resolve;
+      blocking.then(resolve, reject);
+    });
+    this.wake = undefined;
+  }
+
+  /**
+   * This instance has just sent a push to the queue, on the command connection.
+   * If the pump waits for items, it leases now: its lease script goes out on
+   * the same connection behind the push, so Redis runs it right after, a round
+   * trip sooner than the blocking wake-up would have let it. Other instances
+   * still learn of the items from their own wake-ups.
+   */
+  pushed(): void {
+    this.wake?.();
   }
 
   private distribute(taken: Taken[]): void {

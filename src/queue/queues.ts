@@ -194,7 +194,9 @@ export class Queues {
   }
 
   private async write(p: PreparedEnqueue, wait?: ReplicaWait): Promise<string[]> {
-    const acked = await pushItems(this.redis.client, p.config.name, Math.ceil(p.ttlMs), p.values, wait);
+    const push = pushItems(this.redis.client, p.config.name, Math.ceil(p.ttlMs), p.values, wait);
+    this.dispatchers.get(p.config.name)?.pushed(); // after the push is sent: a waiting pump leases right behind it
+    const acked = await push;
     this.metrics.items(p.config.name, "enqueued", p.values.length);
     if (wait && acked < wait.replicas) {
       throw new SwitchyardError(
