@@ -288,6 +288,10 @@ export class LeaseSession implements AsyncIterable<Delivery> {
   private done = false;
   private readonly resultListeners: ((r: SettleResult) => void)[] = [];
   private heartbeats = 0;
+  /** Acks without replies waiting to go out as one ack_batch at the end of this event-loop turn. */
+  private acks: string[] = [];
+  /** The server accepts ack_batch (it said so when the stream opened). */
+  private batchAcks = false;
   drained = false;
 
   constructor(
@@ -302,7 +306,10 @@ export class LeaseSession implements AsyncIterable<Delivery> {
     this.ended = new Promise((ok) => {
       stream.on("data", (msg: LeaseResponse) => {
         const k = msg.kind;
-        if (k.case === "opened") opened(k.value);
+        if (k.case === "opened") {
+          this.batchAcks = k.value.ackBatches;
+          opened(k.value);
+        }
         else if (k.case === "deliveries") this.push(k.value.deliveries);
         else if (k.case === "settleResult") this.resultListeners.forEach((fn) => fn(k.value));
         else if (k.case === "heartbeat") this.heartbeats++;
@@ -337,8 +344,17 @@ export class LeaseSession implements AsyncIterable<Delivery> {
     this.waiting?.();
   }
 
+  /** Sends a message, after any acks waiting to be batched, so the server sees settles in the order they were made. */
   private send(kind: MessageInitShape<typeof LeaseRequestSchema>["kind"]): void {
+    this.flushAcks();
     if (!this.done) this.stream.write(create(LeaseRequestSchema, { kind }));
+  }
+
+  private flushAcks(): void {
+    if (this.acks.length === 0) return;
+    const leaseTokens = this.acks;
+    this.acks = [];
+    if (!this.done) this.stream.write(create(LeaseRequestSchema, { kind: { case: "ackBatch", value: { leaseTokens } } }));
   }
 
   /** Calls `fn` with every settle result (failures and extends). */
@@ -353,6 +369,15 @@ export class LeaseSession implements AsyncIterable<Delivery> {
       this.waiting = undefined;
     }
     return this.buffered.shift();
+  }
+
+  /** Every delivery that has arrived and was not taken yet (waiting for one if none has); empty once the stream has ended. */
+  async nextBatch(): Promise<Delivery[]> {
+    while (this.buffered.length === 0 && !this.done) {
+      await new Promise<void>((ok) => (this.waiting = ok));
+      this.waiting = undefined;
+    }
+    return this.buffered.splice(0);
   }
 
   /** Waits until `n` deliveries have arrived, and returns them. */
@@ -374,8 +399,18 @@ export class LeaseSession implements AsyncIterable<Delivery> {
     }
   }
 
+  /**
+   * Acknowledges a delivery. Acks without replies made in one event-loop turn
+   * go out as one message when the server accepts that; a failed one still
+   * comes back as its own settle result.
+   */
   ack(leaseToken: string, reply?: Reply): void {
-    this.send({ case: "ack", value: { leaseToken, ...replyFields(reply) } });
+    if (reply || !this.batchAcks) {
+      this.send({ case: "ack", value: { leaseToken, ...replyFields(reply) } });
+      return;
+    }
+    if (this.acks.length === 0) setImmediate(() => this.flushAcks());
+    this.acks.push(leaseToken);
   }
 
   retry(leaseToken: string): void {
@@ -396,6 +431,7 @@ export class LeaseSession implements AsyncIterable<Delivery> {
 
   /** Ends the stream; the server returns unsettled items to the queue. */
   close(): Promise<grpc.ServiceError | undefined> {
+    this.flushAcks();
     if (!this.done) this.stream.end();
     return this.ended;
   }

@@ -29,6 +29,8 @@ export interface Worker {
   readonly processed: number;
 }
 
+const isThenable = (x: unknown): x is PromiseLike<unknown> => typeof (x as PromiseLike<unknown> | undefined)?.then === "function";
+
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** Starts a worker; see {@link WorkerOptions}. */
@@ -40,15 +42,30 @@ export function runWorker(options: WorkerOptions): Worker {
   let processed = 0;
   const running = new Set<Promise<void>>();
 
-  const handle = async (s: LeaseSession, d: Delivery) => {
-    try {
-      const result = await options.handler(d);
-      s.ack(d.leaseToken, result ? result.reply : undefined);
-    } catch (err) {
-      options.onError?.(err, d);
-      s.retry(d.leaseToken);
-    }
+  const settle = (s: LeaseSession, d: Delivery, result: HandlerResult) => {
+    s.ack(d.leaseToken, result ? result.reply : undefined);
     processed++;
+  };
+  const fail = (s: LeaseSession, d: Delivery, err: unknown) => {
+    options.onError?.(err, d);
+    s.retry(d.leaseToken);
+    processed++;
+  };
+  // A handler that returns at once is settled at once: no promise per item.
+  const handle = (s: LeaseSession, d: Delivery) => {
+    let result: Promise<HandlerResult> | HandlerResult;
+    try {
+      result = options.handler(d);
+    } catch (err) {
+      fail(s, d, err);
+      return;
+    }
+    if (!isThenable(result)) {
+      settle(s, d, result);
+      return;
+    }
+    const p = Promise.resolve(result).then((r) => settle(s, d, r), (err: unknown) => fail(s, d, err)).finally(() => running.delete(p));
+    running.add(p);
   };
 
   const loop = async () => {
@@ -57,9 +74,8 @@ export function runWorker(options: WorkerOptions): Worker {
       try {
         await s.opened;
         attempt = 0;
-        for await (const d of s) {
-          const p = handle(s, d).finally(() => running.delete(p));
-          running.add(p);
+        for (let batch = await s.nextBatch(); batch.length > 0; batch = await s.nextBatch()) {
+          for (const d of batch) handle(s, d);
         }
         const err = await s.ended;
         if (err && !stopping) options.onError?.(err);

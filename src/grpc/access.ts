@@ -44,6 +44,12 @@ function tokenQueue(token: string): string | undefined {
 
 const byToken = (r: { leaseToken: string }): Need[] => [{ scope: "queue:lease", queue: tokenQueue(r.leaseToken) }];
 
+/** One need per queue the tokens name (a batch of one queue's acks checks one scope). */
+function byTokens(tokens: readonly string[]): Need[] {
+  const queues = new Set(tokens.map(tokenQueue));
+  return [...queues].map((queue) => ({ scope: "queue:lease", queue }));
+}
+
 function ackNeeds(r: Pick<AckRequest, "leaseToken" | "replies" | "replyQueue">): Need[] {
   const needs = byToken(r);
   // Replies are enqueued: the reply queue needs enqueue too (SPEC Q9).
@@ -61,6 +67,8 @@ function leaseNeeds(r: LeaseRequest): Need[] {
     case "drop":
     case "extend":
       return byToken(r.kind.value);
+    case "ackBatch":
+      return byTokens(r.kind.value.leaseTokens);
     default:
       return [];
   }

@@ -16,8 +16,17 @@ export class MalformedMessage {
   ) {}
 }
 
+/**
+ * A message already in its wire form, which the serializer sends as it is: for
+ * hot paths that write their bytes by hand (see delivery-wire.ts).
+ */
+export class PreEncoded {
+  constructor(readonly bytes: Buffer) {}
+}
+
 function serializer(schema: DescMessage) {
   return (message: unknown): Buffer => {
+    if (message instanceof PreEncoded) return message.bytes;
     const bytes = toBinary(schema, message as never);
     return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   };

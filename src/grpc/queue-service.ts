@@ -30,16 +30,14 @@ import {
   QueueMode,
   QueueStatsSchema,
   RetryResponseSchema,
-  type Delivery as DeliveryMessage,
-  DeliverySchema,
 } from "../gen/switchyard/v1/queue_pb.js";
 import type { Logger } from "../log.js";
 import type { SettleAction } from "../redis/scripts.js";
-import type { Delivery } from "../queue/lease-stream.js";
 import type { LeaseStream } from "../queue/lease-stream.js";
 import type { NewItem, Queues } from "../queue/queues.js";
 import { checkSelection } from "../queue/admin.js";
-import { MalformedMessage } from "./adapter.js";
+import { MalformedMessage, type PreEncoded } from "./adapter.js";
+import { encodeDeliveries } from "./delivery-wire.js";
 import { durationMs, msDuration, msTimestamp, queueMessage, queueSpec } from "./convert.js";
 import { assertWellFormed, callLogger, toStatus, unary } from "./status.js";
 import { traceOf, withTrace } from "./trace.js";
@@ -48,26 +46,13 @@ function newItems(items: EnqueueItem[]): NewItem[] {
   return items.map((i) => ({ payload: i.payload, headers: i.headers }));
 }
 
-function deliveryMessage(d: Delivery): DeliveryMessage {
-  return create(DeliverySchema, {
-    leaseToken: d.token,
-    fence: BigInt(d.fence),
-    id: d.item.id,
-    payload: d.item.payload,
-    headers: d.item.headers,
-    enqueueTime: msTimestamp(d.item.enqueueTimeMs),
-    deliveryCount: d.deliveryCount,
-    queue: d.queue,
-  });
-}
-
 function replyOf(req: AckRequest) {
   if (req.replies.length === 0) return undefined;
   if (!req.replyQueue) throw invalid("reply_queue is required with replies");
   return { queue: req.replyQueue, items: newItems(req.replies), ttlMs: durationMs("reply_ttl", req.replyTtl) ?? 0 };
 }
 
-type Duplex = grpc.ServerDuplexStream<LeaseRequest | MalformedMessage, LeaseResponse>;
+type Duplex = grpc.ServerDuplexStream<LeaseRequest | MalformedMessage, LeaseResponse | PreEncoded>;
 
 /** Runs one Lease stream (see the state notes in queue.proto's Lease rpc). */
 function leaseHandler(queues: Queues, baseLog: Logger, heartbeatIntervalMs: number) {
@@ -94,6 +79,8 @@ function leaseHandler(queues: Queues, baseLog: Logger, heartbeatIntervalMs: numb
           else call.end();
         });
     };
+    const settleFailed = (token: string, status: grpc.StatusObject) =>
+      write({ case: "settleResult", value: { leaseToken: token, code: status.code, message: status.details } });
     const settle = async (s: LeaseStream, token: string, action: SettleAction, ack?: AckRequest) => {
       try {
         if (ack) await queues.ack(token, replyOf(ack), s);
@@ -105,8 +92,17 @@ function leaseHandler(queues: Queues, baseLog: Logger, heartbeatIntervalMs: numb
         }
       } catch (err) {
         // Redis unavailable (a cluster slot migrating, say) is UNAVAILABLE: the worker may settle again.
+        settleFailed(token, toStatus(err, log, "Lease"));
+      }
+    };
+    // Acks of many tokens: one settle call per queue; each token that failed gets its own result.
+    const ackBatch = async (s: LeaseStream, tokens: readonly string[]) => {
+      try {
+        for (const { token, error } of await queues.ackMany(tokens, s)) settleFailed(token, toStatus(error, log, "Lease"));
+      } catch (err) {
+        // Redis could not be asked (UNAVAILABLE, say): the worker may ack every token again.
         const status = toStatus(err, log, "Lease");
-        write({ case: "settleResult", value: { leaseToken: token, code: status.code, message: status.details } });
+        for (const token of tokens) settleFailed(token, status);
       }
     };
     call.on("data", (raw: LeaseRequest | MalformedMessage) => {
@@ -116,7 +112,9 @@ function leaseHandler(queues: Queues, baseLog: Logger, heartbeatIntervalMs: numb
         if (!stream) {
           if (kind.case !== "open") throw invalid("the first message on a Lease stream must be open {queue, credit}");
           stream = queues.openStream(kind.value.queue, kind.value.credit, {
-            deliver: (batch) => write({ case: "deliveries", value: { deliveries: batch.map(deliveryMessage) } }),
+            deliver: (batch) => {
+              if (!ended) call.write(encodeDeliveries(batch));
+            },
             heartbeat: (now) => write({ case: "heartbeat", value: { serverTime: msTimestamp(now) } }),
             fail: (err) => finish(err),
             drain: (graceMs) => write({ case: "drain", value: { grace: msDuration(graceMs) } }),
@@ -131,6 +129,7 @@ function leaseHandler(queues: Queues, baseLog: Logger, heartbeatIntervalMs: numb
                   queue: s.queue,
                   mode: config.mode === "simple" ? QueueMode.SIMPLE : QueueMode.RELIABLE,
                   heartbeatInterval: msDuration(heartbeatIntervalMs),
+                  ackBatches: true,
                 },
               });
               if (ended) void queues.closeStream(s);
@@ -150,6 +149,8 @@ function leaseHandler(queues: Queues, baseLog: Logger, heartbeatIntervalMs: numb
               return settle(s, kind.value.leaseToken, "d");
             case "extend":
               return settle(s, kind.value.leaseToken, "x");
+            case "ackBatch":
+              return ackBatch(s, kind.value.leaseTokens);
             case "credit":
               try {
                 queues.setCredit(s, kind.value.credit);
@@ -158,7 +159,7 @@ function leaseHandler(queues: Queues, baseLog: Logger, heartbeatIntervalMs: numb
               }
               return;
             default:
-              finish(invalid("empty LeaseRequest: set one of open, ack, retry, drop, extend or credit"));
+              finish(invalid("empty LeaseRequest: set one of open, ack, ack_batch, retry, drop, extend or credit"));
           }
         }, () => undefined);
         pending.add(work);

@@ -21,7 +21,7 @@ import { keysOf, type QueueConfig } from "./declaration.js";
 import { decodeItem } from "./envelope.js";
 import type { Delivery, LeaseStream } from "./lease-stream.js";
 import type { Settler } from "./settler.js";
-import { formatToken, type LeaseRef } from "./token.js";
+import { tokenFormatter, type LeaseRef } from "./token.js";
 
 /** Tuning for dispatchers. */
 export interface DispatchOptions {
@@ -43,6 +43,11 @@ export class QueueDispatcher {
   private pumping = false;
   private closed = false;
   private blocker?: RedisClient;
+  /** The pending blocking wake-up, if any. */
+  private blocking?: Promise<void>;
+  /** Ends the pump's wait for items early. */
+  private wake?: () => void;
+  private readonly token: (fence: number, sha: string) => string;
 
   constructor(
     readonly config: QueueConfig,
@@ -51,8 +56,11 @@ export class QueueDispatcher {
     private readonly settler: Settler,
     private readonly options: DispatchOptions,
     private readonly log: Logger,
-    private readonly onHold: (token: string, stream: LeaseStream) => void,
-  ) {}
+    /** Told of the tokens each stream was sent (they are in its `held` already). */
+    private readonly onHold: (tokens: string[], stream: LeaseStream) => void,
+  ) {
+    this.token = tokenFormatter(config.name);
+  }
 
   get streamCount(): number {
     return this.streams.length;
@@ -128,9 +136,35 @@ export class QueueDispatcher {
     return values.map((value, i) => ({ ref: { queue: config.name, fence: first + i, sha: "" }, value, deliveries: 1 }));
   }
 
+  /**
+   * Waits until the blocking wake-up returns, or until this instance pushes to
+   * the queue (see `pushed`). A wait cut short leaves its BLMOVE pending, and
+   * the next wait waits on that one: still one blocking read per queue.
+   */
   private async waitForItems(): Promise<void> {
     this.blocker ??= await this.redis.duplicate();
-    await this.blocker.blmoveBuffer(this.config.name, this.config.name, "RIGHT", "RIGHT", this.options.blockTimeoutSec);
+    if (!this.blocking) {
+      const move = this.blocker.blmoveBuffer(this.config.name, this.config.name, "RIGHT", "RIGHT", this.options.blockTimeoutSec);
+      this.blocking = move.then(() => undefined).finally(() => (this.blocking = undefined));
+      this.blocking.catch(() => undefined); // a wake-up nobody waits for any more may fail unseen (the connection closed)
+    }
+    const blocking = this.blocking;
+    await new Promise<void>((resolve, reject) => {
+      this.wake = resolve;
+      blocking.then(resolve, reject);
+    });
+    this.wake = undefined;
+  }
+
+  /**
+   * This instance has just sent a push to the queue, on the command connection.
+   * If the pump waits for items, it leases now: its lease script goes out on
+   * the same connection behind the push, so Redis runs it right after, a round
+   * trip sooner than the blocking wake-up would have let it. Other instances
+   * still learn of the items from their own wake-ups.
+   */
+  pushed(): void {
+    this.wake?.();
   }
 
   private distribute(taken: Taken[]): void {
@@ -141,13 +175,15 @@ export class QueueDispatcher {
       const room = stream.free();
       if (room === 0) continue;
       const batch: Delivery[] = [];
+      const tokens: string[] = [];
       for (const end = Math.min(taken.length, i + room); i < end; i++) {
         const t = taken[i];
-        const token = formatToken(t.ref);
+        const token = this.token(t.ref.fence, t.ref.sha);
         stream.held.set(token, t.ref);
-        this.onHold(token, stream);
+        tokens.push(token);
         batch.push({ token, fence: t.ref.fence, deliveryCount: t.deliveries, queue: this.config.name, item: decodeItem(t.value) });
       }
+      this.onHold(tokens, stream);
       stream.lastSendMs = this.clock.now();
       stream.sink.deliver(batch);
     }
@@ -162,7 +198,7 @@ export class QueueDispatcher {
         await this.redis.client.rpush(this.config.name, ...taken.map((t) => t.value).reverse());
       } else {
         const lastFirst = [...taken].reverse();
-        await Promise.all(lastFirst.map((t) => this.settler.settle(this.config, { action: "u", sha: t.ref.sha, fence: t.ref.fence })));
+        await this.settler.settleMany(this.config, lastFirst.map((t) => ({ action: "u", sha: t.ref.sha, fence: t.ref.fence })));
       }
     } catch (err) {
       this.log.error("could not return undeliverable items; the watchdog will recover them", { queue: this.config.name, err });

@@ -17,7 +17,7 @@ import { purgeReady, settleDeadLetterSelection, type DeadLetterSelection } from 
 import { PushBatcher } from "./push-batcher.js";
 import type { QueueRegistry } from "./registry.js";
 import { Settler } from "./settler.js";
-import { parseToken } from "./token.js";
+import { parseToken, type LeaseRef } from "./token.js";
 import { Watchdog } from "./watchdog.js";
 
 /** Limits and tuning of the queue capability. */
@@ -51,6 +51,35 @@ export interface SettleOutcome {
   expireTimeMs?: number;
 }
 
+const actionNames: Record<SettleAction, string> = {
+  a: "ack", d: "drop", r: "retry", b: "return", u: "return", x: "extend", c: "check",
+};
+
+/** A settle of a batch that did not apply, and why. */
+export interface SettleFailure {
+  token: string;
+  error: unknown;
+}
+
+/** The error for a settle.lua code below 0. */
+function settleError(code: number, action: SettleAction, ref: LeaseRef): SwitchyardError {
+  const what = actionNames[action];
+  switch (code) {
+    case -1:
+      return new SwitchyardError(
+        "failed_precondition",
+        `cannot ${what}: lease ${ref.fence} on "${ref.queue}" is no longer held; the item was settled, or recovered after min_idle`,
+      );
+    case -2:
+      return new SwitchyardError(
+        "failed_precondition",
+        `cannot ${what}: lease ${ref.fence} on "${ref.queue}" was superseded; the item was recovered and leased again`,
+      );
+    default:
+      return new SwitchyardError("not_found", `cannot ${what}: no lease ${ref.fence} was ever issued on "${ref.queue}"`);
+  }
+}
+
 /** Counts for one queue. */
 export interface QueueStatsView {
   queue: string;
@@ -72,10 +101,6 @@ interface PreparedEnqueue {
   values: Buffer[];
   ttlMs: number;
 }
-
-const actionNames: Record<SettleAction, string> = {
-  a: "ack", d: "drop", r: "retry", b: "return", u: "return", x: "extend", c: "check",
-};
 
 export class Queues {
   private readonly dispatchers = new Map<string, QueueDispatcher>();
@@ -99,10 +124,7 @@ export class Queues {
     private readonly metrics: Metrics = noMetrics,
   ) {
     this.settler = new Settler(redis.client, clock, metrics);
-    this.pushes = new PushBatcher(
-      (queue, ttlMs, values) => pushItems(redis.client, queue, countersKey(queue, redis.cluster), ttlMs, values),
-      options.maxItemsPerEnqueue,
-    );
+    this.pushes = new PushBatcher((queue, ttlMs, values) => this.push(queue, ttlMs, values), options.maxItemsPerEnqueue);
     this.watchdog = new Watchdog(redis.client, clock, () => registry.known(), options.watchdogIntervalMs, log, metrics);
     registry.onDeleted((name) => this.onQueueDeleted(name));
   }
@@ -186,8 +208,7 @@ export class Queues {
       this.metrics.items(p.config.name, "enqueued", p.values.length);
       return p.ids;
     }
-    const counters = countersKey(p.config.name, this.redis.cluster);
-    const acked = await pushItems(this.redis.client, p.config.name, counters, Math.ceil(p.ttlMs), p.values, wait);
+    const acked = await this.push(p.config.name, Math.ceil(p.ttlMs), p.values, wait);
     this.metrics.items(p.config.name, "enqueued", p.values.length);
     if (acked < wait.replicas) {
       throw new SwitchyardError(
@@ -219,9 +240,9 @@ export class Queues {
     const stream = new LeaseStream(config, credit, sink, this.clock.now());
     let dispatcher = this.dispatchers.get(queue);
     if (!dispatcher) {
-      dispatcher = new QueueDispatcher(config, this.redis, this.clock, this.settler, this.options, this.log, (token, s) => {
-        this.holders.set(token, s);
-        this.metrics.items(s.queue, "leased");
+      dispatcher = new QueueDispatcher(config, this.redis, this.clock, this.settler, this.options, this.log, (tokens, s) => {
+        for (const token of tokens) this.holders.set(token, s);
+        this.metrics.items(s.queue, "leased", tokens.length);
       });
       this.dispatchers.set(queue, dispatcher);
     }
@@ -268,7 +289,7 @@ export class Queues {
   private async forgetSettledElsewhere(stream: LeaseStream): Promise<void> {
     const held = [...stream.held].filter(([, ref]) => ref.sha);
     if (held.length === 0) return;
-    const codes = await Promise.all(held.map(([, ref]) => this.settler.settle(stream.config, { action: "c", sha: ref.sha, fence: ref.fence })));
+    const codes = await this.settler.settleMany(stream.config, held.map(([, ref]) => ({ action: "c", sha: ref.sha, fence: ref.fence })));
     held.forEach(([token], i) => {
       if (codes[i] < 0) this.release(token, stream);
     });
@@ -298,7 +319,7 @@ export class Queues {
     stream.held.clear();
     if (held.length === 0 || !held[0].sha) return;
     // Each return goes to the front: push the last delivered first so the queue keeps its order.
-    await Promise.all(held.reverse().map((ref) => this.settler.settle(stream.config, { action: "b", sha: ref.sha, fence: ref.fence })));
+    await this.settler.settleMany(stream.config, held.reverse().map((ref) => ({ action: "b", sha: ref.sha, fence: ref.fence })));
   }
 
   /**
@@ -315,27 +336,60 @@ export class Queues {
     }
     const code = await this.settler.settle(config, { action, sha: ref.sha, fence: ref.fence });
     if ((action !== "x" && action !== "c") || code < 0) this.release(token, fromStream);
-    const what = actionNames[action];
-    switch (code) {
-      case 1:
-      case 2:
-        return {
-          deadLettered: code === 2,
-          expireTimeMs: action === "x" && config.recoverySet ? this.clock.now() + config.minIdleMs : undefined,
-        };
-      case -1:
-        throw new SwitchyardError(
-          "failed_precondition",
-          `cannot ${what}: lease ${ref.fence} on "${ref.queue}" is no longer held; the item was settled, or recovered after min_idle`,
-        );
-      case -2:
-        throw new SwitchyardError(
-          "failed_precondition",
-          `cannot ${what}: lease ${ref.fence} on "${ref.queue}" was superseded; the item was recovered and leased again`,
-        );
-      default:
-        throw new SwitchyardError("not_found", `cannot ${what}: no lease ${ref.fence} was ever issued on "${ref.queue}"`);
+    if (code < 0) throw settleError(code, action, ref);
+    return {
+      deadLettered: code === 2,
+      expireTimeMs: action === "x" && config.recoverySet ? this.clock.now() + config.minIdleMs : undefined,
+    };
+  }
+
+  /**
+   * Acknowledges deliveries (no replies) as `settle(token, "a")` would each,
+   * with one settle call per queue for all of them. Resolves to the tokens
+   * that failed, each with its own error; rejects only when Redis could not
+   * be asked (then none of them is known to have applied).
+   */
+  async ackMany(tokens: readonly string[], fromStream?: LeaseStream): Promise<SettleFailure[]> {
+    const failures: SettleFailure[] = [];
+    const byQueue = new Map<string, { token: string; ref: LeaseRef }[]>();
+    for (const token of tokens) {
+      let ref: LeaseRef;
+      try {
+        ref = parseToken(token);
+      } catch (error) {
+        failures.push({ token, error });
+        continue;
+      }
+      let group = byQueue.get(ref.queue);
+      if (!group) byQueue.set(ref.queue, (group = []));
+      group.push({ token, ref });
     }
+    await Promise.all([...byQueue].map(async ([queue, group]) => {
+      let config: QueueConfig;
+      try {
+        config = await this.registry.get(queue);
+      } catch (error) {
+        for (const { token } of group) failures.push({ token, error });
+        return;
+      }
+      // Simple queues, and tokens without an item hash, have nothing to settle: the item left Redis when it was popped.
+      const settles: typeof group = [];
+      let popped = 0;
+      for (const g of group) {
+        if (config.mode === "reliable" && g.ref.sha) settles.push(g);
+        else {
+          this.release(g.token, fromStream);
+          popped++;
+        }
+      }
+      if (popped > 0) this.metrics.items(config.name, "acked", popped);
+      const codes = await this.settler.settleMany(config, settles.map(({ ref }) => ({ action: "a", sha: ref.sha, fence: ref.fence })));
+      settles.forEach(({ token, ref }, i) => {
+        this.release(token, fromStream);
+        if (codes[i] < 0) failures.push({ token, error: settleError(codes[i], "a", ref) });
+      });
+    }));
+    return failures;
   }
 
   /**
@@ -358,6 +412,13 @@ export class Queues {
   /** Items of a declared queue's ready or dead-letter list, next to leave first, without moving them. */
   async peek(name: string, list: PeekList, limit: number): Promise<{ items: PeekedItem[]; total: number }> {
     return peekItems(this.redis.client, await this.registry.get(name), list, limit);
+  }
+
+  /** push.lua for `queue`, and a waiting pump of this instance leases right behind it. */
+  private push(queue: string, ttlMs: number, values: Buffer[], wait?: ReplicaWait): Promise<number> {
+    const pushed = pushItems(this.redis.client, queue, countersKey(queue, this.redis.cluster), ttlMs, values, wait);
+    this.dispatchers.get(queue)?.pushed(); // after the push is sent, so the lease reaches Redis after it
+    return pushed;
   }
 
   /** Deletes the items waiting in a declared queue; resolves to how many. */

@@ -9,10 +9,18 @@ import type { RedisClient } from "../redis/connection.js";
 import { settleItems, type SettleAction, type SettleOp } from "../redis/scripts.js";
 import { keysOf, type QueueConfig } from "./declaration.js";
 
+/** A caller waiting for the codes of its ops: `count` of them from `from` in its batch. */
+interface Waiter {
+  from: number;
+  count: number;
+  resolve: (codes: number[]) => void;
+  reject: (err: unknown) => void;
+}
+
 interface Pending {
   config: QueueConfig;
   ops: SettleOp[];
-  waiters: { resolve: (code: number) => void; reject: (err: unknown) => void }[];
+  waiters: Waiter[];
 }
 
 /** The most settles sent in one script call. */
@@ -42,14 +50,21 @@ export class Settler {
   ) {}
 
   /** Applies `op` with the next batch; resolves to settle.lua's code for it. */
-  settle(config: QueueConfig, op: SettleOp): Promise<number> {
+  async settle(config: QueueConfig, op: SettleOp): Promise<number> {
+    return (await this.settleMany(config, [op]))[0];
+  }
+
+  /** Applies `ops` with the next batch, in order; resolves to settle.lua's codes for them, one per op. */
+  settleMany(config: QueueConfig, ops: readonly SettleOp[]): Promise<number[]> {
+    if (ops.length === 0) return Promise.resolve([]);
     let batch = this.pending.get(config.name);
     if (!batch) {
       batch = { config, ops: [], waiters: [] };
       this.pending.set(config.name, batch);
     }
-    batch.ops.push(op);
-    const result = new Promise<number>((resolve, reject) => batch.waiters.push({ resolve, reject }));
+    const from = batch.ops.length;
+    for (const op of ops) batch.ops.push(op);
+    const result = new Promise<number[]>((resolve, reject) => batch.waiters.push({ from, count: ops.length, resolve, reject }));
     if (!this.scheduled) {
       this.scheduled = true;
       setImmediate(() => this.flush());
@@ -61,19 +76,37 @@ export class Settler {
     this.scheduled = false;
     const batches = [...this.pending.values()];
     this.pending.clear();
-    for (const batch of batches) {
-      for (let i = 0; i < batch.ops.length; i += CHUNK) {
-        const waiters = batch.waiters.slice(i, i + CHUNK);
-        const ops = batch.ops.slice(i, i + CHUNK);
-        settleItems(this.client, keysOf(batch.config), this.clock.now(), batch.config.maxDeliveries, ops)
-          .then(
-            (codes) => {
-              count(this.metrics, batch.config.name, ops, codes);
-              waiters.forEach((w, j) => w.resolve(codes[j]));
-            },
-            (err: unknown) => waiters.forEach((w) => w.reject(err)),
-          );
+    for (const batch of batches) void this.apply(batch);
+  }
+
+  /** Sends one batch in script calls of at most CHUNK settles (pipelined); a waiter fails if a call its ops were in failed. */
+  private async apply(batch: Pending): Promise<void> {
+    const { config, ops } = batch;
+    const calls: Promise<number[]>[] = [];
+    for (let i = 0; i < ops.length; i += CHUNK) {
+      const chunk = ops.slice(i, i + CHUNK);
+      calls.push(
+        settleItems(this.client, keysOf(config), this.clock.now(), config.maxDeliveries, chunk).then((codes) => {
+          count(this.metrics, config.name, chunk, codes);
+          return codes;
+        }),
+      );
+    }
+    const outcomes = await Promise.allSettled(calls);
+    for (const w of batch.waiters) {
+      const first = Math.floor(w.from / CHUNK);
+      const last = Math.floor((w.from + Math.max(w.count, 1) - 1) / CHUNK);
+      const failed = outcomes.slice(first, last + 1).find((o) => o.status === "rejected");
+      if (failed) {
+        w.reject(failed.reason);
+        continue;
       }
+      const codes: number[] = [];
+      for (let i = w.from; i < w.from + w.count; i++) {
+        const o = outcomes[Math.floor(i / CHUNK)] as PromiseFulfilledResult<number[]>;
+        codes.push(o.value[i % CHUNK]);
+      }
+      w.resolve(codes);
     }
   }
 }

@@ -15,8 +15,13 @@ export interface LeaseRef {
 
 /** The token for a delivery. Format: `r.<fence>.<sha1>.<queue b64url>` or `s.<fence>.<queue b64url>`. */
 export function formatToken(ref: LeaseRef): string {
-  const queue = Buffer.from(ref.queue).toString("base64url");
-  return ref.sha ? `r.${ref.fence}.${ref.sha}.${queue}` : `s.${ref.fence}.${queue}`;
+  return tokenFormatter(ref.queue)(ref.fence, ref.sha);
+}
+
+/** formatToken for the deliveries of one queue: encodes the queue's name once, not per token. */
+export function tokenFormatter(queue: string): (fence: number, sha: string) => string {
+  const name = Buffer.from(queue).toString("base64url");
+  return (fence, sha) => (sha ? `r.${fence}.${sha}.${name}` : `s.${fence}.${name}`);
 }
 
 const reliable = /^r\.(\d{1,16})\.([0-9a-f]{40})\.([A-Za-z0-9_-]+)$/;

@@ -319,6 +319,28 @@ describe("queue patterns", () => {
     await foreign.close();
     expect(await redis.plain.llen("{other}")).toBe(1);
   });
+
+  it("an ack_batch with one token of another queue among its own is refused whole: the stream ends and none of its acks applies", async () => {
+    await admin.createQueue({ name: "{other-batch}", mode: QueueMode.RELIABLE });
+    await admin.enqueue("{other-batch}", ["not yours"]);
+    const foreign = admin.lease("{other-batch}", 1);
+    const [d] = await foreign.take(1);
+    await admin.enqueue(Q, ["mine 1", "mine 2"]);
+    const waiting = await redis.plain.llen(Q);
+    const session = as("thumbnails worker").lease(Q, 2);
+    const mine = await session.take(2);
+    // Acks made in one turn go out as one ack_batch.
+    session.ack(mine[0].leaseToken);
+    session.ack(d.leaseToken);
+    session.ack(mine[1].leaseToken);
+    const ended = await session.ended;
+    expect(ended?.code).toBe(grpc.status.PERMISSION_DENIED);
+    expect(ended?.details).toContain("queue:lease:{other-batch}");
+    // The stream's own items were not acked: they went back to the queue when it ended.
+    await expect.poll(() => redis.plain.llen(Q)).toBe(waiting);
+    expect(await redis.plain.llen("{other-batch}.processing")).toBe(1);
+    await foreign.close();
+  });
 });
 
 describe("open methods", () => {

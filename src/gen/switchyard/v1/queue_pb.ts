@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file switchyard/v1/queue.proto.
  */
 export const file_switchyard_v1_queue: GenFile = /*@__PURE__*/
-  fileDesc("Chlzd2l0Y2h5YXJkL3YxL3F1ZXVlLnByb3RvEg1zd2l0Y2h5YXJkLnYxIq0CCgVRdWV1ZRIMCgRuYW1lGAEgASgJEiYKBG1vZGUYAiABKA4yGC5zd2l0Y2h5YXJkLnYxLlF1ZXVlTW9kZRIXCg9wcm9jZXNzaW5nX2xpc3QYAyABKAkSFAoMcmVjb3Zlcnlfc2V0GAQgASgJEisKCG1pbl9pZGxlGAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEi8KDHJlY292ZXJ5X3R0bBgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIWCg5tYXhfZGVsaXZlcmllcxgHIAEoDRIYChBkZWFkX2xldHRlcl9saXN0GAggASgJEi8KC2NyZWF0ZV90aW1lGAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCI5ChJDcmVhdGVRdWV1ZVJlcXVlc3QSIwoFcXVldWUYASABKAsyFC5zd2l0Y2h5YXJkLnYxLlF1ZXVlIjoKE0NyZWF0ZVF1ZXVlUmVzcG9uc2USIwoFcXVldWUYASABKAsyFC5zd2l0Y2h5YXJkLnYxLlF1ZXVlIh8KD0dldFF1ZXVlUmVxdWVzdBIMCgRuYW1lGAEgASgJIjcKEEdldFF1ZXVlUmVzcG9uc2USIwoFcXVldWUYASABKAsyFC5zd2l0Y2h5YXJkLnYxLlF1ZXVlIjoKEUxpc3RRdWV1ZXNSZXF1ZXN0EhEKCXBhZ2Vfc2l6ZRgBIAEoBRISCgpwYWdlX3Rva2VuGAIgASgJIlMKEkxpc3RRdWV1ZXNSZXNwb25zZRIkCgZxdWV1ZXMYASADKAsyFC5zd2l0Y2h5YXJkLnYxLlF1ZXVlEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSIxChJEZWxldGVRdWV1ZVJlcXVlc3QSDAoEbmFtZRgBIAEoCRINCgVwdXJnZRgCIAEoCCIVChNEZWxldGVRdWV1ZVJlc3BvbnNlIiQKFEdldFF1ZXVlU3RhdHNSZXF1ZXN0EgwKBG5hbWUYASABKAkiQQoVR2V0UXVldWVTdGF0c1Jlc3BvbnNlEigKBXN0YXRzGAEgASgLMhkuc3dpdGNoeWFyZC52MS5RdWV1ZVN0YXRzItABCgpRdWV1ZVN0YXRzEg0KBXF1ZXVlGAEgASgJEg0KBXJlYWR5GAIgASgDEhIKCnByb2Nlc3NpbmcYAyABKAMSEwoLZGVhZF9sZXR0ZXIYBCABKAMSMwoQb2xkZXN0X2NsYWltX2FnZRgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIVCg1sZWFzZV9zdHJlYW1zGAYgASgFEhYKDmVucXVldWVkX3RvdGFsGAcgASgDEhcKD2NvbXBsZXRlZF90b3RhbBgIIAEoAyJXChBQZWVrUXVldWVSZXF1ZXN0EgwKBG5hbWUYASABKAkSJgoEbGlzdBgCIAEoDjIYLnN3aXRjaHlhcmQudjEuUXVldWVMaXN0Eg0KBWxpbWl0GAMgASgFIkwKEVBlZWtRdWV1ZVJlc3BvbnNlEigKBWl0ZW1zGAEgAygLMhkuc3dpdGNoeWFyZC52MS5QZWVrZWRJdGVtEg0KBXRvdGFsGAIgASgDItwBCgpQZWVrZWRJdGVtEgoKAmlkGAEgASgJEg8KB3BheWxvYWQYAiABKAwSNwoHaGVhZGVycxgDIAMoCzImLnN3aXRjaHlhcmQudjEuUGVla2VkSXRlbS5IZWFkZXJzRW50cnkSMAoMZW5xdWV1ZV90aW1lGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIWCg5kZWxpdmVyeV9jb3VudBgFIAEoDRouCgxIZWFkZXJzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASIhChFQdXJnZVF1ZXVlUmVxdWVzdBIMCgRuYW1lGAEgASgJIiQKElB1cmdlUXVldWVSZXNwb25zZRIOCgZwdXJnZWQYASABKAMiQwoZUmVxdWV1ZURlYWRMZXR0ZXJzUmVxdWVzdBIMCgRuYW1lGAEgASgJEgsKA2lkcxgCIAMoCRILCgNhbGwYAyABKAgiLgoaUmVxdWV1ZURlYWRMZXR0ZXJzUmVzcG9uc2USEAoIcmVxdWV1ZWQYASABKAMiQgoYRGVsZXRlRGVhZExldHRlcnNSZXF1ZXN0EgwKBG5hbWUYASABKAkSCwoDaWRzGAIgAygJEgsKA2FsbBgDIAEoCCIsChlEZWxldGVEZWFkTGV0dGVyc1Jlc3BvbnNlEg8KB2RlbGV0ZWQYASABKAMiiAEKC0VucXVldWVJdGVtEg8KB3BheWxvYWQYASABKAwSOAoHaGVhZGVycxgCIAMoCzInLnN3aXRjaHlhcmQudjEuRW5xdWV1ZUl0ZW0uSGVhZGVyc0VudHJ5Gi4KDEhlYWRlcnNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIrwBCg5FbnF1ZXVlUmVxdWVzdBINCgVxdWV1ZRgBIAEoCRIpCgVpdGVtcxgCIAMoCzIaLnN3aXRjaHlhcmQudjEuRW5xdWV1ZUl0ZW0SJgoDdHRsGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhQKDG1pbl9yZXBsaWNhcxgEIAEoDRIyCg9yZXBsaWNhX3RpbWVvdXQYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iHgoPRW5xdWV1ZVJlc3BvbnNlEgsKA2lkcxgBIAMoCSKnAgoMTGVhc2VSZXF1ZXN0EigKBG9wZW4YASABKAsyGC5zd2l0Y2h5YXJkLnYxLkxlYXNlT3BlbkgAEigKA2FjaxgCIAEoCzIZLnN3aXRjaHlhcmQudjEuQWNrUmVxdWVzdEgAEiwKBXJldHJ5GAMgASgLMhsuc3dpdGNoeWFyZC52MS5SZXRyeVJlcXVlc3RIABIqCgRkcm9wGAQgASgLMhouc3dpdGNoeWFyZC52MS5Ecm9wUmVxdWVzdEgAEjMKBmV4dGVuZBgFIAEoCzIhLnN3aXRjaHlhcmQudjEuRXh0ZW5kTGVhc2VSZXF1ZXN0SAASLAoGY3JlZGl0GAYgASgLMhouc3dpdGNoeWFyZC52MS5MZWFzZUNyZWRpdEgAQgYKBGtpbmQiKgoJTGVhc2VPcGVuEg0KBXF1ZXVlGAEgASgJEg4KBmNyZWRpdBgCIAEoDSIdCgtMZWFzZUNyZWRpdBIOCgZjcmVkaXQYASABKA0ihQIKDUxlYXNlUmVzcG9uc2USLAoGb3BlbmVkGAEgASgLMhouc3dpdGNoeWFyZC52MS5MZWFzZU9wZW5lZEgAEjIKCmRlbGl2ZXJpZXMYAiABKAsyHC5zd2l0Y2h5YXJkLnYxLkRlbGl2ZXJ5QmF0Y2hIABItCgloZWFydGJlYXQYAyABKAsyGC5zd2l0Y2h5YXJkLnYxLkhlYXJ0YmVhdEgAEjQKDXNldHRsZV9yZXN1bHQYBCABKAsyGy5zd2l0Y2h5YXJkLnYxLlNldHRsZVJlc3VsdEgAEiUKBWRyYWluGAUgASgLMhQuc3dpdGNoeWFyZC52MS5EcmFpbkgAQgYKBGtpbmQiewoLTGVhc2VPcGVuZWQSDQoFcXVldWUYASABKAkSJgoEbW9kZRgCIAEoDjIYLnN3aXRjaHlhcmQudjEuUXVldWVNb2RlEjUKEmhlYXJ0YmVhdF9pbnRlcnZhbBgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiI8Cg1EZWxpdmVyeUJhdGNoEisKCmRlbGl2ZXJpZXMYASADKAsyFy5zd2l0Y2h5YXJkLnYxLkRlbGl2ZXJ5IosCCghEZWxpdmVyeRITCgtsZWFzZV90b2tlbhgBIAEoCRINCgVmZW5jZRgCIAEoBBIKCgJpZBgDIAEoCRIPCgdwYXlsb2FkGAQgASgMEjUKB2hlYWRlcnMYBSADKAsyJC5zd2l0Y2h5YXJkLnYxLkRlbGl2ZXJ5LkhlYWRlcnNFbnRyeRIwCgxlbnF1ZXVlX3RpbWUYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhYKDmRlbGl2ZXJ5X2NvdW50GAcgASgNEg0KBXF1ZXVlGAggASgJGi4KDEhlYWRlcnNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIjwKCUhlYXJ0YmVhdBIvCgtzZXJ2ZXJfdGltZRgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiMQoFRHJhaW4SKAoFZ3JhY2UYASABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24icwoMU2V0dGxlUmVzdWx0EhMKC2xlYXNlX3Rva2VuGAEgASgJEgwKBGNvZGUYAiABKAUSDwoHbWVzc2FnZRgDIAEoCRIvCgtleHBpcmVfdGltZRgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAikQEKCkFja1JlcXVlc3QSEwoLbGVhc2VfdG9rZW4YASABKAkSKwoHcmVwbGllcxgCIAMoCzIaLnN3aXRjaHlhcmQudjEuRW5xdWV1ZUl0ZW0SEwoLcmVwbHlfcXVldWUYAyABKAkSLAoJcmVwbHlfdHRsGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIiAKC0Fja1Jlc3BvbnNlEhEKCXJlcGx5X2lkcxgBIAMoCSIjCgxSZXRyeVJlcXVlc3QSEwoLbGVhc2VfdG9rZW4YASABKAkiJgoNUmV0cnlSZXNwb25zZRIVCg1kZWFkX2xldHRlcmVkGAEgASgIIiIKC0Ryb3BSZXF1ZXN0EhMKC2xlYXNlX3Rva2VuGAEgASgJIg4KDERyb3BSZXNwb25zZSIpChJFeHRlbmRMZWFzZVJlcXVlc3QSEwoLbGVhc2VfdG9rZW4YASABKAkiRgoTRXh0ZW5kTGVhc2VSZXNwb25zZRIvCgtleHBpcmVfdGltZRgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAipwEKCEVudmVsb3BlEgoKAmlkGAEgASgJEg8KB3BheWxvYWQYAiABKAwSNQoHaGVhZGVycxgDIAMoCzIkLnN3aXRjaHlhcmQudjEuRW52ZWxvcGUuSGVhZGVyc0VudHJ5EhcKD2VucXVldWVfdGltZV9tcxgEIAEoAxouCgxIZWFkZXJzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASpXCglRdWV1ZU1vZGUSGgoWUVVFVUVfTU9ERV9VTlNQRUNJRklFRBAAEhUKEVFVRVVFX01PREVfU0lNUExFEAESFwoTUVVFVUVfTU9ERV9SRUxJQUJMRRACKlkKCVF1ZXVlTGlzdBIaChZRVUVVRV9MSVNUX1VOU1BFQ0lGSUVEEAASFAoQUVVFVUVfTElTVF9SRUFEWRABEhoKFlFVRVVFX0xJU1RfREVBRF9MRVRURVIQAjLXCQoMUXVldWVTZXJ2aWNlElQKC0NyZWF0ZVF1ZXVlEiEuc3dpdGNoeWFyZC52MS5DcmVhdGVRdWV1ZVJlcXVlc3QaIi5zd2l0Y2h5YXJkLnYxLkNyZWF0ZVF1ZXVlUmVzcG9uc2USSwoIR2V0UXVldWUSHi5zd2l0Y2h5YXJkLnYxLkdldFF1ZXVlUmVxdWVzdBofLnN3aXRjaHlhcmQudjEuR2V0UXVldWVSZXNwb25zZRJRCgpMaXN0UXVldWVzEiAuc3dpdGNoeWFyZC52MS5MaXN0UXVldWVzUmVxdWVzdBohLnN3aXRjaHlhcmQudjEuTGlzdFF1ZXVlc1Jlc3BvbnNlElQKC0RlbGV0ZVF1ZXVlEiEuc3dpdGNoeWFyZC52MS5EZWxldGVRdWV1ZVJlcXVlc3QaIi5zd2l0Y2h5YXJkLnYxLkRlbGV0ZVF1ZXVlUmVzcG9uc2USWgoNR2V0UXVldWVTdGF0cxIjLnN3aXRjaHlhcmQudjEuR2V0UXVldWVTdGF0c1JlcXVlc3QaJC5zd2l0Y2h5YXJkLnYxLkdldFF1ZXVlU3RhdHNSZXNwb25zZRJOCglQZWVrUXVldWUSHy5zd2l0Y2h5YXJkLnYxLlBlZWtRdWV1ZVJlcXVlc3QaIC5zd2l0Y2h5YXJkLnYxLlBlZWtRdWV1ZVJlc3BvbnNlElEKClB1cmdlUXVldWUSIC5zd2l0Y2h5YXJkLnYxLlB1cmdlUXVldWVSZXF1ZXN0GiEuc3dpdGNoeWFyZC52MS5QdXJnZVF1ZXVlUmVzcG9uc2USaQoSUmVxdWV1ZURlYWRMZXR0ZXJzEiguc3dpdGNoeWFyZC52MS5SZXF1ZXVlRGVhZExldHRlcnNSZXF1ZXN0Gikuc3dpdGNoeWFyZC52MS5SZXF1ZXVlRGVhZExldHRlcnNSZXNwb25zZRJmChFEZWxldGVEZWFkTGV0dGVycxInLnN3aXRjaHlhcmQudjEuRGVsZXRlRGVhZExldHRlcnNSZXF1ZXN0Giguc3dpdGNoeWFyZC52MS5EZWxldGVEZWFkTGV0dGVyc1Jlc3BvbnNlEkgKB0VucXVldWUSHS5zd2l0Y2h5YXJkLnYxLkVucXVldWVSZXF1ZXN0Gh4uc3dpdGNoeWFyZC52MS5FbnF1ZXVlUmVzcG9uc2USRgoFTGVhc2USGy5zd2l0Y2h5YXJkLnYxLkxlYXNlUmVxdWVzdBocLnN3aXRjaHlhcmQudjEuTGVhc2VSZXNwb25zZSgBMAESPAoDQWNrEhkuc3dpdGNoeWFyZC52MS5BY2tSZXF1ZXN0Ghouc3dpdGNoeWFyZC52MS5BY2tSZXNwb25zZRJCCgVSZXRyeRIbLnN3aXRjaHlhcmQudjEuUmV0cnlSZXF1ZXN0Ghwuc3dpdGNoeWFyZC52MS5SZXRyeVJlc3BvbnNlEj8KBERyb3ASGi5zd2l0Y2h5YXJkLnYxLkRyb3BSZXF1ZXN0Ghsuc3dpdGNoeWFyZC52MS5Ecm9wUmVzcG9uc2USVAoLRXh0ZW5kTGVhc2USIS5zd2l0Y2h5YXJkLnYxLkV4dGVuZExlYXNlUmVxdWVzdBoiLnN3aXRjaHlhcmQudjEuRXh0ZW5kTGVhc2VSZXNwb25zZWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("Chlzd2l0Y2h5YXJkL3YxL3F1ZXVlLnByb3RvEg1zd2l0Y2h5YXJkLnYxIq0CCgVRdWV1ZRIMCgRuYW1lGAEgASgJEiYKBG1vZGUYAiABKA4yGC5zd2l0Y2h5YXJkLnYxLlF1ZXVlTW9kZRIXCg9wcm9jZXNzaW5nX2xpc3QYAyABKAkSFAoMcmVjb3Zlcnlfc2V0GAQgASgJEisKCG1pbl9pZGxlGAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEi8KDHJlY292ZXJ5X3R0bBgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIWCg5tYXhfZGVsaXZlcmllcxgHIAEoDRIYChBkZWFkX2xldHRlcl9saXN0GAggASgJEi8KC2NyZWF0ZV90aW1lGAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCI5ChJDcmVhdGVRdWV1ZVJlcXVlc3QSIwoFcXVldWUYASABKAsyFC5zd2l0Y2h5YXJkLnYxLlF1ZXVlIjoKE0NyZWF0ZVF1ZXVlUmVzcG9uc2USIwoFcXVldWUYASABKAsyFC5zd2l0Y2h5YXJkLnYxLlF1ZXVlIh8KD0dldFF1ZXVlUmVxdWVzdBIMCgRuYW1lGAEgASgJIjcKEEdldFF1ZXVlUmVzcG9uc2USIwoFcXVldWUYASABKAsyFC5zd2l0Y2h5YXJkLnYxLlF1ZXVlIjoKEUxpc3RRdWV1ZXNSZXF1ZXN0EhEKCXBhZ2Vfc2l6ZRgBIAEoBRISCgpwYWdlX3Rva2VuGAIgASgJIlMKEkxpc3RRdWV1ZXNSZXNwb25zZRIkCgZxdWV1ZXMYASADKAsyFC5zd2l0Y2h5YXJkLnYxLlF1ZXVlEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSIxChJEZWxldGVRdWV1ZVJlcXVlc3QSDAoEbmFtZRgBIAEoCRINCgVwdXJnZRgCIAEoCCIVChNEZWxldGVRdWV1ZVJlc3BvbnNlIiQKFEdldFF1ZXVlU3RhdHNSZXF1ZXN0EgwKBG5hbWUYASABKAkiQQoVR2V0UXVldWVTdGF0c1Jlc3BvbnNlEigKBXN0YXRzGAEgASgLMhkuc3dpdGNoeWFyZC52MS5RdWV1ZVN0YXRzItABCgpRdWV1ZVN0YXRzEg0KBXF1ZXVlGAEgASgJEg0KBXJlYWR5GAIgASgDEhIKCnByb2Nlc3NpbmcYAyABKAMSEwoLZGVhZF9sZXR0ZXIYBCABKAMSMwoQb2xkZXN0X2NsYWltX2FnZRgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIVCg1sZWFzZV9zdHJlYW1zGAYgASgFEhYKDmVucXVldWVkX3RvdGFsGAcgASgDEhcKD2NvbXBsZXRlZF90b3RhbBgIIAEoAyJXChBQZWVrUXVldWVSZXF1ZXN0EgwKBG5hbWUYASABKAkSJgoEbGlzdBgCIAEoDjIYLnN3aXRjaHlhcmQudjEuUXVldWVMaXN0Eg0KBWxpbWl0GAMgASgFIkwKEVBlZWtRdWV1ZVJlc3BvbnNlEigKBWl0ZW1zGAEgAygLMhkuc3dpdGNoeWFyZC52MS5QZWVrZWRJdGVtEg0KBXRvdGFsGAIgASgDItwBCgpQZWVrZWRJdGVtEgoKAmlkGAEgASgJEg8KB3BheWxvYWQYAiABKAwSNwoHaGVhZGVycxgDIAMoCzImLnN3aXRjaHlhcmQudjEuUGVla2VkSXRlbS5IZWFkZXJzRW50cnkSMAoMZW5xdWV1ZV90aW1lGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIWCg5kZWxpdmVyeV9jb3VudBgFIAEoDRouCgxIZWFkZXJzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASIhChFQdXJnZVF1ZXVlUmVxdWVzdBIMCgRuYW1lGAEgASgJIiQKElB1cmdlUXVldWVSZXNwb25zZRIOCgZwdXJnZWQYASABKAMiQwoZUmVxdWV1ZURlYWRMZXR0ZXJzUmVxdWVzdBIMCgRuYW1lGAEgASgJEgsKA2lkcxgCIAMoCRILCgNhbGwYAyABKAgiLgoaUmVxdWV1ZURlYWRMZXR0ZXJzUmVzcG9uc2USEAoIcmVxdWV1ZWQYASABKAMiQgoYRGVsZXRlRGVhZExldHRlcnNSZXF1ZXN0EgwKBG5hbWUYASABKAkSCwoDaWRzGAIgAygJEgsKA2FsbBgDIAEoCCIsChlEZWxldGVEZWFkTGV0dGVyc1Jlc3BvbnNlEg8KB2RlbGV0ZWQYASABKAMiiAEKC0VucXVldWVJdGVtEg8KB3BheWxvYWQYASABKAwSOAoHaGVhZGVycxgCIAMoCzInLnN3aXRjaHlhcmQudjEuRW5xdWV1ZUl0ZW0uSGVhZGVyc0VudHJ5Gi4KDEhlYWRlcnNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIrwBCg5FbnF1ZXVlUmVxdWVzdBINCgVxdWV1ZRgBIAEoCRIpCgVpdGVtcxgCIAMoCzIaLnN3aXRjaHlhcmQudjEuRW5xdWV1ZUl0ZW0SJgoDdHRsGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhQKDG1pbl9yZXBsaWNhcxgEIAEoDRIyCg9yZXBsaWNhX3RpbWVvdXQYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iHgoPRW5xdWV1ZVJlc3BvbnNlEgsKA2lkcxgBIAMoCSLaAgoMTGVhc2VSZXF1ZXN0EigKBG9wZW4YASABKAsyGC5zd2l0Y2h5YXJkLnYxLkxlYXNlT3BlbkgAEigKA2FjaxgCIAEoCzIZLnN3aXRjaHlhcmQudjEuQWNrUmVxdWVzdEgAEiwKBXJldHJ5GAMgASgLMhsuc3dpdGNoeWFyZC52MS5SZXRyeVJlcXVlc3RIABIqCgRkcm9wGAQgASgLMhouc3dpdGNoeWFyZC52MS5Ecm9wUmVxdWVzdEgAEjMKBmV4dGVuZBgFIAEoCzIhLnN3aXRjaHlhcmQudjEuRXh0ZW5kTGVhc2VSZXF1ZXN0SAASLAoGY3JlZGl0GAYgASgLMhouc3dpdGNoeWFyZC52MS5MZWFzZUNyZWRpdEgAEjEKCWFja19iYXRjaBgHIAEoCzIcLnN3aXRjaHlhcmQudjEuTGVhc2VBY2tCYXRjaEgAQgYKBGtpbmQiJQoNTGVhc2VBY2tCYXRjaBIUCgxsZWFzZV90b2tlbnMYASADKAkiKgoJTGVhc2VPcGVuEg0KBXF1ZXVlGAEgASgJEg4KBmNyZWRpdBgCIAEoDSIdCgtMZWFzZUNyZWRpdBIOCgZjcmVkaXQYASABKA0ihQIKDUxlYXNlUmVzcG9uc2USLAoGb3BlbmVkGAEgASgLMhouc3dpdGNoeWFyZC52MS5MZWFzZU9wZW5lZEgAEjIKCmRlbGl2ZXJpZXMYAiABKAsyHC5zd2l0Y2h5YXJkLnYxLkRlbGl2ZXJ5QmF0Y2hIABItCgloZWFydGJlYXQYAyABKAsyGC5zd2l0Y2h5YXJkLnYxLkhlYXJ0YmVhdEgAEjQKDXNldHRsZV9yZXN1bHQYBCABKAsyGy5zd2l0Y2h5YXJkLnYxLlNldHRsZVJlc3VsdEgAEiUKBWRyYWluGAUgASgLMhQuc3dpdGNoeWFyZC52MS5EcmFpbkgAQgYKBGtpbmQikAEKC0xlYXNlT3BlbmVkEg0KBXF1ZXVlGAEgASgJEiYKBG1vZGUYAiABKA4yGC5zd2l0Y2h5YXJkLnYxLlF1ZXVlTW9kZRI1ChJoZWFydGJlYXRfaW50ZXJ2YWwYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEwoLYWNrX2JhdGNoZXMYBCABKAgiPAoNRGVsaXZlcnlCYXRjaBIrCgpkZWxpdmVyaWVzGAEgAygLMhcuc3dpdGNoeWFyZC52MS5EZWxpdmVyeSKLAgoIRGVsaXZlcnkSEwoLbGVhc2VfdG9rZW4YASABKAkSDQoFZmVuY2UYAiABKAQSCgoCaWQYAyABKAkSDwoHcGF5bG9hZBgEIAEoDBI1CgdoZWFkZXJzGAUgAygLMiQuc3dpdGNoeWFyZC52MS5EZWxpdmVyeS5IZWFkZXJzRW50cnkSMAoMZW5xdWV1ZV90aW1lGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIWCg5kZWxpdmVyeV9jb3VudBgHIAEoDRINCgVxdWV1ZRgIIAEoCRouCgxIZWFkZXJzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASI8CglIZWFydGJlYXQSLwoLc2VydmVyX3RpbWUYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIjEKBURyYWluEigKBWdyYWNlGAEgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uInMKDFNldHRsZVJlc3VsdBITCgtsZWFzZV90b2tlbhgBIAEoCRIMCgRjb2RlGAIgASgFEg8KB21lc3NhZ2UYAyABKAkSLwoLZXhwaXJlX3RpbWUYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIpEBCgpBY2tSZXF1ZXN0EhMKC2xlYXNlX3Rva2VuGAEgASgJEisKB3JlcGxpZXMYAiADKAsyGi5zd2l0Y2h5YXJkLnYxLkVucXVldWVJdGVtEhMKC3JlcGx5X3F1ZXVlGAMgASgJEiwKCXJlcGx5X3R0bBgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiIgCgtBY2tSZXNwb25zZRIRCglyZXBseV9pZHMYASADKAkiIwoMUmV0cnlSZXF1ZXN0EhMKC2xlYXNlX3Rva2VuGAEgASgJIiYKDVJldHJ5UmVzcG9uc2USFQoNZGVhZF9sZXR0ZXJlZBgBIAEoCCIiCgtEcm9wUmVxdWVzdBITCgtsZWFzZV90b2tlbhgBIAEoCSIOCgxEcm9wUmVzcG9uc2UiKQoSRXh0ZW5kTGVhc2VSZXF1ZXN0EhMKC2xlYXNlX3Rva2VuGAEgASgJIkYKE0V4dGVuZExlYXNlUmVzcG9uc2USLwoLZXhwaXJlX3RpbWUYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIqcBCghFbnZlbG9wZRIKCgJpZBgBIAEoCRIPCgdwYXlsb2FkGAIgASgMEjUKB2hlYWRlcnMYAyADKAsyJC5zd2l0Y2h5YXJkLnYxLkVudmVsb3BlLkhlYWRlcnNFbnRyeRIXCg9lbnF1ZXVlX3RpbWVfbXMYBCABKAMaLgoMSGVhZGVyc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEqVwoJUXVldWVNb2RlEhoKFlFVRVVFX01PREVfVU5TUEVDSUZJRUQQABIVChFRVUVVRV9NT0RFX1NJTVBMRRABEhcKE1FVRVVFX01PREVfUkVMSUFCTEUQAipZCglRdWV1ZUxpc3QSGgoWUVVFVUVfTElTVF9VTlNQRUNJRklFRBAAEhQKEFFVRVVFX0xJU1RfUkVBRFkQARIaChZRVUVVRV9MSVNUX0RFQURfTEVUVEVSEAIy1wkKDFF1ZXVlU2VydmljZRJUCgtDcmVhdGVRdWV1ZRIhLnN3aXRjaHlhcmQudjEuQ3JlYXRlUXVldWVSZXF1ZXN0GiIuc3dpdGNoeWFyZC52MS5DcmVhdGVRdWV1ZVJlc3BvbnNlEksKCEdldFF1ZXVlEh4uc3dpdGNoeWFyZC52MS5HZXRRdWV1ZVJlcXVlc3QaHy5zd2l0Y2h5YXJkLnYxLkdldFF1ZXVlUmVzcG9uc2USUQoKTGlzdFF1ZXVlcxIgLnN3aXRjaHlhcmQudjEuTGlzdFF1ZXVlc1JlcXVlc3QaIS5zd2l0Y2h5YXJkLnYxLkxpc3RRdWV1ZXNSZXNwb25zZRJUCgtEZWxldGVRdWV1ZRIhLnN3aXRjaHlhcmQudjEuRGVsZXRlUXVldWVSZXF1ZXN0GiIuc3dpdGNoeWFyZC52MS5EZWxldGVRdWV1ZVJlc3BvbnNlEloKDUdldFF1ZXVlU3RhdHMSIy5zd2l0Y2h5YXJkLnYxLkdldFF1ZXVlU3RhdHNSZXF1ZXN0GiQuc3dpdGNoeWFyZC52MS5HZXRRdWV1ZVN0YXRzUmVzcG9uc2USTgoJUGVla1F1ZXVlEh8uc3dpdGNoeWFyZC52MS5QZWVrUXVldWVSZXF1ZXN0GiAuc3dpdGNoeWFyZC52MS5QZWVrUXVldWVSZXNwb25zZRJRCgpQdXJnZVF1ZXVlEiAuc3dpdGNoeWFyZC52MS5QdXJnZVF1ZXVlUmVxdWVzdBohLnN3aXRjaHlhcmQudjEuUHVyZ2VRdWV1ZVJlc3BvbnNlEmkKElJlcXVldWVEZWFkTGV0dGVycxIoLnN3aXRjaHlhcmQudjEuUmVxdWV1ZURlYWRMZXR0ZXJzUmVxdWVzdBopLnN3aXRjaHlhcmQudjEuUmVxdWV1ZURlYWRMZXR0ZXJzUmVzcG9uc2USZgoRRGVsZXRlRGVhZExldHRlcnMSJy5zd2l0Y2h5YXJkLnYxLkRlbGV0ZURlYWRMZXR0ZXJzUmVxdWVzdBooLnN3aXRjaHlhcmQudjEuRGVsZXRlRGVhZExldHRlcnNSZXNwb25zZRJICgdFbnF1ZXVlEh0uc3dpdGNoeWFyZC52MS5FbnF1ZXVlUmVxdWVzdBoeLnN3aXRjaHlhcmQudjEuRW5xdWV1ZVJlc3BvbnNlEkYKBUxlYXNlEhsuc3dpdGNoeWFyZC52MS5MZWFzZVJlcXVlc3QaHC5zd2l0Y2h5YXJkLnYxLkxlYXNlUmVzcG9uc2UoATABEjwKA0FjaxIZLnN3aXRjaHlhcmQudjEuQWNrUmVxdWVzdBoaLnN3aXRjaHlhcmQudjEuQWNrUmVzcG9uc2USQgoFUmV0cnkSGy5zd2l0Y2h5YXJkLnYxLlJldHJ5UmVxdWVzdBocLnN3aXRjaHlhcmQudjEuUmV0cnlSZXNwb25zZRI/CgREcm9wEhouc3dpdGNoeWFyZC52MS5Ecm9wUmVxdWVzdBobLnN3aXRjaHlhcmQudjEuRHJvcFJlc3BvbnNlElQKC0V4dGVuZExlYXNlEiEuc3dpdGNoeWFyZC52MS5FeHRlbmRMZWFzZVJlcXVlc3QaIi5zd2l0Y2h5YXJkLnYxLkV4dGVuZExlYXNlUmVzcG9uc2ViBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * A queue declaration.
@@ -741,6 +741,14 @@ export type LeaseRequest = Message<"switchyard.v1.LeaseRequest"> & {
      */
     value: LeaseCredit;
     case: "credit";
+  } | {
+    /**
+     * Acknowledges many deliveries in one message (see LeaseOpened.ack_batches).
+     *
+     * @generated from field: switchyard.v1.LeaseAckBatch ack_batch = 7;
+     */
+    value: LeaseAckBatch;
+    case: "ackBatch";
   } | { case: undefined; value?: undefined };
 };
 
@@ -750,6 +758,28 @@ export type LeaseRequest = Message<"switchyard.v1.LeaseRequest"> & {
  */
 export const LeaseRequestSchema: GenMessage<LeaseRequest> = /*@__PURE__*/
   messageDesc(file_switchyard_v1_queue, 24);
+
+/**
+ * Acknowledges deliveries, as one ack (without replies) per token would, in
+ * order. Each token is settled on its own: a failed one (superseded, say) comes
+ * back in its own SettleResult and the others still apply; successes are not
+ * echoed. Every token needs queue:lease on the queue it names.
+ *
+ * @generated from message switchyard.v1.LeaseAckBatch
+ */
+export type LeaseAckBatch = Message<"switchyard.v1.LeaseAckBatch"> & {
+  /**
+   * @generated from field: repeated string lease_tokens = 1;
+   */
+  leaseTokens: string[];
+};
+
+/**
+ * Describes the message switchyard.v1.LeaseAckBatch.
+ * Use `create(LeaseAckBatchSchema)` to create a new message.
+ */
+export const LeaseAckBatchSchema: GenMessage<LeaseAckBatch> = /*@__PURE__*/
+  messageDesc(file_switchyard_v1_queue, 25);
 
 /**
  * @generated from message switchyard.v1.LeaseOpen
@@ -773,7 +803,7 @@ export type LeaseOpen = Message<"switchyard.v1.LeaseOpen"> & {
  * Use `create(LeaseOpenSchema)` to create a new message.
  */
 export const LeaseOpenSchema: GenMessage<LeaseOpen> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 25);
+  messageDesc(file_switchyard_v1_queue, 26);
 
 /**
  * @generated from message switchyard.v1.LeaseCredit
@@ -792,7 +822,7 @@ export type LeaseCredit = Message<"switchyard.v1.LeaseCredit"> & {
  * Use `create(LeaseCreditSchema)` to create a new message.
  */
 export const LeaseCreditSchema: GenMessage<LeaseCredit> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 26);
+  messageDesc(file_switchyard_v1_queue, 27);
 
 /**
  * A message from the server on a Lease stream.
@@ -852,7 +882,7 @@ export type LeaseResponse = Message<"switchyard.v1.LeaseResponse"> & {
  * Use `create(LeaseResponseSchema)` to create a new message.
  */
 export const LeaseResponseSchema: GenMessage<LeaseResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 27);
+  messageDesc(file_switchyard_v1_queue, 28);
 
 /**
  * @generated from message switchyard.v1.LeaseOpened
@@ -872,6 +902,14 @@ export type LeaseOpened = Message<"switchyard.v1.LeaseOpened"> & {
    * @generated from field: google.protobuf.Duration heartbeat_interval = 3;
    */
   heartbeatInterval?: Duration | undefined;
+
+  /**
+   * The server accepts ack_batch on this stream. Servers older than it leave
+   * this false; a client then sends one ack per delivery.
+   *
+   * @generated from field: bool ack_batches = 4;
+   */
+  ackBatches: boolean;
 };
 
 /**
@@ -879,7 +917,7 @@ export type LeaseOpened = Message<"switchyard.v1.LeaseOpened"> & {
  * Use `create(LeaseOpenedSchema)` to create a new message.
  */
 export const LeaseOpenedSchema: GenMessage<LeaseOpened> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 28);
+  messageDesc(file_switchyard_v1_queue, 29);
 
 /**
  * @generated from message switchyard.v1.DeliveryBatch
@@ -896,7 +934,7 @@ export type DeliveryBatch = Message<"switchyard.v1.DeliveryBatch"> & {
  * Use `create(DeliveryBatchSchema)` to create a new message.
  */
 export const DeliveryBatchSchema: GenMessage<DeliveryBatch> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 29);
+  messageDesc(file_switchyard_v1_queue, 30);
 
 /**
  * One leased item.
@@ -960,7 +998,7 @@ export type Delivery = Message<"switchyard.v1.Delivery"> & {
  * Use `create(DeliverySchema)` to create a new message.
  */
 export const DeliverySchema: GenMessage<Delivery> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 30);
+  messageDesc(file_switchyard_v1_queue, 31);
 
 /**
  * @generated from message switchyard.v1.Heartbeat
@@ -977,7 +1015,7 @@ export type Heartbeat = Message<"switchyard.v1.Heartbeat"> & {
  * Use `create(HeartbeatSchema)` to create a new message.
  */
 export const HeartbeatSchema: GenMessage<Heartbeat> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 31);
+  messageDesc(file_switchyard_v1_queue, 32);
 
 /**
  * @generated from message switchyard.v1.Drain
@@ -996,7 +1034,7 @@ export type Drain = Message<"switchyard.v1.Drain"> & {
  * Use `create(DrainSchema)` to create a new message.
  */
 export const DrainSchema: GenMessage<Drain> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 32);
+  messageDesc(file_switchyard_v1_queue, 33);
 
 /**
  * @generated from message switchyard.v1.SettleResult
@@ -1032,7 +1070,7 @@ export type SettleResult = Message<"switchyard.v1.SettleResult"> & {
  * Use `create(SettleResultSchema)` to create a new message.
  */
 export const SettleResultSchema: GenMessage<SettleResult> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 33);
+  messageDesc(file_switchyard_v1_queue, 34);
 
 /**
  * @generated from message switchyard.v1.AckRequest
@@ -1068,7 +1106,7 @@ export type AckRequest = Message<"switchyard.v1.AckRequest"> & {
  * Use `create(AckRequestSchema)` to create a new message.
  */
 export const AckRequestSchema: GenMessage<AckRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 34);
+  messageDesc(file_switchyard_v1_queue, 35);
 
 /**
  * @generated from message switchyard.v1.AckResponse
@@ -1087,7 +1125,7 @@ export type AckResponse = Message<"switchyard.v1.AckResponse"> & {
  * Use `create(AckResponseSchema)` to create a new message.
  */
 export const AckResponseSchema: GenMessage<AckResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 35);
+  messageDesc(file_switchyard_v1_queue, 36);
 
 /**
  * @generated from message switchyard.v1.RetryRequest
@@ -1104,7 +1142,7 @@ export type RetryRequest = Message<"switchyard.v1.RetryRequest"> & {
  * Use `create(RetryRequestSchema)` to create a new message.
  */
 export const RetryRequestSchema: GenMessage<RetryRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 36);
+  messageDesc(file_switchyard_v1_queue, 37);
 
 /**
  * @generated from message switchyard.v1.RetryResponse
@@ -1123,7 +1161,7 @@ export type RetryResponse = Message<"switchyard.v1.RetryResponse"> & {
  * Use `create(RetryResponseSchema)` to create a new message.
  */
 export const RetryResponseSchema: GenMessage<RetryResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 37);
+  messageDesc(file_switchyard_v1_queue, 38);
 
 /**
  * @generated from message switchyard.v1.DropRequest
@@ -1140,7 +1178,7 @@ export type DropRequest = Message<"switchyard.v1.DropRequest"> & {
  * Use `create(DropRequestSchema)` to create a new message.
  */
 export const DropRequestSchema: GenMessage<DropRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 38);
+  messageDesc(file_switchyard_v1_queue, 39);
 
 /**
  * @generated from message switchyard.v1.DropResponse
@@ -1153,7 +1191,7 @@ export type DropResponse = Message<"switchyard.v1.DropResponse"> & {
  * Use `create(DropResponseSchema)` to create a new message.
  */
 export const DropResponseSchema: GenMessage<DropResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 39);
+  messageDesc(file_switchyard_v1_queue, 40);
 
 /**
  * @generated from message switchyard.v1.ExtendLeaseRequest
@@ -1170,7 +1208,7 @@ export type ExtendLeaseRequest = Message<"switchyard.v1.ExtendLeaseRequest"> & {
  * Use `create(ExtendLeaseRequestSchema)` to create a new message.
  */
 export const ExtendLeaseRequestSchema: GenMessage<ExtendLeaseRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 40);
+  messageDesc(file_switchyard_v1_queue, 41);
 
 /**
  * @generated from message switchyard.v1.ExtendLeaseResponse
@@ -1189,7 +1227,7 @@ export type ExtendLeaseResponse = Message<"switchyard.v1.ExtendLeaseResponse"> &
  * Use `create(ExtendLeaseResponseSchema)` to create a new message.
  */
 export const ExtendLeaseResponseSchema: GenMessage<ExtendLeaseResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 41);
+  messageDesc(file_switchyard_v1_queue, 42);
 
 /**
  * How Switchyard stores an item it enqueued: the bytes "SYE1" followed by this
@@ -1226,7 +1264,7 @@ export type Envelope = Message<"switchyard.v1.Envelope"> & {
  * Use `create(EnvelopeSchema)` to create a new message.
  */
 export const EnvelopeSchema: GenMessage<Envelope> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 42);
+  messageDesc(file_switchyard_v1_queue, 43);
 
 /**
  * How items leave a queue.

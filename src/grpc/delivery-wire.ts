@@ -1,0 +1,147 @@
+/**
+ * The wire form of a LeaseResponse carrying deliveries, written by hand: every
+ * leased item goes through here, and protobuf-es' create + toBinary cost about
+ * 6 µs per delivery where this costs well under one. The bytes decode to the
+ * same message as toBinary(LeaseResponseSchema, …) of the equivalent message
+ * (test/grpc/delivery-wire.test.ts checks it field by field); fields at their
+ * default value are left out, as protobuf-es does.
+ *
+ *   LeaseResponse  2 deliveries: DeliveryBatch
+ *   DeliveryBatch  1 deliveries: repeated Delivery
+ *   Delivery       1 lease_token  2 fence  3 id  4 payload  5 headers (map entries: 1 key, 2 value)
+ *                  6 enqueue_time (Timestamp: 1 seconds, 2 nanos)  7 delivery_count  8 queue
+ */
+import type { Delivery } from "../queue/lease-stream.js";
+import { PreEncoded } from "./adapter.js";
+
+const LEN = 2;
+const tag = (field: number, wire: number) => (field << 3) | wire;
+
+function varintSize(n: number): number {
+  let size = 1;
+  while (n >= 0x80) {
+    n = Math.floor(n / 128);
+    size++;
+  }
+  return size;
+}
+
+/** A string, bytes or message field's size: tag, length, body. */
+const lenField = (bodySize: number) => 1 + varintSize(bodySize) + bodySize;
+
+class Writer {
+  pos = 0;
+  constructor(readonly buf: Buffer) {}
+
+  varint(n: number): void {
+    while (n >= 0x80) {
+      this.buf[this.pos++] = (n % 128) | 0x80;
+      n = Math.floor(n / 128);
+    }
+    this.buf[this.pos++] = n;
+  }
+
+  /** A length-delimited field's tag and length (`size`); its body follows. */
+  len(field: number, size: number): void {
+    this.buf[this.pos++] = tag(field, LEN);
+    this.varint(size);
+  }
+
+  string(field: number, s: string, size: number): void {
+    this.len(field, size);
+    this.pos += this.buf.write(s, this.pos, size, "utf8");
+  }
+
+  bytes(field: number, b: Uint8Array): void {
+    this.len(field, b.byteLength);
+    this.buf.set(b, this.pos);
+    this.pos += b.byteLength;
+  }
+}
+
+/** Sizes of one delivery's parts, measured once and used to write it. */
+interface Measured {
+  d: Delivery;
+  token: number;
+  id: number;
+  headers: [string, number, string, number, number][];
+  seconds: number;
+  nanos: number;
+  time: number;
+  size: number;
+}
+
+function measure(d: Delivery, queueSize: number): Measured {
+  const { item } = d;
+  const token = Buffer.byteLength(d.token);
+  const id = Buffer.byteLength(item.id);
+  let size = lenField(token) + (id ? lenField(id) : 0) + (item.payload.byteLength ? lenField(item.payload.byteLength) : 0);
+  if (d.fence) size += 1 + varintSize(d.fence);
+  const headers: Measured["headers"] = [];
+  for (const key in item.headers) {
+    const value = item.headers[key];
+    const k = Buffer.byteLength(key);
+    const v = Buffer.byteLength(value);
+    const entry = lenField(k) + lenField(v);
+    headers.push([key, k, value, v, entry]);
+    size += lenField(entry);
+  }
+  const seconds = Math.floor(item.enqueueTimeMs / 1000);
+  const nanos = (item.enqueueTimeMs % 1000) * 1_000_000;
+  const time = item.enqueueTimeMs ? (seconds ? 1 + varintSize(seconds) : 0) + (nanos ? 1 + varintSize(nanos) : 0) : 0;
+  if (item.enqueueTimeMs) size += lenField(time);
+  if (d.deliveryCount) size += 1 + varintSize(d.deliveryCount);
+  if (queueSize) size += lenField(queueSize);
+  return { d, token, id, headers, seconds, nanos, time, size };
+}
+
+function write(w: Writer, m: Measured, queueSize: number): void {
+  const { d, d: { item } } = m;
+  w.len(1, m.size);
+  w.string(1, d.token, m.token);
+  if (d.fence) {
+    w.buf[w.pos++] = tag(2, 0);
+    w.varint(d.fence);
+  }
+  if (m.id) w.string(3, item.id, m.id);
+  if (item.payload.byteLength) w.bytes(4, item.payload);
+  for (const [key, k, value, v, entry] of m.headers) {
+    w.len(5, entry);
+    w.string(1, key, k);
+    w.string(2, value, v);
+  }
+  if (item.enqueueTimeMs) {
+    w.len(6, m.time);
+    if (m.seconds) {
+      w.buf[w.pos++] = tag(1, 0);
+      w.varint(m.seconds);
+    }
+    if (m.nanos) {
+      w.buf[w.pos++] = tag(2, 0);
+      w.varint(m.nanos);
+    }
+  }
+  if (d.deliveryCount) {
+    w.buf[w.pos++] = tag(7, 0);
+    w.varint(d.deliveryCount);
+  }
+  if (queueSize) w.string(8, d.queue, queueSize);
+}
+
+/** A LeaseResponse { deliveries: DeliveryBatch { deliveries } }, ready for the wire. */
+export function encodeDeliveries(deliveries: readonly Delivery[]): PreEncoded {
+  const measured: Measured[] = [];
+  const queueSizes = new Map<string, number>();
+  let batch = 0;
+  for (const d of deliveries) {
+    let queueSize = queueSizes.get(d.queue);
+    if (queueSize === undefined) queueSizes.set(d.queue, (queueSize = Buffer.byteLength(d.queue)));
+    const m = measure(d, queueSize);
+    measured.push(m);
+    batch += lenField(m.size);
+  }
+  const w = new Writer(Buffer.allocUnsafe(lenField(batch)));
+  w.len(2, batch);
+  for (const m of measured) write(w, m, queueSizes.get(m.d.queue)!);
+  return new PreEncoded(w.buf);
+}

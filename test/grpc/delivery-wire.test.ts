@@ -1,0 +1,54 @@
+/** The hand-written wire form of deliveries decodes to what protobuf-es would have sent. */
+import { describe, expect, it } from "vitest";
+import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
+import { timestampFromMs } from "@bufbuild/protobuf/wkt";
+import { LeaseResponseSchema } from "../../src/gen/switchyard/v1/queue_pb.js";
+import { encodeDeliveries } from "../../src/grpc/delivery-wire.js";
+import type { Delivery } from "../../src/queue/lease-stream.js";
+
+const deliveries: Delivery[] = [
+  {
+    token: "r.1.0123456789abcdef0123456789abcdef01234567.e3RodW1ibmFpbHN9",
+    fence: 1,
+    deliveryCount: 1,
+    queue: "{thumbnails}",
+    item: { id: "abc1", payload: new Uint8Array([0, 1, 2, 255]), headers: { traceparent: "00-ab-cd-01", "ünï": "cödé ✓" }, enqueueTimeMs: 1_764_470_000_123 },
+  },
+  // A raw item: no id, headers or enqueue time; a fence past 2^32 and a long payload (multi-byte lengths).
+  { token: "s.4294967301.e30", fence: 2 ** 32 + 5, deliveryCount: 300, queue: "{}", item: { id: "", payload: new Uint8Array(300).fill(7), headers: {}, enqueueTimeMs: 0 } },
+  // An enqueue time on a whole second (nanos 0) and an empty payload.
+  { token: "s.3.e30", fence: 3, deliveryCount: 1, queue: "cache.warmups", item: { id: "x", payload: new Uint8Array(0), headers: {}, enqueueTimeMs: 1_764_470_000_000 } },
+];
+
+function byProtobufEs(batch: Delivery[]) {
+  return create(LeaseResponseSchema, {
+    kind: {
+      case: "deliveries",
+      value: {
+        deliveries: batch.map((d) => ({
+          leaseToken: d.token,
+          fence: BigInt(d.fence),
+          id: d.item.id,
+          payload: d.item.payload,
+          headers: d.item.headers,
+          enqueueTime: d.item.enqueueTimeMs ? timestampFromMs(d.item.enqueueTimeMs) : undefined,
+          deliveryCount: d.deliveryCount,
+          queue: d.queue,
+        })),
+      },
+    },
+  });
+}
+
+describe("encodeDeliveries", () => {
+  it("decodes to the message protobuf-es encodes, byte for byte", () => {
+    const expected = byProtobufEs(deliveries);
+    const bytes = encodeDeliveries(deliveries).bytes;
+    expect(fromBinary(LeaseResponseSchema, new Uint8Array(bytes))).toEqual(expected);
+    expect(Buffer.from(bytes).equals(Buffer.from(toBinary(LeaseResponseSchema, expected)))).toBe(true);
+  });
+
+  it("encodes an empty batch", () => {
+    expect(fromBinary(LeaseResponseSchema, new Uint8Array(encodeDeliveries([]).bytes))).toEqual(byProtobufEs([]));
+  });
+});
