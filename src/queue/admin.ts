@@ -60,11 +60,11 @@ export async function settleDeadLetterSelection(
   const keys = keysOf(config);
   if ("ids" in selection) {
     const values = await valuesOf(client, keys.deadLetter, selection.ids);
-    return values.length === 0 ? 0 : settleDeadLetters(client, keys.deadLetter, keys.queue, action, { values });
+    return values.length === 0 ? 0 : settleDeadLetters(client, keys, action, { values });
   }
   let total = 0;
   for (;;) {
-    const n = await settleDeadLetters(client, keys.deadLetter, keys.queue, action, { all: CHUNK });
+    const n = await settleDeadLetters(client, keys, action, { all: CHUNK });
     total += n;
     if (n < CHUNK) return total;
   }

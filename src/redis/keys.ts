@@ -84,6 +84,8 @@ export interface QueueKeys {
   readonly fence: string;
   /** Hash: "enqueued" and "completed" counters (see QueueStats). */
   readonly stats: string;
+  /** Hash: dead letter's sha1 → the deliveries it had when it was dead-lettered. */
+  readonly deadCounts: string;
 }
 
 /** Default processing list name for queue `name` (the seed's `<key>.processing`). */
@@ -102,12 +104,13 @@ export function queueKeys(name: string, processing: string, deadLetter: string, 
     deliveries: `${name}.deliveries`,
     fence: `${name}.fence`,
     stats: `${name}.stats`,
+    deadCounts: `${name}.dead-counts`,
   };
 }
 
 /** Every key of a queue that Redis holds, in a stable order. */
 export function allKeys(keys: QueueKeys): string[] {
-  return [keys.queue, keys.processing, keys.deadLetter, keys.recovery, keys.leases, keys.deliveries, keys.fence, keys.stats]
+  return [keys.queue, keys.processing, keys.deadLetter, keys.recovery, keys.leases, keys.deliveries, keys.fence, keys.stats, keys.deadCounts]
     .filter((k) => k !== "");
 }
 

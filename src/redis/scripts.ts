@@ -14,14 +14,14 @@ const load = (name: string) => readFileSync(new URL(`${name}.lua`, scriptDir), "
 const definitions = {
   syPush: { numberOfKeys: 2, lua: load("push") },
   syLease: { numberOfKeys: 6, lua: load("lease") },
-  sySettle: { numberOfKeys: 8, lua: load("settle") },
-  syRecover: { numberOfKeys: 6, lua: load("recover") },
+  sySettle: { numberOfKeys: 9, lua: load("settle") },
+  syRecover: { numberOfKeys: 7, lua: load("recover") },
   sySweep: { numberOfKeys: 2, lua: load("sweep") },
   syClaimTick: { numberOfKeys: 2, lua: load("claim-tick") },
   syClaimInterval: { numberOfKeys: 2, lua: load("claim-interval") },
   syJobLock: { numberOfKeys: 2, lua: load("job-lock") },
   syJobPut: { numberOfKeys: 1, lua: load("job-put") },
-  syDeadLetters: { numberOfKeys: 2, lua: load("dead-letters") },
+  syDeadLetters: { numberOfKeys: 3, lua: load("dead-letters") },
 } as const;
 
 type ScriptName = keyof typeof definitions;
@@ -76,10 +76,10 @@ export type DeadLetterAction = "requeue" | "delete";
  * to how many moved or went.
  */
 export async function settleDeadLetters(
-  client: RedisClient, deadLetter: string, queue: string, action: DeadLetterAction, which: { all: number } | { values: Buffer[] },
+  client: RedisClient, keys: QueueKeys, action: DeadLetterAction, which: { all: number } | { values: Buffer[] },
 ): Promise<number> {
   const args = "all" in which ? ["all", which.all] : ["values", ...which.values];
-  return (await call(client, "syDeadLetters", [deadLetter, queue, action, ...args])) as number;
+  return (await call(client, "syDeadLetters", [keys.deadLetter, keys.queue, keys.deadCounts, action, ...args])) as number;
 }
 
 /** A delivery recorded by the lease script. */
@@ -134,7 +134,7 @@ export async function settleItems(
 ): Promise<number[]> {
   const args: (string | number)[] = [
     keys.queue, keys.processing, keys.leases, keys.deliveries, keys.fence, keys.recovery || keys.processing,
-    keys.deadLetter, keys.stats, now, maxDeliveries, keys.recovery ? "1" : "0",
+    keys.deadLetter, keys.stats, keys.deadCounts, now, maxDeliveries, keys.recovery ? "1" : "0",
   ];
   for (const op of ops) args.push(op.action, op.sha, op.fence);
   return (await call(client, "sySettle", args)) as number[];
@@ -150,7 +150,7 @@ export async function recoverStale(
   maxDeliveries: number,
 ): Promise<{ recovered: number; deadLettered: number; seen: number }> {
   const [recovered, deadLettered, seen] = (await call(client, "syRecover", [
-    keys.queue, keys.processing, keys.leases, keys.deliveries, keys.recovery, keys.deadLetter,
+    keys.queue, keys.processing, keys.leases, keys.deliveries, keys.recovery, keys.deadLetter, keys.deadCounts,
     now, minIdleMs, limit, maxDeliveries,
   ])) as number[];
   return { recovered, deadLettered, seen };

@@ -172,7 +172,7 @@ describe("switchyard CLI", () => {
     const deadJson = JSON.parse(await ok(a, ["queue", "peek-dead", q, "--json"]));
     expect(deadJson.total).toBe("1");
     expect(deadJson.items).toEqual([
-      expect.objectContaining({ id: fromStdin.ids[0], payload: Buffer.from("four").toString("base64"), headers: {}, deliveryCount: 0 }),
+      expect.objectContaining({ id: fromStdin.ids[0], payload: Buffer.from("four").toString("base64"), headers: {}, deliveryCount: 1 }),
     ]);
 
     // cron: create → run → logs, and the controls.

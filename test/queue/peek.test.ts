@@ -56,10 +56,11 @@ describe("PeekQueue", () => {
     await redis.plain.lpush("{pd}.dead", "raw dead");
     const res = await sy.client.peekQueue("{pd}", QueueList.DEAD_LETTER);
     expect(res.total).toBe(3n);
-    expect(res.items.map((i) => [text(i.payload), i.id === ""])).toEqual([
-      ["a", false],
-      ["b", false],
-      ["raw dead", true],
+    // A dead letter keeps the deliveries it had; a raw value pushed there by another client has none.
+    expect(res.items.map((i) => [text(i.payload), i.id === "", i.deliveryCount])).toEqual([
+      ["a", false, 1],
+      ["b", false, 1],
+      ["raw dead", true, 0],
     ]);
   });
 

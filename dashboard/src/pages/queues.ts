@@ -60,13 +60,13 @@ export function queuesPage(_ctx: Ctx): Page {
   };
 }
 
-/** A peeked item; dead letters have no delivery count (it is cleared when they move). */
-function itemRow(item: PeekedItem, actions: HTMLElement[], deliveries = true): HTMLTableRowElement {
+/** A peeked item, with the deliveries recorded for it (for a dead letter, those it had when it was dead-lettered). */
+function itemRow(item: PeekedItem, actions: HTMLElement[]): HTMLTableRowElement {
   const headers = Object.entries(item.headers);
   return h("tr", { "data-item": item.id || "raw" },
     h("td", { class: "mono" }, item.id || h("em", {}, "raw")),
     h("td", {}, time(item.enqueueTime)),
-    deliveries && h("td", { class: "num" }, item.deliveryCount),
+    h("td", { class: "num" }, item.deliveryCount),
     h("td", { class: "mono small" }, headers.length ? headers.map(([k, v]) => h("div", {}, `${k}: ${v}`)) : "—"),
     h("td", { class: "payload mono", "data-testid": "payload" }, payloadText(item.payload)),
     actions.length ? h("td", { class: "actions" }, actions) : null,
@@ -140,13 +140,13 @@ export function queuePage(name: string, ctx: Ctx): Page {
       const rows = dead.items.map((i) => itemRow(i, i.id ? [
         button("Requeue", () => void requeue([i.id]), { allowed: may, why, testid: "requeue" }),
         button("Delete", () => void remove([i.id]), { allowed: may, why, kind: "danger", testid: "delete" }),
-      ] : [h("span", { class: "muted" }, "raw: use all")], false));
+      ] : [h("span", { class: "muted" }, "raw: use all")]));
       fill(deadEl,
         h("div", { class: "toolbar" },
           button("Requeue all", () => void requeue([], true), { allowed: may && dead.total > 0n, why, testid: "requeue-all" }),
           button("Delete all", () => void remove([], true), { allowed: may && dead.total > 0n, why, kind: "danger", testid: "delete-all" }),
         ),
-        table(["id", "enqueued", "headers", "payload", ""], rows, "No dead letters.", "dead-items"),
+        table(["id", "enqueued", "deliveries", "headers", "payload", ""], rows, "No dead letters.", "dead-items"),
         dead.total > BigInt(dead.items.length) && h("p", { class: "muted" }, `Showing the oldest ${dead.items.length} of ${dead.total}.`),
       );
     },

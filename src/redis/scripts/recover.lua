@@ -6,6 +6,7 @@
   a claim of its own.
   KEYS[1] queue list   KEYS[2] processing list   KEYS[3] leases hash
   KEYS[4] deliveries hash   KEYS[5] recovery zset   KEYS[6] dead-letter list
+  KEYS[7] dead letters' delivery counts (by sha1)
   ARGV[1] now (ms)   ARGV[2] min idle (ms)   ARGV[3] max claims this call
   ARGV[4] max deliveries
   Returns: { recovered, dead-lettered, stale claims seen }.
@@ -47,6 +48,7 @@ for _, value in ipairs(stale) do
         redis.call("HSET", KEYS[4], sha, others)
       end
       redis.call("LPUSH", KEYS[6], value)
+      redis.call("HSET", KEYS[7], sha, count)
       dead = dead + 1
     else
       redis.call("RPUSH", KEYS[1], value)

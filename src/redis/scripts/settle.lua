@@ -6,6 +6,7 @@
   KEYS[1] queue list   KEYS[2] processing list   KEYS[3] leases hash
   KEYS[4] deliveries hash   KEYS[5] fence counter   KEYS[6] recovery zset (ignored when ARGV[3] ~= "1")
   KEYS[7] dead-letter list   KEYS[8] stats hash ("completed" counts acks and drops)
+  KEYS[9] dead letters' delivery counts (by sha1)
   ARGV[1] now (ms)   ARGV[2] max deliveries   ARGV[3] "1" with a recovery set
   ARGV[4..] triples: action, sha1, fence. Actions:
     a ack: remove the item          d drop: remove the item
@@ -83,6 +84,7 @@ for i = 4, #ARGV, 3 do
       elseif max > 0 and count >= max then
         forget()
         redis.call("LPUSH", KEYS[7], value)
+        redis.call("HSET", KEYS[9], sha, count)
         code = 2
       elseif action == "r" then
         redis.call("LPUSH", KEYS[1], value)

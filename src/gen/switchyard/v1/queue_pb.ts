@@ -440,7 +440,8 @@ export type PeekedItem = Message<"switchyard.v1.PeekedItem"> & {
 
   /**
    * Deliveries recorded for the item (RELIABLE): 0 before its first lease.
-   * A dead letter's count is cleared when it moves, so it shows 0 there.
+   * For a dead letter, the deliveries it had when it was dead-lettered (0 for
+   * a raw value pushed onto the dead-letter list by another client).
    *
    * @generated from field: uint32 delivery_count = 5;
    */
