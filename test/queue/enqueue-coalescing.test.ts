@@ -118,3 +118,17 @@ describe("enqueue coalescing", () => {
     expect(await t.redis.plain.get("{co-wrong}")).toBe("a string");
   });
 });
+
+describe("large enqueues", () => {
+  const big = useSwitchyard();
+
+  it("pushes 10,000 items in one call, and two concurrent calls of 6,000 coalesced, in order", async () => {
+    await big.sy.client.createQueue({ name: "{co-big}", mode: QueueMode.RELIABLE });
+    const { queues } = big.sy.app;
+    const items = (tag: string, n: number) => Array.from({ length: n }, (_, i) => ({ payload: Buffer.from(`${tag}${i}`) }));
+    await queues.enqueue("{co-big}", items("a", 10_000));
+    await Promise.all([queues.enqueue("{co-big}", items("b", 6000)), queues.enqueue("{co-big}", items("c", 6000))]);
+    const stored = (await big.redis.plain.lrangeBuffer("{co-big}", 0, -1)).reverse().map((v) => Buffer.from(decodeItem(v).payload).toString());
+    expect(stored).toEqual([...items("a", 10_000), ...items("b", 6000), ...items("c", 6000)].map((i) => i.payload.toString()));
+  });
+});

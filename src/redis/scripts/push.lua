@@ -11,7 +11,13 @@ local kind = redis.call("TYPE", KEYS[1]).ok
 if kind ~= "list" and kind ~= "none" then
   return redis.error_reply("SYWRONGTYPE " .. kind)
 end
-local length = redis.call("LPUSH", KEYS[1], unpack(ARGV, 2))
+-- Lua's unpack fails beyond ~8000 values ("too many results to unpack"), and one
+-- Enqueue may carry 10,000: push in chunks, which leaves the same list as one LPUSH.
+local CHUNK = 1000
+local length
+for first = 2, #ARGV, CHUNK do
+  length = redis.call("LPUSH", KEYS[1], unpack(ARGV, first, math.min(first + CHUNK - 1, #ARGV)))
+end
 if tonumber(ARGV[1]) > 0 then redis.call("PEXPIRE", KEYS[1], ARGV[1]) end
 if KEYS[2] ~= KEYS[1] then redis.call("HINCRBY", KEYS[2], "enqueued", #ARGV - 1) end
 return length
