@@ -51,11 +51,11 @@ async function bullDrop(ctx: Ctx, queue: Queue): Promise<void> {
 // ---------------------------------------------------------------- enqueue
 
 /** Enqueue `items` in calls of `perCall`, `inFlight` calls at once. */
-export async function syEnqueue(ctx: Ctx, items: number, perCall: number, inFlight: number): Promise<number> {
+export async function syEnqueue(ctx: Ctx, items: number, perCall: number, inFlight: number, client = ctx.client): Promise<number> {
   const name = await syQueue(ctx, "enq", "reliable", false);
   const batch = Array.from({ length: perCall }, () => PAYLOAD);
   const t0 = now();
-  await pool(items / perCall, inFlight, () => ctx.client.enqueue(name, batch));
+  await pool(items / perCall, inFlight, () => client.enqueue(name, batch));
   const ms = now() - t0;
   const len = await ctx.redis.plain.llen(name);
   if (len !== items) throw new Error(`switchyard enqueue: ${len} items in ${name}, expected ${items}`);

@@ -39,6 +39,7 @@ import {
 import { AuditService, type ListAuditLogsResponse } from "../gen/switchyard/v1/audit_pb.js";
 import { AuthService, type GetCallerResponse } from "../gen/switchyard/v1/auth_pb.js";
 import { clientConstructor } from "../grpc/adapter.js";
+import { EnqueueBatcher } from "./enqueue-batcher.js";
 
 /** Something to enqueue: bytes, a string (UTF-8), or an item with headers. */
 export type ItemInput = Uint8Array | string | { payload: Uint8Array | string; headers?: Record<string, string> };
@@ -51,6 +52,12 @@ export interface ClientOptions {
   timeoutMs?: number;
   /** A bearer token, sent as `authorization: Bearer <token>` on every call, Lease streams included. */
   token?: string;
+  /**
+   * Merge `enqueue()` calls to one queue made in the same event-loop turn into
+   * one Enqueue RPC (default true; see enqueue-batcher.ts). Each call still
+   * gets its own ids and, when only it is at fault, its own error.
+   */
+  coalesceEnqueues?: boolean;
 }
 
 /** A client interceptor that adds the bearer token to every call's metadata. */
@@ -97,6 +104,7 @@ export class SwitchyardClient {
   readonly cronGrpc: grpc.Client;
   readonly auditGrpc: grpc.Client;
   readonly authGrpc: grpc.Client;
+  private readonly enqueues?: EnqueueBatcher;
   private readonly timeoutMs: number;
 
   constructor(address: string, options: ClientOptions = {}) {
@@ -109,6 +117,11 @@ export class SwitchyardClient {
     this.auditGrpc = new (clientConstructor(AuditService))(address, credentials, clientOptions);
     this.authGrpc = new (clientConstructor(AuthService))(address, credentials, clientOptions);
     this.timeoutMs = options.timeoutMs ?? 30_000;
+    if (options.coalesceEnqueues ?? true) {
+      this.enqueues = new EnqueueBatcher(async (queue, items, ttlMs) =>
+        (await this.call<{ ids: string[] }>("enqueue", { queue, items, ttl: ttlMs ? durationFromMs(ttlMs) : undefined })).ids,
+      );
+    }
   }
 
   private send<Res>(client: grpc.Client, input: DescMessage, method: string, request: object): Promise<Res> {
@@ -180,8 +193,13 @@ export class SwitchyardClient {
     return (await this.call<{ stats: QueueStats }>("getQueueStats", { name })).stats;
   }
 
-  /** Enqueues items in order; resolves to their ids. */
+  /**
+   * Enqueues items in order; resolves to their ids. Calls to one queue in the
+   * same turn share one RPC unless the client was made with `coalesceEnqueues: false`
+   * or the call waits for replicas.
+   */
   async enqueue(queue: string, items: ItemInput[], options: { ttlMs?: number; minReplicas?: number; replicaTimeoutMs?: number } = {}): Promise<string[]> {
+    if (this.enqueues && !options.minReplicas) return this.enqueues.enqueue(queue, items.map(toItem), options.ttlMs ?? 0);
     const ttl = options.ttlMs ? durationFromMs(options.ttlMs) : undefined;
     const replicaTimeout = options.replicaTimeoutMs ? durationFromMs(options.replicaTimeoutMs) : undefined;
     const request = { queue, items: items.map(toItem), ttl, minReplicas: options.minReplicas ?? 0, replicaTimeout };

@@ -1,0 +1,74 @@
+/**
+ * The TS client's enqueue coalescing (src/client/enqueue-batcher.ts): calls to
+ * one queue in the same turn share one Enqueue RPC, each keeps its own ids,
+ * and a call refused for its content fails alone. Real gRPC, real Redis.
+ */
+import { describe, expect, it } from "vitest";
+import * as grpc from "@grpc/grpc-js";
+import { QueueList, QueueMode } from "../../src/gen/switchyard/v1/queue_pb.js";
+import { SwitchyardClient } from "../../src/client/client.js";
+import { delta, scrape } from "../helpers/http.js";
+import { useSwitchyard } from "../helpers/switchyard.js";
+
+const t = useSwitchyard({ env: { SWITCHYARD_MAX_PAYLOAD_BYTES: "64" } });
+const enqueueCalls = { grpc_service: "switchyard.v1.QueueService", grpc_method: "Enqueue", grpc_type: "unary" };
+const text = (b: Uint8Array) => Buffer.from(b).toString();
+
+describe("enqueue coalescing in the TS client", () => {
+  it("sends 100 single-item calls made in one turn as one RPC, each call with its own id, in call order", async () => {
+    await t.sy.client.createQueue({ name: "{co}", mode: QueueMode.RELIABLE });
+    const before = await scrape(t.sy.app.httpAddress);
+    const ids = await Promise.all(Array.from({ length: 100 }, (_, i) => t.sy.client.enqueue("{co}", [`item ${i}`])));
+    const after = await scrape(t.sy.app.httpAddress);
+    expect(delta(before, after, "grpc_server_started_total", enqueueCalls)).toBe(1);
+    expect(ids.every((x) => x.length === 1)).toBe(true);
+    expect(new Set(ids.flat()).size).toBe(100);
+    const peeked = await t.sy.client.peekQueue("{co}", QueueList.READY, 100);
+    expect(peeked.items.map((i) => [i.id, text(i.payload)])).toEqual(ids.map((x, i) => [x[0], `item ${i}`]));
+  });
+
+  it("fails only the call whose item is refused; the others land once", async () => {
+    await t.sy.client.createQueue({ name: "{cf}", mode: QueueMode.RELIABLE });
+    const calls = [
+      t.sy.client.enqueue("{cf}", ["a"]),
+      t.sy.client.enqueue("{cf}", ["x".repeat(65)]), // over SWITCHYARD_MAX_PAYLOAD_BYTES
+      t.sy.client.enqueue("{cf}", ["b", "c"]),
+    ];
+    const outcomes = await Promise.allSettled(calls);
+    expect(outcomes.map((o) => o.status)).toEqual(["fulfilled", "rejected", "fulfilled"]);
+    expect((outcomes[1] as PromiseRejectedResult).reason).toMatchObject({
+      code: grpc.status.RESOURCE_EXHAUSTED,
+      details: "item 0 has a payload of 65 bytes; the limit is 64 (SWITCHYARD_MAX_PAYLOAD_BYTES)",
+    });
+    const peeked = await t.sy.client.peekQueue("{cf}", QueueList.READY, 10);
+    expect(peeked.items.map((i) => text(i.payload)).sort()).toEqual(["a", "b", "c"]);
+  });
+
+  it("fails every call with the queue's own refusal, and sends nothing twice", async () => {
+    const calls = [t.sy.client.enqueue("{missing}", ["a"]), t.sy.client.enqueue("{missing}", ["b"])];
+    for (const o of await Promise.allSettled(calls)) expect(o).toMatchObject({ status: "rejected", reason: { code: grpc.status.NOT_FOUND } });
+  });
+
+  it("keeps calls with another ttl or to another queue apart, and is off with coalesceEnqueues: false", async () => {
+    await t.sy.client.createQueue({ name: "{cx}", mode: QueueMode.SIMPLE });
+    await t.sy.client.createQueue({ name: "{cy}", mode: QueueMode.SIMPLE });
+    let before = await scrape(t.sy.app.httpAddress);
+    await Promise.all([
+      t.sy.client.enqueue("{cx}", ["1"]),
+      t.sy.client.enqueue("{cx}", ["2"], { ttlMs: 60_000 }),
+      t.sy.client.enqueue("{cy}", ["3"]),
+      t.sy.client.enqueue("{cy}", ["4"]),
+    ]);
+    expect(delta(before, await scrape(t.sy.app.httpAddress), "grpc_server_started_total", enqueueCalls)).toBe(3);
+    expect(await t.redis.plain.pttl("{cx}")).toBeGreaterThan(0);
+
+    const plain = new SwitchyardClient(t.sy.address, { coalesceEnqueues: false });
+    try {
+      before = await scrape(t.sy.app.httpAddress);
+      await Promise.all([plain.enqueue("{cy}", ["5"]), plain.enqueue("{cy}", ["6"]), plain.enqueue("{cy}", ["7"])]);
+      expect(delta(before, await scrape(t.sy.app.httpAddress), "grpc_server_started_total", enqueueCalls)).toBe(3);
+    } finally {
+      plain.close();
+    }
+  });
+});
