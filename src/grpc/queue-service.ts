@@ -202,7 +202,7 @@ export function queueServiceHandlers(queues: Queues, log: Logger, heartbeatInter
           deadLetter: BigInt(s.deadLetter),
           oldestClaimAge: s.oldestClaimAgeMs === undefined ? undefined : msDuration(s.oldestClaimAgeMs),
           leaseStreams: s.leaseStreams,
-          enqueuedTotal: BigInt(s.enqueued),
+          leasedTotal: BigInt(s.leased),
           completedTotal: BigInt(s.completed),
         }),
       });

@@ -137,16 +137,6 @@ export function validateQueueSpec(spec: QueueSpec, nowMs: number): QueueConfig {
   return config;
 }
 
-/**
- * The key push.lua counts a queue's enqueued items in: its stats hash, or,
- * where a cluster would put that in another slot than the queue (a SIMPLE
- * queue without a hash tag), the queue itself, which means "not counted".
- */
-export function countersKey(queue: string, cluster: boolean): string {
-  const stats = queueKeys(queue, queue, queue, "").stats;
-  return !cluster || slotOf(stats) === slotOf(queue) ? stats : queue;
-}
-
 /** The Redis keys of a declared queue. */
 export function keysOf(config: QueueConfig): QueueKeys {
   return queueKeys(config.name, config.processingList || config.name, config.deadLetterList || config.name, config.recoverySet);

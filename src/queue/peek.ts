@@ -43,7 +43,7 @@ export async function peekItems(
   let counts: (string | null)[] = values.map(() => null);
   if (config.mode === "reliable" && values.length > 0) {
     const shas = values.map((v) => createHash("sha1").update(v).digest("hex"));
-    counts = await client.hmget(list === "ready" ? keys.deliveries : keys.deadCounts, ...shas);
+    counts = await client.hmget(keys.deliveries, ...(list === "ready" ? shas : shas.map((sha) => `dead:${sha}`)));
   }
   return {
     items: values.map((v, i) => ({ ...decodeItem(v), deliveryCount: Number(counts[i] ?? 0) })),

@@ -8,7 +8,7 @@ import type { Logger } from "../log.js";
 import { noMetrics, type Metrics } from "../metrics/hooks.js";
 import type { RedisConnection } from "../redis/connection.js";
 import { pushItems, type DeadLetterAction, type SettleAction } from "../redis/scripts.js";
-import { countersKey, keysOf, type QueueConfig } from "./declaration.js";
+import { keysOf, type QueueConfig } from "./declaration.js";
 import { QueueDispatcher, type DispatchOptions } from "./dispatcher.js";
 import { encodeItem, newItemId } from "./envelope.js";
 import { LeaseStream, type LeaseSink } from "./lease-stream.js";
@@ -88,9 +88,9 @@ export interface QueueStatsView {
   deadLetter: number;
   oldestClaimAgeMs?: number;
   leaseStreams: number;
-  /** Items enqueued since the queue was declared (0 where not counted, see countersKey). */
-  enqueued: number;
-  /** Items acked or dropped (reliable), or leased (simple: its fence counter). */
+  /** Deliveries made since the queue was declared: its fence counter. */
+  leased: number;
+  /** Items acked or dropped (reliable); for a simple queue, every lease. */
   completed: number;
 }
 
@@ -416,7 +416,7 @@ export class Queues {
 
   /** push.lua for `queue`, and a waiting pump of this instance leases right behind it. */
   private push(queue: string, ttlMs: number, values: Buffer[], wait?: ReplicaWait): Promise<number> {
-    const pushed = pushItems(this.redis.client, queue, countersKey(queue, this.redis.cluster), ttlMs, values, wait);
+    const pushed = pushItems(this.redis.client, queue, ttlMs, values, wait);
     this.dispatchers.get(queue)?.pushed(); // after the push is sent, so the lease reaches Redis after it
     return pushed;
   }
@@ -437,14 +437,13 @@ export class Queues {
     const { client } = this.redis;
     const keys = keysOf(config);
     const reliable = config.mode === "reliable";
-    const counted = countersKey(config.name, this.redis.cluster) === keys.stats;
-    const [ready, processing, deadLetter, oldest, [enqueued, completed], leased] = await Promise.all([
+    const [ready, processing, deadLetter, oldest, leased, completed] = await Promise.all([
       client.llen(keys.queue),
       reliable ? client.llen(keys.processing) : 0,
       reliable ? client.llen(keys.deadLetter) : 0,
       config.recoverySet ? client.zrange(config.recoverySet, 0, 0, "WITHSCORES") : [],
-      counted ? client.hmget(keys.stats, "enqueued", "completed") : [null, null],
-      reliable ? null : client.get(keys.fence),
+      client.get(keys.fence),
+      reliable ? client.hget(keys.deliveries, "completed") : null,
     ]);
     return {
       queue: name,
@@ -453,7 +452,7 @@ export class Queues {
       deadLetter,
       oldestClaimAgeMs: oldest.length === 2 ? Math.max(0, this.clock.now() - Number(oldest[1])) : undefined,
       leaseStreams: this.dispatchers.get(name)?.streamCount ?? 0,
-      enqueued: Number(enqueued ?? 0),
+      leased: Number(leased ?? 0),
       completed: Number((reliable ? completed : leased) ?? 0),
     };
   }

@@ -154,7 +154,7 @@ export class QueueRegistry {
     await this.redis.client.hdel(this.keys.queues, name);
     this.cache.delete(name);
     if (purge) {
-      const keys = config.mode === "reliable" ? allKeys(keysOf(config)) : [config.name, keysOf(config).fence, keysOf(config).stats];
+      const keys = config.mode === "reliable" ? allKeys(keysOf(config)) : [config.name, keysOf(config).fence];
       // One DEL per key: in a cluster, a simple queue's keys may sit in different slots.
       await Promise.all(keys.map((k) => this.redis.client.del(k)));
     }

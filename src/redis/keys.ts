@@ -78,14 +78,13 @@ export interface QueueKeys {
   readonly recovery: string;
   /** Hash: item sha1 → "fence:value" of its live delivery. */
   readonly leases: string;
-  /** Hash: item sha1 → deliveries so far. */
+  /**
+   * Hash: item sha1 → deliveries so far; "dead:<sha1>" → a dead letter's
+   * deliveries when it was dead-lettered; "completed" → items acked or dropped.
+   */
   readonly deliveries: string;
   /** Counter: the last fence number issued. */
   readonly fence: string;
-  /** Hash: "enqueued" and "completed" counters (see QueueStats). */
-  readonly stats: string;
-  /** Hash: dead letter's sha1 → the deliveries it had when it was dead-lettered. */
-  readonly deadCounts: string;
 }
 
 /** Default processing list name for queue `name` (the seed's `<key>.processing`). */
@@ -103,14 +102,12 @@ export function queueKeys(name: string, processing: string, deadLetter: string, 
     leases: `${name}.leases`,
     deliveries: `${name}.deliveries`,
     fence: `${name}.fence`,
-    stats: `${name}.stats`,
-    deadCounts: `${name}.dead-counts`,
   };
 }
 
 /** Every key of a queue that Redis holds, in a stable order. */
 export function allKeys(keys: QueueKeys): string[] {
-  return [keys.queue, keys.processing, keys.deadLetter, keys.recovery, keys.leases, keys.deliveries, keys.fence, keys.stats, keys.deadCounts]
+  return [keys.queue, keys.processing, keys.deadLetter, keys.recovery, keys.leases, keys.deliveries, keys.fence]
     .filter((k) => k !== "");
 }
 

@@ -12,10 +12,10 @@ const scriptDir = new URL("./scripts/", import.meta.url);
 const load = (name: string) => readFileSync(new URL(`${name}.lua`, scriptDir), "utf8");
 
 const definitions = {
-  syPush: { numberOfKeys: 2, lua: load("push") },
+  syPush: { numberOfKeys: 1, lua: load("push") },
   syLease: { numberOfKeys: 6, lua: load("lease") },
-  sySettle: { numberOfKeys: 9, lua: load("settle") },
-  syRecover: { numberOfKeys: 7, lua: load("recover") },
+  sySettle: { numberOfKeys: 7, lua: load("settle") },
+  syRecover: { numberOfKeys: 6, lua: load("recover") },
   sySweep: { numberOfKeys: 2, lua: load("sweep") },
   syClaimTick: { numberOfKeys: 2, lua: load("claim-tick") },
   syClaimInterval: { numberOfKeys: 2, lua: load("claim-interval") },
@@ -39,19 +39,18 @@ function call(client: RedisClient, name: ScriptName | `${ScriptName}Buffer`, arg
 }
 
 /**
- * push.lua: LPUSHes `values`, counts them in `statsKey` (unless it is `key`:
- * no counting) and resets the expiry when `ttlMs` > 0;
+ * push.lua: LPUSHes `values` and resets the expiry when `ttlMs` > 0;
  * FAILED_PRECONDITION on a non-list key. With `wait`, WAIT follows on the same
  * connection (pipelined, so on a cluster it reaches the queue's master) and
  * resolves to how many replicas acknowledged.
  */
 export async function pushItems(
-  client: RedisClient, key: string, statsKey: string, ttlMs: number, values: Buffer[], wait?: { replicas: number; timeoutMs: number },
+  client: RedisClient, key: string, ttlMs: number, values: Buffer[], wait?: { replicas: number; timeoutMs: number },
 ): Promise<number> {
   try {
-    if (!wait) return (await call(client, "syPush", [key, statsKey, ttlMs, ...values])) as number;
+    if (!wait) return (await call(client, "syPush", [key, ttlMs, ...values])) as number;
     const pipeline = client.pipeline() as unknown as Record<string, Invoke> & { wait(n: number, ms: number): unknown; exec(): Promise<[Error | null, unknown][]> };
-    pipeline.syPush(key, statsKey, ttlMs, ...values);
+    pipeline.syPush(key, ttlMs, ...values);
     pipeline.wait(wait.replicas, wait.timeoutMs);
     const [[pushError], [waitError, acked]] = await pipeline.exec();
     if (pushError) throw pushError;
@@ -79,7 +78,7 @@ export async function settleDeadLetters(
   client: RedisClient, keys: QueueKeys, action: DeadLetterAction, which: { all: number } | { values: Buffer[] },
 ): Promise<number> {
   const args = "all" in which ? ["all", which.all] : ["values", ...which.values];
-  return (await call(client, "syDeadLetters", [keys.deadLetter, keys.queue, keys.deadCounts, action, ...args])) as number;
+  return (await call(client, "syDeadLetters", [keys.deadLetter, keys.queue, keys.deliveries, action, ...args])) as number;
 }
 
 /** A delivery recorded by the lease script. */
@@ -134,7 +133,7 @@ export async function settleItems(
 ): Promise<number[]> {
   const args: (string | number)[] = [
     keys.queue, keys.processing, keys.leases, keys.deliveries, keys.fence, keys.recovery || keys.processing,
-    keys.deadLetter, keys.stats, keys.deadCounts, now, maxDeliveries, keys.recovery ? "1" : "0",
+    keys.deadLetter, now, maxDeliveries, keys.recovery ? "1" : "0",
   ];
   for (const op of ops) args.push(op.action, op.sha, op.fence);
   return (await call(client, "sySettle", args)) as number[];
@@ -150,7 +149,7 @@ export async function recoverStale(
   maxDeliveries: number,
 ): Promise<{ recovered: number; deadLettered: number; seen: number }> {
   const [recovered, deadLettered, seen] = (await call(client, "syRecover", [
-    keys.queue, keys.processing, keys.leases, keys.deliveries, keys.recovery, keys.deadLetter, keys.deadCounts,
+    keys.queue, keys.processing, keys.leases, keys.deliveries, keys.recovery, keys.deadLetter,
     now, minIdleMs, limit, maxDeliveries,
   ])) as number[];
   return { recovered, deadLettered, seen };

@@ -161,8 +161,8 @@ describe("switchyard CLI", () => {
       [q, "0", "0", "1", "-", "0"],
     ]);
     expect(JSON.parse(await ok(a, ["queue", "stats", "--json"]))).toEqual({
-      // 4 enqueued; 3 acked complete, the dead-lettered one does not.
-      stats: [{ queue: q, ready: "0", processing: "0", deadLetter: "1", leaseStreams: 0, enqueuedTotal: "4", completedTotal: "3" }],
+      // 4 leased; 3 acked complete, the dead-lettered one does not.
+      stats: [{ queue: q, ready: "0", processing: "0", deadLetter: "1", leaseStreams: 0, leasedTotal: "4", completedTotal: "3" }],
     });
 
     // peek-dead

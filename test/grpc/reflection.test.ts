@@ -147,7 +147,7 @@ describe("server reflection with buf curl", () => {
     expect(pttl).toBeLessThanOrEqual(90_000);
 
     const stats = await bufCall(sy.address, "switchyard.v1.QueueService/GetQueueStats", { name: "{refl}" });
-    expect(stats).toEqual({ stats: { queue: "{refl}", ready: "2", enqueuedTotal: "2" } });
+    expect(stats).toEqual({ stats: { queue: "{refl}", ready: "2" } });
 
     // The item buf enqueued is delivered with its payload and headers.
     const session = sy.client.lease("{refl}", 1);

@@ -94,3 +94,12 @@ export async function startClusterRedis(): Promise<ClusterRedis> {
 export async function startRedis(options: { appendOnly?: boolean } = {}): Promise<TestRedis> {
   return onCluster ? startClusterRedis() : startStandaloneRedis(options);
 }
+
+/**
+ * The per-item fields of a queue's deliveries hash (sha1 → count): empty once
+ * every item is settled. The hash's other fields ("completed", "dead:<sha1>")
+ * are counters and dead letters' counts, which stay.
+ */
+export async function liveCounts(plain: TestRedis["plain"], deliveries: string): Promise<string[]> {
+  return (await plain.hkeys(deliveries)).filter((field) => /^[0-9a-f]{40}$/.test(field));
+}

@@ -42,7 +42,7 @@ describe("QueueDispatcher.pushed", () => {
     // The pump is parked on the other Redis (timeout 0: it never returns by itself).
     await expect.poll(async () => (await elsewhere.plain.info("clients")).match(/blocked_clients:(\d+)/)?.[1]).toBe("1");
 
-    const push = pushItems(main.client, config.name, config.name, 0, [Buffer.from("first"), Buffer.from("second")]);
+    const push = pushItems(main.client, config.name, 0, [Buffer.from("first"), Buffer.from("second")]);
     dispatcher.pushed();
     await push;
     await expect.poll(() => delivered.length).toBe(2);

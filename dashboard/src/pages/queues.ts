@@ -16,13 +16,13 @@ const latest = (series: number[]) => (series.length ? `${series[series.length - 
 
 /** Samples a queue's counters: a chart of its rates since the page opened, and the latest rates. */
 function throughput(stats: QueueStats): HTMLElement {
-  const [enqueued, completed] = rates.add(stats.queue, Date.now(), [Number(stats.enqueuedTotal), Number(stats.completedTotal)]);
+  const [leased, completed] = rates.add(stats.queue, Date.now(), [Number(stats.leasedTotal), Number(stats.completedTotal)]);
   return h("div", { class: "throughput" },
     sparkline([
-      { values: enqueued, class: "in", label: "enqueued" },
+      { values: leased, class: "in", label: "leased" },
       { values: completed, class: "out", label: "completed" },
     ]),
-    h("small", {}, `in ${latest(enqueued)} · out ${latest(completed)}`),
+    h("small", {}, `leased ${latest(leased)} · done ${latest(completed)}`),
   );
 }
 
@@ -126,7 +126,7 @@ export function queuePage(name: string, ctx: Ctx): Page {
           ["dead letters", mode === QueueMode.RELIABLE ? stats!.deadLetter : "—"],
           ["oldest claim", age === undefined ? "—" : span(age)], ["streams here", stats!.leaseStreams]]
           .map(([label, value]) => h("div", { class: "card", "data-stat": String(label) }, h("small", {}, String(label)), h("strong", {}, String(value)))),
-        h("div", { class: "card wide" }, h("small", {}, "throughput (enqueued / completed per second)"), throughput(stats!)),
+        h("div", { class: "card wide" }, h("small", {}, "throughput (leased / completed per second)"), throughput(stats!)),
       );
       const readyItems = await queueApi.peekQueue({ name, list: QueueList.READY, limit: PEEK });
       fill(readyEl, table(["id", "enqueued", "deliveries", "headers", "payload"], readyItems.items.map((i) => itemRow(i, [])),

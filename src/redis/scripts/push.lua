@@ -2,8 +2,7 @@
   Enqueues: LPUSHes the values onto the queue list and, with a publish TTL,
   resets the key's expiry (seed 000: every push resets it). Refuses, changing
   nothing, when the key holds something other than a list.
-  KEYS[1] queue list   KEYS[2] stats hash ("enqueued" counts the values), or
-  the queue list again where no stats are kept (a key in another cluster slot)
+  KEYS[1] queue list
   ARGV[1] ttl (ms, 0: leave the expiry alone)   ARGV[2..] values, oldest first
   Returns: the list's new length, or an error "SYWRONGTYPE <type>".
 ]]
@@ -19,5 +18,4 @@ for first = 2, #ARGV, CHUNK do
   length = redis.call("LPUSH", KEYS[1], unpack(ARGV, first, math.min(first + CHUNK - 1, #ARGV)))
 end
 if tonumber(ARGV[1]) > 0 then redis.call("PEXPIRE", KEYS[1], ARGV[1]) end
-if KEYS[2] ~= KEYS[1] then redis.call("HINCRBY", KEYS[2], "enqueued", #ARGV - 1) end
 return length

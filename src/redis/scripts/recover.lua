@@ -5,8 +5,8 @@
   equal values in flight, the oldest lease goes; the sweep gives the next copy
   a claim of its own.
   KEYS[1] queue list   KEYS[2] processing list   KEYS[3] leases hash
-  KEYS[4] deliveries hash   KEYS[5] recovery zset   KEYS[6] dead-letter list
-  KEYS[7] dead letters' delivery counts (by sha1)
+  KEYS[4] deliveries hash (a dead letter's count goes to field "dead:<sha1>")
+  KEYS[5] recovery zset   KEYS[6] dead-letter list
   ARGV[1] now (ms)   ARGV[2] min idle (ms)   ARGV[3] max claims this call
   ARGV[4] max deliveries
   Returns: { recovered, dead-lettered, stale claims seen }.
@@ -42,13 +42,14 @@ for _, value in ipairs(stale) do
     end
     local count = tonumber(counted > 0 and redis.call("HGET", KEYS[4], sha) or "0") - others
     if max > 0 and count >= max then
+      -- Recorded first, so the hash does not empty before it.
+      counted = counted + redis.call("HSET", KEYS[4], "dead:" .. sha, count)
       if others == 0 then
         counted = counted - redis.call("HDEL", KEYS[4], sha)
       else
         redis.call("HSET", KEYS[4], sha, others)
       end
       redis.call("LPUSH", KEYS[6], value)
-      redis.call("HSET", KEYS[7], sha, count)
       dead = dead + 1
     else
       redis.call("RPUSH", KEYS[1], value)

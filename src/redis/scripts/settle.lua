@@ -5,8 +5,9 @@
   never touches the copy another worker now holds).
   KEYS[1] queue list   KEYS[2] processing list   KEYS[3] leases hash
   KEYS[4] deliveries hash   KEYS[5] fence counter   KEYS[6] recovery zset (ignored when ARGV[3] ~= "1")
-  KEYS[7] dead-letter list   KEYS[8] stats hash ("completed" counts acks and drops)
-  KEYS[9] dead letters' delivery counts (by sha1)
+  KEYS[7] dead-letter list
+  The deliveries hash also counts acks and drops ("completed") and keeps a
+  dead letter's count ("dead:<sha1>") for PeekQueue.
   ARGV[1] now (ms)   ARGV[2] max deliveries   ARGV[3] "1" with a recovery set
   ARGV[4..] triples: action, sha1, fence. Actions:
     a ack: remove the item          d drop: remove the item
@@ -36,7 +37,6 @@ local function parse(lease)
 end
 
 local out = {}
-local completed = 0
 for i = 4, #ARGV, 3 do
   local action, sha, fence = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local lease = live > 0 and redis.call("HGET", KEYS[3], sha)
@@ -76,15 +76,16 @@ for i = 4, #ARGV, 3 do
         if others == 0 then redis.call("HDEL", KEYS[4], sha) else redis.call("HSET", KEYS[4], sha, others) end
       end
       if action == "a" or action == "d" then
+        -- Counted before forget(): the "completed" field keeps the hash from emptying mid-script.
+        redis.call("HINCRBY", KEYS[4], "completed", 1)
         forget()
-        completed = completed + 1
       elseif action == "u" then
         redis.call("HINCRBY", KEYS[4], sha, -1)
         redis.call("RPUSH", KEYS[1], value)
       elseif max > 0 and count >= max then
+        redis.call("HSET", KEYS[4], "dead:" .. sha, count) -- before forget(): the hash never empties mid-script
         forget()
         redis.call("LPUSH", KEYS[7], value)
-        redis.call("HSET", KEYS[9], sha, count)
         code = 2
       elseif action == "r" then
         redis.call("LPUSH", KEYS[1], value)
@@ -95,5 +96,4 @@ for i = 4, #ARGV, 3 do
   end
   out[#out + 1] = code
 end
-if completed > 0 then redis.call("HINCRBY", KEYS[8], "completed", completed) end
 return out
