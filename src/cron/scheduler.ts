@@ -60,6 +60,8 @@ export interface InstanceStatus {
 
 interface Mount {
   job: JobRecord;
+  /** The job as JSON, as the store writes it: a claim that reads the same text needs no parsing. */
+  json: string;
   schedule: Schedule;
   /** An interval job's timer. */
   timer?: Timer;
@@ -255,7 +257,7 @@ export class Scheduler {
       this.log.error("cannot mount a job with an invalid schedule", { job: job.id, err });
       return;
     }
-    const mount: Mount = { job, schedule };
+    const mount: Mount = { job, json: JSON.stringify(job), schedule };
     this.mounts.set(job.id, mount);
     this.mountsChanged();
     if (schedule.kind === "every") {
@@ -374,7 +376,7 @@ export class Scheduler {
     const id = mount.job.id;
     if (claim.result === "gone") return this.unmount(id);
     if (claim.result === "taken" || claim.result === "wait") return;
-    const job = JSON.parse(claim.job!) as JobRecord;
+    const job = claim.job === mount.json ? mount.job : (JSON.parse(claim.job!) as JobRecord);
     if (claim.result === "inactive") {
       this.unmount(id);
       const state = job.status === 2 ? "paused" : "unpublished";
