@@ -121,8 +121,10 @@ describe("many jobs due at one time", () => {
       const stored = JSON.parse((await redis.plain.hget("{switchyard}:jobs", id))!);
       await redis.plain.hset("{switchyard}:jobs", id, JSON.stringify({ ...stored, ...change }));
     };
-    await edit(paused, { status: 2 });
+    await edit(paused, { status: 2, name: 'not ,"status":1,"deleted":true, really' });
     await edit(deleted, { deleted: true });
+    // Text that looks like fields, inside a string, is not read as them.
+    await edit(ids[1], { name: '"executePolicy":1,"deleted":true,"status":2}' });
     await advance(2000, 500); // one tick: 12:00:02
     const tick = Date.UTC(2026, 5, 1, 12, 0, 2);
     const running = ids.filter((id) => id !== paused && id !== deleted);

@@ -20,16 +20,23 @@
 ]]
 local tick, owner, now, ttl = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 
+-- The text of a number or boolean field of a job record, without decoding it
+-- (a fraction of cjson.decode's cost). Records are flat JSON objects written
+-- by JSON.stringify, in which a '"' inside a string is always escaped: '"key":'
+-- occurs only as a key, and such a value runs to the next ',' or '}'.
+local function field(json, key)
+  local _, last = string.find(json, '"' .. key .. '":', 1, true)
+  return last and string.match(json, "^[^,}]*", last + 1)
+end
+
 local function claim(id)
   local json = redis.call("HGET", KEYS[1], id)
-  if not json then return "gone", "" end
-  local job = cjson.decode(json)
-  if job.deleted then return "gone", "" end
+  if not json or field(json, "deleted") == "true" then return "gone", "" end
   local last = redis.call("HGET", KEYS[2], id)
   if last and tonumber(last) >= tick then return "taken", "" end
   redis.call("HSET", KEYS[2], id, ARGV[1])
-  if job.status ~= 1 then return "inactive", json end
-  return "run", json, job.executePolicy ~= 1
+  if field(json, "status") ~= "1" then return "inactive", json end
+  return "run", json, field(json, "executePolicy") ~= "1"
 end
 
 local function acquire(lock, fences)
