@@ -1,19 +1,24 @@
 /**
  * The scheduler (SPEC C2–C14, I1). Every instance runs one and mounts every
- * RUNNING job: a timer per job for its next fire time.
+ * RUNNING job: a cron job joins the jobs due at its next fire time, which share
+ * a timer; an interval job has a timer of its own.
  *
  * A cron tick is named by its scheduled time, which all instances compute alike
- * from the schedule; claim-tick.lua lets exactly one instance claim it, so a
+ * from the schedule; claim-ticks.lua lets exactly one instance claim it, so a
  * tick runs once however many instances fire it, and a job deleted or paused
- * behind the scheduler's back is seen and unmounted at fire time. An interval
- * job (`@every`) claims its run with claim-interval.lua: now > last + interval,
- * checked and recorded in one step.
+ * behind the scheduler's back is seen and unmounted at fire time. Jobs due at
+ * the same time are claimed together, a batch per script call, and their runs
+ * start without waiting for each other. An interval job (`@every`) claims its
+ * run with claim-interval.lua: now > last + interval, checked and recorded in
+ * one step.
  *
  * A claimed tick then follows the job's execute policy: 1 runs at once; 2 and 3
- * take the execution lock (job-lock.lua) and skip (2, "overlap") or abandon
- * (3, "lock held") the tick when another run holds it. A run renews its lock
- * every third of the TTL, and releases it when it ends. Every tick that does
- * not run writes a log entry saying why.
+ * take the execution lock and skip (2, "overlap") or abandon (3, "lock held")
+ * the tick when another run holds it. An on-time cron tick takes the lock in
+ * its claim; a late one (it may be a misfire, which runs nothing) and an
+ * interval run take it with job-lock.lua once they know they run. A run renews
+ * its lock every third of the TTL, and releases it when it ends. Every tick that
+ * does not run writes a log entry saying why.
  *
  * Time comes from the injected clock, which follows Redis's clock in
  * production, so hosts whose clocks disagree still fire a tick at one time.
@@ -25,7 +30,7 @@ import type { Logger } from "../log.js";
 import { noMetrics, type Metrics, type SkipReason } from "../metrics/hooks.js";
 import type { RedisClient, RedisConnection } from "../redis/connection.js";
 import type { SystemKeys } from "../redis/keys.js";
-import { acquireJobLock, claimInterval, claimTick, touchJobLock, type Claim } from "../redis/scripts.js";
+import { acquireJobLock, claimInterval, claimTicks, touchJobLock, type LockAttempt, type TickClaim } from "../redis/scripts.js";
 import { runTarget, RunFailure, type ExecutorOptions } from "./executor.js";
 import { RUNNING, type JobRecord } from "./job.js";
 import type { JobLogEntry, JobLogStore, RunTrigger } from "./job-log.js";
@@ -55,17 +60,33 @@ export interface InstanceStatus {
 
 interface Mount {
   job: JobRecord;
+  /** The job as JSON, as the store writes it: a claim that reads the same text needs no parsing. */
+  json: string;
   schedule: Schedule;
+  /** An interval job's timer. */
   timer?: Timer;
+  /** The tick a cron job is armed for: it is in that tick's DueTick. */
+  tick?: number;
+}
+
+/** The cron jobs due at one time, fired by one timer. */
+interface DueTick {
+  mounts: Set<Mount>;
+  timer: Timer;
 }
 
 /** Misfires scanned at most per job when an instance mounts it. */
 const MAX_MISSED_SCAN = 100_000;
 
+/** Jobs claimed per script call: bounds how long one call holds Redis. */
+const CLAIM_BATCH = 1000;
+
 export class Scheduler {
   readonly instanceId: string;
   readonly startTimeMs: number;
   private readonly mounts = new Map<string, Mount>();
+  /** Armed cron jobs by tick time. */
+  private readonly dueTicks = new Map<number, DueTick>();
   private readonly runs = new Set<Promise<void>>();
   private readonly stopRuns = new AbortController();
   private readonly timers: Timer[] = [];
@@ -201,6 +222,13 @@ export class Scheduler {
     const mount = this.mounts.get(id);
     if (!mount) return;
     mount.timer?.cancel();
+    if (mount.tick !== undefined) {
+      const due = this.dueTicks.get(mount.tick);
+      if (due?.mounts.delete(mount) && due.mounts.size === 0) {
+        due.timer.cancel();
+        this.dueTicks.delete(mount.tick);
+      }
+    }
     this.mounts.delete(id);
     this.mountsChanged();
   }
@@ -229,7 +257,7 @@ export class Scheduler {
       this.log.error("cannot mount a job with an invalid schedule", { job: job.id, err });
       return;
     }
-    const mount: Mount = { job, schedule };
+    const mount: Mount = { job, json: JSON.stringify(job), schedule };
     this.mounts.set(job.id, mount);
     this.mountsChanged();
     if (schedule.kind === "every") {
@@ -238,15 +266,20 @@ export class Scheduler {
       // Arm from the moment of mounting: a tick that falls due while catchUp waits on Redis still fires.
       const mountedAt = this.clock.now();
       await this.catchUp(mount);
-      this.armCron(mount, mountedAt);
+      this.armCron(mount, nextFire(schedule, mountedAt));
     }
   }
 
-  private armCron(mount: Mount, afterMs: number): void {
-    if (this.mounts.get(mount.job.id) !== mount) return;
-    const tick = nextFire(mount.schedule, afterMs);
-    if (tick === undefined) return;
-    mount.timer = this.clock.setTimer(tick - this.clock.now(), () => this.fireCron(mount, tick));
+  /** Adds a cron job to the jobs due at `tick`, the first of them arming the timer. */
+  private armCron(mount: Mount, tick: number | undefined): void {
+    if (this.mounts.get(mount.job.id) !== mount || tick === undefined) return;
+    let due = this.dueTicks.get(tick);
+    if (!due) {
+      due = { mounts: new Set(), timer: this.clock.setTimer(tick - this.clock.now(), () => this.fireDue(tick)) };
+      this.dueTicks.set(tick, due);
+    }
+    due.mounts.add(mount);
+    mount.tick = tick;
   }
 
   private armInterval(mount: Mount, delayMs: number): void {
@@ -272,20 +305,56 @@ export class Scheduler {
       tick = next;
       missed++;
     }
-    await this.claimed(mount, tick, await claimTick(this.client, this.keys.jobs, this.keys.ticks, job.id, tick), { missed, first });
+    const [claim] = await claimTicks(this.client, this.keys, tick, [job.id]);
+    await this.claimed(mount, tick, claim, { missed, first });
   }
 
-  private async fireCron(mount: Mount, tick: number): Promise<void> {
-    if (this.mounts.get(mount.job.id) !== mount) return;
+  /** Fires every cron job due at `tick`: claims them in batches, runs them, and arms each for its next tick. */
+  private async fireDue(tick: number): Promise<void> {
+    const due = this.dueTicks.get(tick);
+    if (!due) return;
     // A timer that fired early (the host's timers are not Redis's clock) claims nothing yet.
-    if (tick - this.clock.now() > 1000) return void (mount.timer = this.clock.setTimer(tick - this.clock.now(), () => this.fireCron(mount, tick)));
+    if (tick - this.clock.now() > 1000) return void (due.timer = this.clock.setTimer(tick - this.clock.now(), () => this.fireDue(tick)));
+    this.dueTicks.delete(tick);
+    const mounts = [...due.mounts];
+    for (const mount of mounts) mount.tick = undefined;
+    // Jobs with one schedule share their next fire time: compute it once per schedule, not per job.
+    const nextAfterTick = new Map<string, number | undefined>();
+    const rearm = (mount: Mount) => {
+      if (mount.schedule.kind !== "cron") return;
+      const key = `${mount.schedule.expression} ${mount.schedule.timeZone}`;
+      if (!nextAfterTick.has(key)) nextAfterTick.set(key, nextFire(mount.schedule, tick));
+      const next = nextAfterTick.get(key);
+      // The first fire after max(tick, now): the shared one, unless this job's run outlasted it.
+      const now = this.clock.now();
+      this.armCron(mount, next !== undefined && next <= now ? nextFire(mount.schedule, now) : next);
+    };
+    const batches: Mount[][] = [];
+    for (let i = 0; i < mounts.length; i += CLAIM_BATCH) batches.push(mounts.slice(i, i + CLAIM_BATCH));
+    await Promise.all(batches.map((batch) => this.fireBatch(tick, batch, rearm)));
+  }
+
+  /** Claims one batch of jobs due at `tick`, then acts on each claim and re-arms the job, none waiting for another. */
+  private async fireBatch(tick: number, mounts: Mount[], rearm: (mount: Mount) => void): Promise<void> {
+    const now = this.clock.now();
+    // A late tick may turn out a misfire, which runs nothing: only an on-time claim takes locks.
+    const lock = now - tick <= this.options.misfireGraceMs ? { owner: this.instanceId, now, ttlMs: this.options.lockTtlMs } : undefined;
+    let claims: TickClaim[] | undefined;
     try {
-      const claim = await claimTick(this.client, this.keys.jobs, this.keys.ticks, mount.job.id, tick);
-      await this.claimed(mount, tick, claim);
+      claims = await claimTicks(this.client, this.keys, tick, mounts.map((m) => m.job.id), lock);
     } catch (err) {
-      this.log.warn("tick claim failed", { job: mount.job.id, tick, err });
+      this.log.warn("tick claim failed", { jobs: mounts.map((m) => m.job.id), tick, err });
     }
-    this.armCron(mount, Math.max(tick, this.clock.now()));
+    await Promise.all(
+      mounts.map(async (mount, i) => {
+        try {
+          if (claims) await this.claimed(mount, tick, claims[i]);
+        } catch (err) {
+          this.log.warn("tick claim failed", { job: mount.job.id, tick, err });
+        }
+        rearm(mount);
+      }),
+    );
   }
 
   private async fireInterval(mount: Mount): Promise<void> {
@@ -303,11 +372,11 @@ export class Scheduler {
   }
 
   /** Acts on a claim: unmount, skip with a reason, or run (awaited when the job is sync). */
-  private async claimed(mount: Mount, tick: number, claim: Claim, missed?: { missed: number; first: number }): Promise<void> {
+  private async claimed(mount: Mount, tick: number, claim: TickClaim, missed?: { missed: number; first: number }): Promise<void> {
     const id = mount.job.id;
     if (claim.result === "gone") return this.unmount(id);
     if (claim.result === "taken" || claim.result === "wait") return;
-    const job = JSON.parse(claim.job!) as JobRecord;
+    const job = claim.job === mount.json ? mount.job : (JSON.parse(claim.job!) as JobRecord);
     if (claim.result === "inactive") {
       this.unmount(id);
       const state = job.status === 2 ? "paused" : "unpublished";
@@ -318,11 +387,14 @@ export class Scheduler {
     if (missed || lateness > this.options.misfireGraceMs) {
       const count = missed ? `${missed.missed}${missed.missed >= MAX_MISSED_SCAN ? "+" : ""} tick(s) since ${new Date(missed.first).toISOString()}` : "the tick";
       if (job.misfirePolicy !== "run_once" || lateness > job.catchUpWindowMs) {
+        // The claim took the lock while the tick still looked on time: a misfire runs nothing, so it gives it back
+        // (should that fail, the lock's TTL frees it).
+        if (claim.lock?.acquired) await this.releaseLock(job, claim.lock.fence).catch(() => undefined);
         return this.skip(job, tick, "misfire", `skipped: misfire, ${count} fired no run in time (${Math.round(lateness / 1000)} s late)`);
       }
       trigger = "catch_up";
     }
-    const run = this.track(this.runTick(job, tick, trigger));
+    const run = this.track(this.runTick(job, tick, trigger, claim.lock));
     if (job.sync) await run;
   }
 
@@ -337,14 +409,17 @@ export class Scheduler {
     await this.writeLog({ jobId: job.id, status: "skipped", message, error: "", durationMs: 0, trigger: "schedule", tickTimeMs: tick, fence: 0 });
   }
 
-  /** Runs a claimed tick under the job's execute policy. Never throws. */
-  private async runTick(job: JobRecord, tick: number, trigger: RunTrigger): Promise<void> {
+  /**
+   * Runs a claimed tick under the job's execute policy, with the lock attempt
+   * its claim made, or else taking the lock itself. Never throws.
+   */
+  private async runTick(job: JobRecord, tick: number, trigger: RunTrigger, claimedLock?: LockAttempt): Promise<void> {
     try {
       if (job.executePolicy === 1) return await this.execute(job, tick, trigger, 0);
       const ttl = this.options.lockTtlMs;
       const lock = this.keys.jobLock(job.id);
       const fenceKey = this.keys.jobFence(job.id);
-      const got = await acquireJobLock(this.client, lock, fenceKey, this.instanceId, this.clock.now(), ttl);
+      const got = claimedLock ?? (await acquireJobLock(this.client, lock, fenceKey, this.instanceId, this.clock.now(), ttl));
       this.metrics.jobLock(got.acquired ? "acquired" : "contended");
       if (!got.acquired) {
         return job.executePolicy === 2
@@ -367,11 +442,16 @@ export class Scheduler {
         await this.execute(job, tick, trigger, got.fence);
       } finally {
         renewal?.cancel();
-        await touchJobLock(this.client, "release", lock, fenceKey, this.instanceId, got.fence, this.clock.now(), ttl);
+        await this.releaseLock(job, got.fence);
       }
     } catch (err) {
       this.log.error("job run failed outside its handler", { job: job.id, err });
     }
+  }
+
+  private async releaseLock(job: JobRecord, fence: number): Promise<void> {
+    const { lockTtlMs } = this.options;
+    await touchJobLock(this.client, "release", this.keys.jobLock(job.id), this.keys.jobFence(job.id), this.instanceId, fence, this.clock.now(), lockTtlMs);
   }
 
   /** Runs the target and logs the outcome; a throwing handler never hurts the scheduler. */

@@ -5,7 +5,7 @@
  */
 import { readFileSync } from "node:fs";
 import type { RedisClient } from "./connection.js";
-import type { QueueKeys } from "./keys.js";
+import type { QueueKeys, SystemKeys } from "./keys.js";
 import { SwitchyardError } from "../errors.js";
 
 const scriptDir = new URL("./scripts/", import.meta.url);
@@ -17,7 +17,8 @@ const definitions = {
   sySettle: { numberOfKeys: 7, lua: load("settle") },
   syRecover: { numberOfKeys: 6, lua: load("recover") },
   sySweep: { numberOfKeys: 2, lua: load("sweep") },
-  syClaimTick: { numberOfKeys: 2, lua: load("claim-tick") },
+  // Called with the number of keys first: two, plus a lock key and a fence counter per job.
+  syClaimTicks: { lua: load("claim-ticks") },
   syClaimInterval: { numberOfKeys: 2, lua: load("claim-interval") },
   syJobLock: { numberOfKeys: 2, lua: load("job-lock") },
   syJobPut: { numberOfKeys: 1, lua: load("job-put") },
@@ -175,10 +176,39 @@ export interface Claim {
   atMs?: number;
 }
 
-/** claim-tick.lua: claims the tick at `tickMs` of job `id` once across instances. */
-export async function claimTick(client: RedisClient, jobs: string, ticks: string, id: string, tickMs: number): Promise<Claim> {
-  const [result, job] = (await call(client, "syClaimTick", [jobs, ticks, id, tickMs])) as [Claim["result"], string?];
-  return { result, job };
+/** The execution lock as an acquisition found it: taken with a new fence, or held by the run with `fence`. */
+export interface LockAttempt {
+  acquired: boolean;
+  fence: number;
+}
+
+/** One job's claim of a tick; `lock` is set when the claim also tried the job's execution lock. */
+export interface TickClaim extends Claim {
+  lock?: LockAttempt;
+}
+
+/**
+ * claim-ticks.lua: claims the tick at `tickMs` of each job in `ids` once across
+ * instances, and with `lock` also takes the execution lock of each claimed job
+ * whose policy needs it. One claim per id, in order.
+ */
+export async function claimTicks(
+  client: RedisClient, keys: SystemKeys, tickMs: number, ids: readonly string[], lock?: { owner: string; now: number; ttlMs: number },
+): Promise<TickClaim[]> {
+  const args: (string | number)[] = [2 + 2 * ids.length, keys.jobs, keys.ticks];
+  for (const id of ids) args.push(keys.jobLock(id), keys.jobFence(id));
+  args.push(tickMs, lock?.owner ?? "", lock?.now ?? 0, lock?.ttlMs ?? 0, ...ids);
+  const flat = (await call(client, "syClaimTicks", args)) as (string | number)[];
+  const claims: TickClaim[] = [];
+  for (let i = 0; i < flat.length; i += 4) {
+    const [result, job, lockState, fence] = [flat[i] as Claim["result"], flat[i + 1] as string, flat[i + 2] as number, flat[i + 3] as number];
+    claims.push({
+      result,
+      job: job === "" ? undefined : job,
+      lock: lockState === 0 ? undefined : { acquired: lockState === 1, fence },
+    });
+  }
+  return claims;
 }
 
 /** claim-interval.lua: claims the next run of interval job `id` if its interval has passed. */
@@ -189,10 +219,10 @@ export async function claimInterval(
   return { result, atMs: at === undefined ? undefined : Number(at), job };
 }
 
-/** job-lock.lua acquire: the new fence, or undefined while another holder's lock is live. */
+/** job-lock.lua acquire: the new fence, or the live holder's fence when another run holds the lock. */
 export async function acquireJobLock(
   client: RedisClient, lock: string, fenceKey: string, owner: string, now: number, ttlMs: number,
-): Promise<{ acquired: boolean; fence: number }> {
+): Promise<LockAttempt> {
   const [ok, fence] = (await call(client, "syJobLock", [lock, fenceKey, "acquire", owner, 0, now, ttlMs])) as number[];
   return { acquired: ok === 1, fence };
 }

@@ -103,6 +103,49 @@ describe("one run per tick across instances", () => {
   });
 });
 
+describe("many jobs due at one time", () => {
+  it("runs each once across three instances, under its lock, skipping a paused job and dropping a deleted one", async () => {
+    base = new ManualClock(Date.UTC(2026, 5, 1, 12, 0, 0, 500));
+    const [a, b, c] = [await instance(0), await instance(30_000), await instance(-30_000)];
+    const policies = [ExecutePolicy.CONCURRENT, ExecutePolicy.SINGLETON, ExecutePolicy.ABANDON];
+    const ids: string[] = [];
+    for (let i = 0; i < 60; i++) {
+      const job = await a.client.createJob({ name: `due ${i}`, target: "Quick", schedule: "*/2 * * * * *", executePolicy: policies[i % 3], sync: i % 7 === 0 });
+      await a.client.resumeJob(job.id);
+      ids.push(job.id);
+    }
+    await expect.poll(() => [a, b, c].every((sy) => ids.every((id) => sy.app.scheduler.mounted().includes(id)))).toBe(true);
+    // Behind the schedulers' backs (no announcement): one job paused, one deleted.
+    const [paused, deleted] = [ids[10], ids[20]];
+    const edit = async (id: string, change: object) => {
+      const stored = JSON.parse((await redis.plain.hget("{switchyard}:jobs", id))!);
+      await redis.plain.hset("{switchyard}:jobs", id, JSON.stringify({ ...stored, ...change }));
+    };
+    await edit(paused, { status: 2, name: 'not ,"status":1,"deleted":true, really' });
+    await edit(deleted, { deleted: true });
+    // Text that looks like fields, inside a string, is not read as them.
+    await edit(ids[1], { name: '"executePolicy":1,"deleted":true,"status":2}' });
+    await advance(2000, 500); // one tick: 12:00:02
+    const tick = Date.UTC(2026, 5, 1, 12, 0, 2);
+    const running = ids.filter((id) => id !== paused && id !== deleted);
+    await expect.poll(async () => (await redis.plain.zcard("{switchyard}:joblogs:time"))).toBe(running.length + 1);
+    for (const id of running) {
+      const logs = await allLogs(a, id);
+      expect(logs.map((l) => [l.status, tickOf(l)])).toEqual([[JobRunStatus.SUCCEEDED, tick]]);
+      // Policies 2 and 3 ran under the lock, taken in the claim: the first fence, released after the run.
+      expect(logs[0].fence).toBe(ids.indexOf(id) % 3 === 0 ? 0n : 1n);
+    }
+    expect(await redis.plain.keys("{switchyard}:job:lock:*")).toEqual([]);
+    expect((await allLogs(a, paused)).map((l) => [l.status, l.message, tickOf(l)])).toEqual([
+      [JobRunStatus.SKIPPED, "skipped: the job is paused", tick],
+    ]);
+    expect(await redis.plain.zcard(`{switchyard}:joblogs:${deleted}`)).toBe(0);
+    expect([a, b, c].some((sy) => sy.app.scheduler.mounted().includes(deleted))).toBe(false);
+    // The instance that claimed the paused job's tick unmounted it; the others find it paused on their next claim.
+    expect([a, b, c].filter((sy) => !sy.app.scheduler.mounted().includes(paused)).length).toBeGreaterThanOrEqual(1);
+  });
+});
+
 describe("execute policies", () => {
   const job = (sy: TestSwitchyard, policy: ExecutePolicy, target = "Slow") =>
     sy.client.createJob({ name: `policy ${policy}`, target, schedule: "* * * * * *", executePolicy: policy });
