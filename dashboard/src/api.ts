@@ -40,6 +40,18 @@ export const queueApi = createClient(QueueService, transport);
 export const cronApi = createClient(CronService, transport);
 export const authApi = createClient(AuthService, transport);
 
+/** Every item of a paged listing (ListQueues, ListJobs), following next_page_token. */
+export async function allPages<T>(page: (pageToken: string) => Promise<{ items: T[]; nextPageToken: string }>): Promise<T[]> {
+  const all: T[] = [];
+  let pageToken = "";
+  do {
+    const res = await page(pageToken);
+    all.push(...res.items);
+    pageToken = res.nextPageToken;
+  } while (pageToken);
+  return all;
+}
+
 /** What the signed-in caller may do, from AuthService.GetCaller. */
 export class Access {
   private readonly grants: Grants;

@@ -12,52 +12,8 @@
  *                  6 enqueue_time (Timestamp: 1 seconds, 2 nanos)  7 delivery_count  8 queue
  */
 import type { Delivery } from "../queue/lease-stream.js";
+import { lenFieldSize as lenField, ProtoWriter as Writer, varintFieldSize } from "../wire/proto-writer.js";
 import { PreEncoded } from "./adapter.js";
-
-const LEN = 2;
-const tag = (field: number, wire: number) => (field << 3) | wire;
-
-function varintSize(n: number): number {
-  let size = 1;
-  while (n >= 0x80) {
-    n = Math.floor(n / 128);
-    size++;
-  }
-  return size;
-}
-
-/** A string, bytes or message field's size: tag, length, body. */
-const lenField = (bodySize: number) => 1 + varintSize(bodySize) + bodySize;
-
-class Writer {
-  pos = 0;
-  constructor(readonly buf: Buffer) {}
-
-  varint(n: number): void {
-    while (n >= 0x80) {
-      this.buf[this.pos++] = (n % 128) | 0x80;
-      n = Math.floor(n / 128);
-    }
-    this.buf[this.pos++] = n;
-  }
-
-  /** A length-delimited field's tag and length (`size`); its body follows. */
-  len(field: number, size: number): void {
-    this.buf[this.pos++] = tag(field, LEN);
-    this.varint(size);
-  }
-
-  string(field: number, s: string, size: number): void {
-    this.len(field, size);
-    this.pos += this.buf.write(s, this.pos, size, "utf8");
-  }
-
-  bytes(field: number, b: Uint8Array): void {
-    this.len(field, b.byteLength);
-    this.buf.set(b, this.pos);
-    this.pos += b.byteLength;
-  }
-}
 
 /** Sizes of one delivery's parts, measured once and used to write it. */
 interface Measured {
@@ -76,7 +32,7 @@ function measure(d: Delivery, queueSize: number): Measured {
   const token = Buffer.byteLength(d.token);
   const id = Buffer.byteLength(item.id);
   let size = lenField(token) + (id ? lenField(id) : 0) + (item.payload.byteLength ? lenField(item.payload.byteLength) : 0);
-  if (d.fence) size += 1 + varintSize(d.fence);
+  if (d.fence) size += varintFieldSize(d.fence);
   const headers: Measured["headers"] = [];
   for (const key in item.headers) {
     const value = item.headers[key];
@@ -88,9 +44,9 @@ function measure(d: Delivery, queueSize: number): Measured {
   }
   const seconds = Math.floor(item.enqueueTimeMs / 1000);
   const nanos = (item.enqueueTimeMs % 1000) * 1_000_000;
-  const time = item.enqueueTimeMs ? (seconds ? 1 + varintSize(seconds) : 0) + (nanos ? 1 + varintSize(nanos) : 0) : 0;
+  const time = item.enqueueTimeMs ? (seconds ? varintFieldSize(seconds) : 0) + (nanos ? varintFieldSize(nanos) : 0) : 0;
   if (item.enqueueTimeMs) size += lenField(time);
-  if (d.deliveryCount) size += 1 + varintSize(d.deliveryCount);
+  if (d.deliveryCount) size += varintFieldSize(d.deliveryCount);
   if (queueSize) size += lenField(queueSize);
   return { d, token, id, headers, seconds, nanos, time, size };
 }
@@ -99,10 +55,7 @@ function write(w: Writer, m: Measured, queueSize: number): void {
   const { d, d: { item } } = m;
   w.len(1, m.size);
   w.string(1, d.token, m.token);
-  if (d.fence) {
-    w.buf[w.pos++] = tag(2, 0);
-    w.varint(d.fence);
-  }
+  if (d.fence) w.uint(2, d.fence);
   if (m.id) w.string(3, item.id, m.id);
   if (item.payload.byteLength) w.bytes(4, item.payload);
   for (const [key, k, value, v, entry] of m.headers) {
@@ -112,19 +65,10 @@ function write(w: Writer, m: Measured, queueSize: number): void {
   }
   if (item.enqueueTimeMs) {
     w.len(6, m.time);
-    if (m.seconds) {
-      w.buf[w.pos++] = tag(1, 0);
-      w.varint(m.seconds);
-    }
-    if (m.nanos) {
-      w.buf[w.pos++] = tag(2, 0);
-      w.varint(m.nanos);
-    }
+    if (m.seconds) w.uint(1, m.seconds);
+    if (m.nanos) w.uint(2, m.nanos);
   }
-  if (d.deliveryCount) {
-    w.buf[w.pos++] = tag(7, 0);
-    w.varint(d.deliveryCount);
-  }
+  if (d.deliveryCount) w.uint(7, d.deliveryCount);
   if (queueSize) w.string(8, d.queue, queueSize);
 }
 

@@ -6,6 +6,7 @@
 import { randomBytes } from "node:crypto";
 import { fromBinary } from "@bufbuild/protobuf";
 import { EnvelopeSchema } from "../gen/switchyard/v1/queue_pb.js";
+import { lenFieldSize, ProtoWriter, varintFieldSize } from "../wire/proto-writer.js";
 
 const MAGIC = Buffer.from("SYE1");
 
@@ -27,27 +28,6 @@ export function newItemId(): string {
   return `${idPrefix}${(++idCounter).toString(36)}`;
 }
 
-/** Bytes of `n` (a non-negative safe integer) as a protobuf varint. */
-function varintSize(n: number): number {
-  let size = 1;
-  while (n >= 128) {
-    n = Math.floor(n / 128);
-    size++;
-  }
-  return size;
-}
-
-function writeVarint(buf: Buffer, offset: number, n: number): number {
-  while (n >= 128) {
-    buf[offset++] = (n % 128) | 128;
-    n = Math.floor(n / 128);
-  }
-  buf[offset++] = n;
-  return offset;
-}
-
-/** Tag, length and bytes of a length-delimited field of `length` bytes. */
-const fieldSize = (length: number) => 1 + varintSize(length) + length;
 
 /**
  * The stored form of an item: "SYE1" and the protobuf encoding of an
@@ -64,45 +44,28 @@ export function encodeItem(id: string, payload: Uint8Array, headers: Record<stri
   // Per header: key bytes, value bytes, entry bytes.
   const headerSizes: number[] = [];
   let size = MAGIC.length;
-  if (idLength > 0) size += fieldSize(idLength);
-  if (payload.byteLength > 0) size += fieldSize(payload.byteLength);
+  if (idLength > 0) size += lenFieldSize(idLength);
+  if (payload.byteLength > 0) size += lenFieldSize(payload.byteLength);
   for (const key of keys) {
     const keyLength = Buffer.byteLength(key);
     const valueLength = Buffer.byteLength(headers[key]);
-    const entry = fieldSize(keyLength) + fieldSize(valueLength);
+    const entry = lenFieldSize(keyLength) + lenFieldSize(valueLength);
     headerSizes.push(keyLength, valueLength, entry);
-    size += fieldSize(entry);
+    size += lenFieldSize(entry);
   }
-  if (enqueueTimeMs > 0) size += 1 + varintSize(enqueueTimeMs);
+  if (enqueueTimeMs > 0) size += varintFieldSize(enqueueTimeMs);
 
-  const buf = Buffer.allocUnsafe(size);
-  let at = MAGIC.copy(buf, 0);
-  if (idLength > 0) {
-    buf[at++] = 0x0a; // field 1, length-delimited
-    at = writeVarint(buf, at, idLength);
-    at += buf.write(id, at);
-  }
-  if (payload.byteLength > 0) {
-    buf[at++] = 0x12; // field 2, length-delimited
-    at = writeVarint(buf, at, payload.byteLength);
-    buf.set(payload, at);
-    at += payload.byteLength;
-  }
+  const w = new ProtoWriter(Buffer.allocUnsafe(size));
+  w.raw(MAGIC);
+  if (idLength > 0) w.string(1, id, idLength);
+  if (payload.byteLength > 0) w.bytes(2, payload);
   for (let i = 0; i < keys.length; i++) {
-    buf[at++] = 0x1a; // field 3, length-delimited: a map entry
-    at = writeVarint(buf, at, headerSizes[3 * i + 2]);
-    buf[at++] = 0x0a; // entry key
-    at = writeVarint(buf, at, headerSizes[3 * i]);
-    at += buf.write(keys[i], at);
-    buf[at++] = 0x12; // entry value
-    at = writeVarint(buf, at, headerSizes[3 * i + 1]);
-    at += buf.write(headers[keys[i]], at);
+    w.len(3, headerSizes[3 * i + 2]); // a map entry: key 1, value 2
+    w.string(1, keys[i], headerSizes[3 * i]);
+    w.string(2, headers[keys[i]], headerSizes[3 * i + 1]);
   }
-  if (enqueueTimeMs > 0) {
-    buf[at++] = 0x20; // field 4, varint
-    at = writeVarint(buf, at, enqueueTimeMs);
-  }
-  return buf;
+  if (enqueueTimeMs > 0) w.uint(4, enqueueTimeMs);
+  return w.buf;
 }
 
 /** Reads a stored value: an envelope when it is one, otherwise a raw payload. */

@@ -5,7 +5,7 @@ import {
   ExecutePolicy, JobRunStatus, JobSchema, JobStatus, JobTrigger, MisfirePolicy, type Job, type JobLog,
 } from "../../../src/gen/switchyard/v1/cron_pb.js";
 import type { Need } from "../../../src/auth/scopes.js";
-import { cronApi, errorText } from "../api.js";
+import { allPages, cronApi, errorText } from "../api.js";
 import { button, durationMs, fill, h, span, table, time } from "../dom.js";
 import { act, type Ctx, type Page } from "../page.js";
 
@@ -65,13 +65,10 @@ export function cronPage(ctx: Ctx): Page {
   return {
     el,
     async refresh() {
-      const jobs: Job[] = [];
-      let pageToken = "";
-      do {
+      const jobs = await allPages(async (pageToken) => {
         const page = await cronApi.listJobs({ pageSize: 1000, pageToken });
-        jobs.push(...page.jobs);
-        pageToken = page.nextPageToken;
-      } while (pageToken);
+        return { items: page.jobs, nextPageToken: page.nextPageToken };
+      });
       const rows = jobs.map((j) => h("tr", { "data-job": j.id },
         h("td", {}, h("a", { href: `#/cron/${encodeURIComponent(j.id)}` }, j.name), h("div", { class: "small muted mono" }, j.id)),
         h("td", {}, badge(STATUS[j.status] ?? "?")),

@@ -1,6 +1,6 @@
 /** Queues: every declared queue with its counts and rates, and one queue's lists and dead letters. */
-import { QueueList, QueueMode, type PeekedItem, type Queue, type QueueStats } from "../../../src/gen/switchyard/v1/queue_pb.js";
-import { queueApi } from "../api.js";
+import { QueueList, QueueMode, type PeekedItem, type QueueStats } from "../../../src/gen/switchyard/v1/queue_pb.js";
+import { allPages, queueApi } from "../api.js";
 import { RateHistory, sparkline } from "../chart.js";
 import { button, durationMs, fill, h, payloadText, span, table, time } from "../dom.js";
 import { act, type Ctx, type Page } from "../page.js";
@@ -33,13 +33,10 @@ export function queuesPage(_ctx: Ctx): Page {
   return {
     el,
     async refresh() {
-      const queues: Queue[] = [];
-      let pageToken = "";
-      do {
+      const queues = await allPages(async (pageToken) => {
         const page = await queueApi.listQueues({ pageSize: 1000, pageToken });
-        queues.push(...page.queues);
-        pageToken = page.nextPageToken;
-      } while (pageToken);
+        return { items: page.queues, nextPageToken: page.nextPageToken };
+      });
       const stats = await Promise.all(queues.map((q) => queueApi.getQueueStats({ name: q.name })));
       const rows = queues.map((q, i) => {
         const s = stats[i].stats!;
