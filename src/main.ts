@@ -31,6 +31,7 @@ async function main(): Promise<void> {
   // Announced only now: whoever waits for these lines may send a signal at once.
   process.stdout.write(`switchyard listening on ${app.address}\n`);
   if (app.httpAddress) process.stdout.write(`switchyard metrics on http://${app.httpAddress}/metrics\n`);
+  if (app.httpAddress && config.dashboard) process.stdout.write(`switchyard dashboard on http://${app.httpAddress}/dashboard/\n`);
 }
 
 main().catch((err: unknown) => {
