@@ -20,30 +20,16 @@ Two modes:
 
 Everything but the summary / HOLDING line goes to stderr.
 
-The stubs come from examples/python/generate.sh: they are found on PYTHONPATH,
-or else in examples/python/gen.
+The stubs come from examples/python/generate.sh (see stubs.py).
 """
 
 import argparse
 import json
-import os
 import queue
 import sys
 import threading
 
-try:
-    import grpc
-except ImportError:
-    sys.exit("worker.py: cannot import grpc; install python3-grpcio (apt) or grpcio (pip)")
-
-try:
-    from switchyard.v1 import queue_pb2 as pb, queue_pb2_grpc as pb_grpc
-except ImportError:
-    sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), "gen"))
-    try:
-        from switchyard.v1 import queue_pb2 as pb, queue_pb2_grpc as pb_grpc
-    except ImportError:
-        sys.exit("worker.py: no Python stubs for switchyard.v1; run examples/python/generate.sh first")
+from stubs import grpc, pb, pb_grpc
 
 # How long to wait for any one thing the server should send (seconds).
 DEFAULT_TIMEOUT = 30.0

@@ -4,7 +4,8 @@
  * refused to every caller but one holding `*` (fail closed); a test checks
  * that every method of every service has a row.
  */
-import type { AckRequest, CreateQueueRequest, DeleteQueueRequest, LeaseRequest } from "../gen/switchyard/v1/queue_pb.js";
+import type { SwitchyardError } from "../errors.js";
+import type { AckRequest, CreateQueueRequest, DeleteQueueRequest, EnqueueStreamRequest, LeaseRequest } from "../gen/switchyard/v1/queue_pb.js";
 import {
   JobStatus,
   type BatchDeleteJobsRequest,
@@ -31,6 +32,19 @@ export interface AccessRule {
   readonly needs?: (request: never) => Need[];
   /** For mutating calls: what the audit log records, from the request and (on success) the response. */
   readonly audit?: (request: never, response: never) => AuditTarget;
+  /**
+   * Streams that answer each message on its own: a refused message reaches the
+   * handler as a {@link RefusedMessage} to answer, and the stream goes on.
+   */
+  readonly refusesInBand?: boolean;
+}
+
+/** A stream message the caller may not send, handed to a handler whose rule `refusesInBand`. */
+export class RefusedMessage {
+  constructor(
+    readonly message: unknown,
+    readonly error: SwitchyardError,
+  ) {}
 }
 
 /** The queue a lease token names; undefined when the token is malformed (the handler refuses it). */
@@ -110,6 +124,12 @@ export const accessRules: Readonly<Record<string, AccessRule>> = {
   [`${Q}RequeueDeadLetters`]: { scopes: ["queue:admin"], needs: (r: { name: string }) => admin(r.name), audit: deadLetters },
   [`${Q}DeleteDeadLetters`]: { scopes: ["queue:admin"], needs: (r: { name: string }) => admin(r.name), audit: deadLetters },
   [`${Q}Enqueue`]: { scopes: ["queue:enqueue"], needs: (r: { queue: string }) => [{ scope: "queue:enqueue", queue: r.queue }] },
+  // A stream of Enqueue calls: every message is checked, and a refused one is answered on the stream.
+  [`${Q}EnqueueStream`]: {
+    scopes: ["queue:enqueue"],
+    needs: (r: EnqueueStreamRequest) => [{ scope: "queue:enqueue", queue: r.request?.queue }],
+    refusesInBand: true,
+  },
   // A stream: every message is checked (open names the queue; settles name it by their token).
   [`${Q}Lease`]: { scopes: ["queue:lease"], needs: leaseNeeds },
   [`${Q}Ack`]: { scopes: ["queue:lease"], needs: ackNeeds },

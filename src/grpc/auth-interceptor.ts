@@ -5,7 +5,8 @@
  * Per call: the metadata names the caller (UNAUTHENTICATED otherwise; the
  * handler never sees the call); each request message is checked against the
  * access table (PERMISSION_DENIED naming the scope; on a Lease stream, every
- * message, and a refused one ends the stream); a Lease open also takes one of
+ * message, and a refused one ends the stream, or on an EnqueueStream is handed
+ * on as a RefusedMessage for the handler to answer); a Lease open also takes one of
  * the caller's stream slots (RESOURCE_EXHAUSTED when none is left), given back
  * when the call ends. For mutating calls, the status waits until the audit
  * entry is written, so a caller that saw the result can read the entry.
@@ -17,7 +18,7 @@ import type { Logger } from "../log.js";
 import { ANONYMOUS, type Authenticator, type Principal } from "../auth/authenticator.js";
 import type { AuditLogStore } from "../auth/audit-log.js";
 import { describeNeed, type Need } from "../auth/scopes.js";
-import { accessRules, isOpenMethod, type AccessRule, type AuditTarget } from "./access.js";
+import { accessRules, isOpenMethod, RefusedMessage, type AccessRule, type AuditTarget } from "./access.js";
 import { MalformedMessage } from "./adapter.js";
 import { grpcCode } from "./status.js";
 
@@ -132,7 +133,8 @@ export function authInterceptor(parts: AuthParts): grpc.ServerInterceptor {
             if (!err && descriptor.requestStream && kind === "open" && streamSlot === undefined) err = takeStreamSlot(principal);
             if (err) {
               if (err.code === "permission_denied") log.warn("call refused", { method, caller: principal.name, reason: err.message });
-              refuse(err);
+              if (rule?.refusesInBand) nextMessage(new RefusedMessage(message, err));
+              else refuse(err);
               return;
             }
             nextMessage(message);

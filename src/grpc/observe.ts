@@ -1,8 +1,8 @@
 /**
  * Watches every gRPC call from the wire's side (a grpc-js server interceptor):
- * gives it a request id, counts and times it, and writes one log line when it
- * ends. It sits innermost, so it also sees calls that another interceptor
- * (authentication) refuses before any handler runs.
+ * gives it a request id, counts and times it and its messages each way, and
+ * writes one log line when it ends. It sits innermost, so it also sees calls
+ * that another interceptor (authentication) refuses before any handler runs.
  *
  * The request id is the caller's `x-request-id` when that is a short token,
  * or a new UUID; handlers find it in the call's metadata ({@link requestIdOf})
@@ -75,8 +75,16 @@ export function observeCalls(metrics: GrpcMetrics, log: Logger): grpc.ServerInte
             metadata.set(REQUEST_ID, requestId);
             pass(metadata);
           },
+          onReceiveMessage: (message, pass) => {
+            metrics.received(service, name, type);
+            pass(message);
+          },
           onCancel: () => end(grpc.status.CANCELLED),
         }),
+      sendMessage: (message, pass) => {
+        metrics.sent(service, name, type);
+        pass(message);
+      },
       sendMetadata: (metadata, pass) => {
         if (requestId) metadata.set(REQUEST_ID, requestId);
         sentHeaders = true;

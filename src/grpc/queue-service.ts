@@ -40,7 +40,8 @@ import { MalformedMessage, type PreEncoded } from "./adapter.js";
 import { encodeDeliveries } from "./delivery-wire.js";
 import { durationMs, msDuration, msTimestamp, queueMessage, queueSpec } from "./convert.js";
 import { assertWellFormed, callLogger, toStatus, unary } from "./status.js";
-import { traceOf, withTrace } from "./trace.js";
+import { traceOf } from "./trace.js";
+import { enqueueStreamHandler, runEnqueue } from "./enqueue-stream.js";
 
 function newItems(items: EnqueueItem[]): NewItem[] {
   return items.map((i) => ({ payload: i.payload, headers: i.headers }));
@@ -231,12 +232,10 @@ export function queueServiceHandlers(queues: Queues, log: Logger, heartbeatInter
       const n = await queues.settleDeadLetters(req.name, "delete", checkSelection(req.ids, req.all));
       return create(DeleteDeadLettersResponseSchema, { deleted: BigInt(n) });
     }),
-    enqueue: unary(log, "Enqueue", async (req: EnqueueRequest, call) => {
-      const items = withTrace(newItems(req.items), traceOf(call.metadata));
-      const wait = req.minReplicas > 0 ? { replicas: req.minReplicas, timeoutMs: durationMs("replica_timeout", req.replicaTimeout) || 1000 } : undefined;
-      const ids = await queues.enqueue(req.queue, items, durationMs("ttl", req.ttl) ?? 0, wait);
-      return create(EnqueueResponseSchema, { ids });
-    }),
+    enqueue: unary(log, "Enqueue", async (req: EnqueueRequest, call) =>
+      create(EnqueueResponseSchema, { ids: await runEnqueue(queues, req, traceOf(call.metadata)) }),
+    ),
+    enqueueStream: enqueueStreamHandler(queues, log),
     lease: leaseHandler(queues, log, heartbeatIntervalMs),
     ack: unary(log, "Ack", async (req: AckRequest) =>
       create(AckResponseSchema, { replyIds: await queues.ack(req.leaseToken, replyOf(req)) }),

@@ -54,4 +54,8 @@ export interface GrpcMetrics {
   started(service: string, method: string, type: string): void;
   /** A call ended with `code` (the Go name: OK, NotFound, …) after `seconds`. */
   handled(service: string, method: string, type: string, code: string, seconds: number): void;
+  /** A call received one message (an EnqueueStream request, a Lease settle, a unary request). */
+  received(service: string, method: string, type: string): void;
+  /** A call sent one message. */
+  sent(service: string, method: string, type: string): void;
 }

@@ -50,6 +50,8 @@ export class PromMetrics implements Metrics, GrpcMetrics {
   private readonly locks: Counter<"result">;
   private readonly grpcStarted: Counter<"grpc_service" | "grpc_method" | "grpc_type">;
   private readonly grpcHandled: Counter<"grpc_service" | "grpc_method" | "grpc_type" | "grpc_code">;
+  private readonly grpcReceived: Counter<"grpc_service" | "grpc_method" | "grpc_type">;
+  private readonly grpcSent: Counter<"grpc_service" | "grpc_method" | "grpc_type">;
   private readonly grpcSeconds: Histogram<"grpc_service" | "grpc_method" | "grpc_type">;
   private readonly queueGauges: Record<"ready" | "processing" | "deadLetter" | "claimAge" | "streams", Gauge<"queue">>;
   private readonly declared: Gauge;
@@ -78,6 +80,8 @@ export class PromMetrics implements Metrics, GrpcMetrics {
     const grpcLabels = ["grpc_service", "grpc_method", "grpc_type"] as const;
     this.grpcStarted = counter("grpc_server_started_total", "gRPC calls started on the server.", [...grpcLabels]);
     this.grpcHandled = counter("grpc_server_handled_total", "gRPC calls completed on the server, by status code.", [...grpcLabels, "grpc_code"]);
+    this.grpcReceived = counter("grpc_server_msg_received_total", "gRPC messages received on the server (each message of a stream).", [...grpcLabels]);
+    this.grpcSent = counter("grpc_server_msg_sent_total", "gRPC messages sent by the server (each message of a stream).", [...grpcLabels]);
     this.grpcSeconds = new Histogram({
       name: "grpc_server_handling_seconds",
       help: "Time from a gRPC call's start to its status (lease streams: the stream's whole life).",
@@ -125,6 +129,14 @@ export class PromMetrics implements Metrics, GrpcMetrics {
     const labels = { grpc_service: service, grpc_method: method, grpc_type: type };
     this.grpcHandled.inc({ ...labels, grpc_code: code });
     this.grpcSeconds.observe(labels, seconds);
+  }
+
+  received(service: string, method: string, type: string): void {
+    this.grpcReceived.inc({ grpc_service: service, grpc_method: method, grpc_type: type });
+  }
+
+  sent(service: string, method: string, type: string): void {
+    this.grpcSent.inc({ grpc_service: service, grpc_method: method, grpc_type: type });
   }
 
   /** The text exposition, with the queue gauges read from `source` first. */

@@ -108,6 +108,8 @@ export class Queues {
   private readonly holders = new Map<string, LeaseStream>();
   private readonly streams = new Set<LeaseStream>();
   private draining = false;
+  /** Told once when a drain starts (open EnqueueStreams, which then end). */
+  private readonly drainListeners = new Set<() => void>();
   /** Called after every release while draining. */
   private onRelease?: () => void;
   private readonly settler: Settler;
@@ -142,6 +144,8 @@ export class Queues {
    */
   async drain(graceMs: number): Promise<void> {
     this.draining = true;
+    for (const listener of this.drainListeners) listener();
+    this.drainListeners.clear();
     for (const stream of this.streams) {
       stream.credit = 0;
       stream.sink.drain(graceMs);
@@ -161,6 +165,21 @@ export class Queues {
     const open = [...this.streams];
     await this.stop();
     for (const stream of open) stream.sink.end();
+  }
+
+  /** True once a drain (graceful shutdown) has started. */
+  get isDraining(): boolean {
+    return this.draining;
+  }
+
+  /** Calls `listener` once a drain starts (at once if one has); returns how to stop listening. */
+  onDrain(listener: () => void): () => void {
+    if (this.draining) {
+      listener();
+      return () => undefined;
+    }
+    this.drainListeners.add(listener);
+    return () => this.drainListeners.delete(listener);
   }
 
   /** Stops the watchdog and every pump, and returns every open stream's items to their queues. */

@@ -7,7 +7,7 @@
  * interceptors (authentication, scopes, audit, metrics, logs) and handlers as
  * every other client, and fails with the same status and message.
  *
- * Unary methods only: Lease is a bidirectional stream, for gRPC clients.
+ * Unary methods only: Lease and EnqueueStream are bidirectional streams, for gRPC clients.
  */
 import * as grpc from "@grpc/grpc-js";
 import type { DescService } from "@bufbuild/protobuf";

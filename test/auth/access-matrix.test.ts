@@ -13,7 +13,7 @@ import { tokenHash } from "../../src/auth/authenticator.js";
 import { QUEUE_SCOPES, SYSTEM_SCOPES, type ScopeName } from "../../src/auth/scopes.js";
 import { accessRules } from "../../src/grpc/access.js";
 import { clientConstructor } from "../../src/grpc/adapter.js";
-import { QueueMode, QueueService } from "../../src/gen/switchyard/v1/queue_pb.js";
+import { EnqueueRequestSchema, QueueMode, QueueService } from "../../src/gen/switchyard/v1/queue_pb.js";
 import { CronService, JobStatus } from "../../src/gen/switchyard/v1/cron_pb.js";
 import { AuditService } from "../../src/gen/switchyard/v1/audit_pb.js";
 import { AuthService } from "../../src/gen/switchyard/v1/auth_pb.js";
@@ -77,6 +77,13 @@ async function withHeld<T>(fn: (token: string) => Promise<T>): Promise<T> {
   }
 }
 
+/** The unary Enqueue RPC, through `c`'s channel and token. */
+function unaryEnqueue(c: SwitchyardClient, queue: string): Promise<unknown> {
+  const request = create(EnqueueRequestSchema, { queue, items: [{ payload: Buffer.from("m") }] });
+  const rpc = c.grpc as unknown as { enqueue(r: unknown, cb: (err: grpc.ServiceError | null, res: unknown) => void): void };
+  return new Promise((ok, fail) => rpc.enqueue(request, (err, res) => (err ? fail(err) : ok(res))));
+}
+
 const rows: Row[] = [
   { method: "QueueService/CreateQueue", scope: "queue:admin", grant: `queue:admin:${Q}*`, run: (c) => c.createQueue(QUEUE) },
   { method: "QueueService/GetQueue", scope: "queue:read", grant: `queue:read:${Q}`, run: (c) => c.getQueue(Q) },
@@ -95,7 +102,9 @@ const rows: Row[] = [
   { method: "QueueService/PurgeQueue", scope: "queue:admin", grant: `queue:admin:${Q}`, run: (c) => c.purgeQueue(Q) },
   { method: "QueueService/RequeueDeadLetters", scope: "queue:admin", grant: `queue:admin:${Q}`, run: (c) => c.requeueDeadLetters(Q, "all") },
   { method: "QueueService/DeleteDeadLetters", scope: "queue:admin", grant: `queue:admin:${Q}`, run: (c) => c.deleteDeadLetters(Q, "all") },
-  { method: "QueueService/Enqueue", scope: "queue:enqueue", grant: `queue:enqueue:${Q}`, run: (c) => c.enqueue(Q, ["m"]) },
+  { method: "QueueService/Enqueue", scope: "queue:enqueue", grant: `queue:enqueue:${Q}`, run: (c) => unaryEnqueue(c, Q) },
+  // The client's enqueue() goes by EnqueueStream: a refused request fails alone, with the same status.
+  { method: "QueueService/EnqueueStream", scope: "queue:enqueue", grant: `queue:enqueue:${Q}`, run: (c) => c.enqueue(Q, ["m"]) },
   {
     method: "QueueService/Lease",
     scope: "queue:lease",

@@ -17,7 +17,7 @@ import * as grpc from "@grpc/grpc-js";
 import { ScalarType, create, fromBinary, toBinary, type DescField, type DescMessage, type DescMethod, type DescService } from "@bufbuild/protobuf";
 import type { Redis } from "ioredis";
 import { SwitchyardClient } from "../../src/client/client.js";
-import { EnqueueRequestSchema, LeaseResponseSchema, QueueService } from "../../src/gen/switchyard/v1/queue_pb.js";
+import { EnqueueRequestSchema, EnqueueStreamRequestSchema, LeaseResponseSchema, QueueService } from "../../src/gen/switchyard/v1/queue_pb.js";
 import { CronService } from "../../src/gen/switchyard/v1/cron_pb.js";
 import { Scenario } from "./harness/ledger.js";
 import { killStarted, startChaosRedis, startServer, type ChaosRedis } from "./harness/procs.js";
@@ -374,7 +374,11 @@ it(`answers ${CALLS} fuzzed calls per RPC with a status, keeps serving, and refu
         const what = `${method.name}#${i}`;
         // An Enqueue that waits for replicas writes first and then may time out waiting (UNAVAILABLE, or the
         // call's deadline): documented in EnqueueRequest.min_replicas, exercised by scenario 4 and its own test.
-        if (method.name === "Enqueue" && waitsForReplicas(frames[0]) && out.code !== grpc.status.INVALID_ARGUMENT) {
+        // On an EnqueueStream, any of its requests may wait so (and hold the stream open past the call's deadline).
+        const replicaWait =
+          (method.name === "Enqueue" && waitsForReplicas(frames[0]) && out.code !== grpc.status.INVALID_ARGUMENT) ||
+          (method.name === "EnqueueStream" && frames.some(streamWaitsForReplicas));
+        if (replicaWait) {
           replicaWaits++;
           continue;
         }
@@ -434,6 +438,15 @@ it(`answers ${CALLS} fuzzed calls per RPC with a status, keeps serving, and refu
     s.note(`seed ${SEED}: ${calls} calls over ${methods.length} RPCs (${replicaWaits} enqueues waiting for replicas), ${refused} refused, ${changedByRefusal.length} refusals changed Redis, ${internal.length} INTERNAL/UNKNOWN`);
   });
 });
+
+/** True when `frame` decodes as an EnqueueStreamRequest whose request asks to wait for replicas. */
+function streamWaitsForReplicas(frame: Buffer): boolean {
+  try {
+    return (fromBinary(EnqueueStreamRequestSchema, frame).request?.minReplicas ?? 0) > 0;
+  } catch {
+    return false;
+  }
+}
 
 /** True when `frame` decodes as an EnqueueRequest that asks to wait for replicas. */
 function waitsForReplicas(frame: Buffer): boolean {

@@ -143,14 +143,16 @@ describe("switchyard CLI", () => {
     expect(enq[0]).toBe(`enqueued 3 items onto ${q}`);
     const ids = enq.slice(1);
     expect(ids).toHaveLength(3);
-    const fromStdin = JSON.parse(await ok(a, ["queue", "enqueue", q, "-", "--json"], "four\n"));
-    expect(fromStdin).toEqual({ queue: q, ids: [expect.any(String)] });
 
-    // lease: the Python worker takes the first three and acks them; then the fourth, and retries it into the dead letters.
+    // lease: the Python worker takes the three and acks them; then a fourth, and retries it into the dead letters.
+    // (The fourth is enqueued after the first worker is done: its credit-0 message and its unary acks travel
+    // on different HTTP/2 streams, so an ack may free credit first and lease the fourth to it for a moment.)
     const worked = JSON.parse(await python!.run(["--address", a, "--queue", q, "--work", "3", "--settle", "ack", "--timeout", "15"]));
     expect(worked.deliveries.map((d: { id: string }) => d.id)).toEqual(ids);
     expect(worked.deliveries.map((d: { payload: string }) => d.payload)).toEqual(["one", "two", "three"]);
     for (const d of worked.deliveries) expect(d.headers).toEqual({ origin: "cli", traceparent: TRACEPARENT });
+    const fromStdin = JSON.parse(await ok(a, ["queue", "enqueue", q, "-", "--json"], "four\n"));
+    expect(fromStdin).toEqual({ queue: q, ids: [expect.any(String)] });
     const retried = JSON.parse(await python!.run(["--address", a, "--queue", q, "--work", "1", "--settle", "retry", "--timeout", "15"]));
     expect(retried.deliveries).toEqual([expect.objectContaining({ id: fromStdin.ids[0], payload: "four", dead_lettered: true, delivery_count: 1 })]);
 

@@ -1,6 +1,6 @@
 /**
  * The TS client's enqueue coalescing (src/client/enqueue-batcher.ts): calls to
- * one queue in the same turn share one Enqueue RPC, each keeps its own ids,
+ * one queue in the same turn share one Enqueue request, each keeps its own ids,
  * and a call refused for its content fails alone. Real gRPC, real Redis.
  */
 import { describe, expect, it } from "vitest";
@@ -11,16 +11,19 @@ import { delta, scrape } from "../helpers/http.js";
 import { useSwitchyard } from "../helpers/switchyard.js";
 
 const t = useSwitchyard({ env: { SWITCHYARD_MAX_PAYLOAD_BYTES: "64" } });
-const enqueueCalls = { grpc_service: "switchyard.v1.QueueService", grpc_method: "Enqueue", grpc_type: "unary" };
+// The client sends enqueue() calls as EnqueueStream messages: one message is one Enqueue request.
+const enqueueRequests = { grpc_service: "switchyard.v1.QueueService", grpc_method: "EnqueueStream", grpc_type: "bidi_stream" };
+const unaryEnqueues = { grpc_service: "switchyard.v1.QueueService", grpc_method: "Enqueue", grpc_type: "unary" };
 const text = (b: Uint8Array) => Buffer.from(b).toString();
 
 describe("enqueue coalescing in the TS client", () => {
-  it("sends 100 single-item calls made in one turn as two RPCs (the first at once), each call with its own id, in call order", async () => {
+  it("sends 100 single-item calls made in one turn as two requests (the first at once), each call with its own id, in call order", async () => {
     await t.sy.client.createQueue({ name: "{co}", mode: QueueMode.RELIABLE });
     const before = await scrape(t.sy.app.httpAddress);
     const ids = await Promise.all(Array.from({ length: 100 }, (_, i) => t.sy.client.enqueue("{co}", [`item ${i}`])));
     const after = await scrape(t.sy.app.httpAddress);
-    expect(delta(before, after, "grpc_server_started_total", enqueueCalls)).toBe(2);
+    expect(delta(before, after, "grpc_server_msg_received_total", enqueueRequests)).toBe(2);
+    expect(delta(before, after, "grpc_server_started_total", unaryEnqueues)).toBe(0);
     expect(ids.every((x) => x.length === 1)).toBe(true);
     expect(new Set(ids.flat()).size).toBe(100);
     const peeked = await t.sy.client.peekQueue("{co}", QueueList.READY, 100);
@@ -59,14 +62,14 @@ describe("enqueue coalescing in the TS client", () => {
         ["1", "2", "3"].map((p) => t.sy.client.enqueue(q as string, [p], { ttlMs: ttlMs as number })),
       ),
     );
-    expect(delta(before, await scrape(t.sy.app.httpAddress), "grpc_server_started_total", enqueueCalls)).toBe(6);
+    expect(delta(before, await scrape(t.sy.app.httpAddress), "grpc_server_msg_received_total", enqueueRequests)).toBe(6);
     expect(await t.redis.plain.pttl("{cx}")).toBeGreaterThan(0);
 
     const plain = new SwitchyardClient(t.sy.address, { coalesceEnqueues: false });
     try {
       before = await scrape(t.sy.app.httpAddress);
       await Promise.all([plain.enqueue("{cy}", ["5"]), plain.enqueue("{cy}", ["6"]), plain.enqueue("{cy}", ["7"])]);
-      expect(delta(before, await scrape(t.sy.app.httpAddress), "grpc_server_started_total", enqueueCalls)).toBe(3);
+      expect(delta(before, await scrape(t.sy.app.httpAddress), "grpc_server_msg_received_total", enqueueRequests)).toBe(3);
     } finally {
       plain.close();
     }

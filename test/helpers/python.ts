@@ -14,13 +14,14 @@ const execFileP = promisify(execFile);
 export const PYTHON = "/usr/bin/python3";
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
 export const WORKER = join(root, "examples/python/worker.py");
+export const PRODUCER = join(root, "examples/python/producer.py");
 const GENERATE = join(root, "examples/python/generate.sh");
 
 /** A prepared worker: its environment (stubs on PYTHONPATH, no proxies), and cleanup. */
 export interface PythonWorker {
   env: NodeJS.ProcessEnv;
-  /** Runs worker.py with `args`; resolves to its stdout, rejects with its stderr. */
-  run(args: string[], timeoutMs?: number): Promise<string>;
+  /** Runs worker.py (or `script`) with `args`; resolves to its stdout, rejects with its stderr. */
+  run(args: string[], timeoutMs?: number, script?: string): Promise<string>;
   cleanup(): void;
 }
 
@@ -40,12 +41,12 @@ export async function preparePython(): Promise<PythonWorker> {
   for (const v of ["http_proxy", "https_proxy", "grpc_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"]) delete env[v];
   return {
     env,
-    async run(args, timeoutMs = 25_000) {
+    async run(args, timeoutMs = 25_000, script = WORKER) {
       try {
-        return (await execFileP(PYTHON, [WORKER, ...args], { env, timeout: timeoutMs })).stdout;
+        return (await execFileP(PYTHON, [script, ...args], { env, timeout: timeoutMs })).stdout;
       } catch (err) {
         const e = err as { code?: unknown; stderr?: string; stdout?: string };
-        throw new Error(`worker.py ${args.join(" ")} failed (code ${e.code}):\n${e.stderr}\n${e.stdout}`);
+        throw new Error(`${script} ${args.join(" ")} failed (code ${e.code}):\n${e.stderr}\n${e.stdout}`);
       }
     },
     cleanup: () => rmSync(dir, { recursive: true, force: true }),

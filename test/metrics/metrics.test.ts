@@ -159,7 +159,8 @@ describe("/metrics", () => {
     };
     expect({
       CreateQueue: calls(Q, "CreateQueue"),
-      Enqueue: calls(Q, "Enqueue"),
+      // The client's enqueue() calls are messages on its EnqueueStream: counted as messages, not calls.
+      EnqueueRequests: d("grpc_server_msg_received_total", { grpc_service: Q, grpc_method: "EnqueueStream", grpc_type: "bidi_stream" }),
       Lease: calls(Q, "Lease", "OK", "bidi_stream"),
       Retry: calls(Q, "Retry"),
       Ack: calls(Q, "Ack"),
@@ -168,11 +169,13 @@ describe("/metrics", () => {
       RunOnce: calls(C, "RunOnce"),
       ResumeJob: calls(C, "ResumeJob"),
       PauseJob: calls(C, "PauseJob"),
-    }).toEqual({ CreateQueue: 5, Enqueue: 4, Lease: 4, Retry: 1, Ack: 1, GetQueueNotFound: 1, CreateJob: 3, RunOnce: 2, ResumeJob: 1, PauseJob: 1 });
-    const timed = { grpc_service: Q, grpc_method: "Enqueue", grpc_type: "unary" };
-    expect(d("grpc_server_handling_seconds_count", timed)).toBe(4);
-    expect(d("grpc_server_started_total", timed)).toBe(4);
-    expect(after.get(key("grpc_server_handling_seconds_bucket", { ...timed, le: "+Inf" }))).toBeGreaterThanOrEqual(4);
+    }).toEqual({ CreateQueue: 5, EnqueueRequests: 4, Lease: 4, Retry: 1, Ack: 1, GetQueueNotFound: 1, CreateJob: 3, RunOnce: 2, ResumeJob: 1, PauseJob: 1 });
+    const timed = { grpc_service: Q, grpc_method: "CreateQueue", grpc_type: "unary" };
+    expect(d("grpc_server_handling_seconds_count", timed)).toBe(5);
+    expect(d("grpc_server_started_total", timed)).toBe(5);
+    expect(d("grpc_server_msg_received_total", timed)).toBe(5);
+    expect(d("grpc_server_msg_sent_total", timed)).toBe(5);
+    expect(after.get(key("grpc_server_handling_seconds_bucket", { ...timed, le: "+Inf" }))).toBeGreaterThanOrEqual(5);
   });
 
   it("reads queue gauges from Redis on each scrape", async () => {

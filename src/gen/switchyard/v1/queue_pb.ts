@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file switchyard/v1/queue.proto.
  */
 export const file_switchyard_v1_queue: GenFile = /*@__PURE__*/
-  fileDesc("Chlzd2l0Y2h5YXJkL3YxL3F1ZXVlLnByb3RvEg1zd2l0Y2h5YXJkLnYxIq0CCgVRdWV1ZRIMCgRuYW1lGAEgASgJEiYKBG1vZGUYAiABKA4yGC5zd2l0Y2h5YXJkLnYxLlF1ZXVlTW9kZRIXCg9wcm9jZXNzaW5nX2xpc3QYAyABKAkSFAoMcmVjb3Zlcnlfc2V0GAQgASgJEisKCG1pbl9pZGxlGAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEi8KDHJlY292ZXJ5X3R0bBgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIWCg5tYXhfZGVsaXZlcmllcxgHIAEoDRIYChBkZWFkX2xldHRlcl9saXN0GAggASgJEi8KC2NyZWF0ZV90aW1lGAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCI5ChJDcmVhdGVRdWV1ZVJlcXVlc3QSIwoFcXVldWUYASABKAsyFC5zd2l0Y2h5YXJkLnYxLlF1ZXVlIjoKE0NyZWF0ZVF1ZXVlUmVzcG9uc2USIwoFcXVldWUYASABKAsyFC5zd2l0Y2h5YXJkLnYxLlF1ZXVlIh8KD0dldFF1ZXVlUmVxdWVzdBIMCgRuYW1lGAEgASgJIjcKEEdldFF1ZXVlUmVzcG9uc2USIwoFcXVldWUYASABKAsyFC5zd2l0Y2h5YXJkLnYxLlF1ZXVlIjoKEUxpc3RRdWV1ZXNSZXF1ZXN0EhEKCXBhZ2Vfc2l6ZRgBIAEoBRISCgpwYWdlX3Rva2VuGAIgASgJIlMKEkxpc3RRdWV1ZXNSZXNwb25zZRIkCgZxdWV1ZXMYASADKAsyFC5zd2l0Y2h5YXJkLnYxLlF1ZXVlEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSIxChJEZWxldGVRdWV1ZVJlcXVlc3QSDAoEbmFtZRgBIAEoCRINCgVwdXJnZRgCIAEoCCIVChNEZWxldGVRdWV1ZVJlc3BvbnNlIiQKFEdldFF1ZXVlU3RhdHNSZXF1ZXN0EgwKBG5hbWUYASABKAkiQQoVR2V0UXVldWVTdGF0c1Jlc3BvbnNlEigKBXN0YXRzGAEgASgLMhkuc3dpdGNoeWFyZC52MS5RdWV1ZVN0YXRzIs4BCgpRdWV1ZVN0YXRzEg0KBXF1ZXVlGAEgASgJEg0KBXJlYWR5GAIgASgDEhIKCnByb2Nlc3NpbmcYAyABKAMSEwoLZGVhZF9sZXR0ZXIYBCABKAMSMwoQb2xkZXN0X2NsYWltX2FnZRgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIVCg1sZWFzZV9zdHJlYW1zGAYgASgFEhQKDGxlYXNlZF90b3RhbBgHIAEoAxIXCg9jb21wbGV0ZWRfdG90YWwYCCABKAMiVwoQUGVla1F1ZXVlUmVxdWVzdBIMCgRuYW1lGAEgASgJEiYKBGxpc3QYAiABKA4yGC5zd2l0Y2h5YXJkLnYxLlF1ZXVlTGlzdBINCgVsaW1pdBgDIAEoBSJMChFQZWVrUXVldWVSZXNwb25zZRIoCgVpdGVtcxgBIAMoCzIZLnN3aXRjaHlhcmQudjEuUGVla2VkSXRlbRINCgV0b3RhbBgCIAEoAyLcAQoKUGVla2VkSXRlbRIKCgJpZBgBIAEoCRIPCgdwYXlsb2FkGAIgASgMEjcKB2hlYWRlcnMYAyADKAsyJi5zd2l0Y2h5YXJkLnYxLlBlZWtlZEl0ZW0uSGVhZGVyc0VudHJ5EjAKDGVucXVldWVfdGltZRgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFgoOZGVsaXZlcnlfY291bnQYBSABKA0aLgoMSGVhZGVyc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiIQoRUHVyZ2VRdWV1ZVJlcXVlc3QSDAoEbmFtZRgBIAEoCSIkChJQdXJnZVF1ZXVlUmVzcG9uc2USDgoGcHVyZ2VkGAEgASgDIkMKGVJlcXVldWVEZWFkTGV0dGVyc1JlcXVlc3QSDAoEbmFtZRgBIAEoCRILCgNpZHMYAiADKAkSCwoDYWxsGAMgASgIIi4KGlJlcXVldWVEZWFkTGV0dGVyc1Jlc3BvbnNlEhAKCHJlcXVldWVkGAEgASgDIkIKGERlbGV0ZURlYWRMZXR0ZXJzUmVxdWVzdBIMCgRuYW1lGAEgASgJEgsKA2lkcxgCIAMoCRILCgNhbGwYAyABKAgiLAoZRGVsZXRlRGVhZExldHRlcnNSZXNwb25zZRIPCgdkZWxldGVkGAEgASgDIogBCgtFbnF1ZXVlSXRlbRIPCgdwYXlsb2FkGAEgASgMEjgKB2hlYWRlcnMYAiADKAsyJy5zd2l0Y2h5YXJkLnYxLkVucXVldWVJdGVtLkhlYWRlcnNFbnRyeRouCgxIZWFkZXJzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASK8AQoORW5xdWV1ZVJlcXVlc3QSDQoFcXVldWUYASABKAkSKQoFaXRlbXMYAiADKAsyGi5zd2l0Y2h5YXJkLnYxLkVucXVldWVJdGVtEiYKA3R0bBgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIUCgxtaW5fcmVwbGljYXMYBCABKA0SMgoPcmVwbGljYV90aW1lb3V0GAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIh4KD0VucXVldWVSZXNwb25zZRILCgNpZHMYASADKAki2gIKDExlYXNlUmVxdWVzdBIoCgRvcGVuGAEgASgLMhguc3dpdGNoeWFyZC52MS5MZWFzZU9wZW5IABIoCgNhY2sYAiABKAsyGS5zd2l0Y2h5YXJkLnYxLkFja1JlcXVlc3RIABIsCgVyZXRyeRgDIAEoCzIbLnN3aXRjaHlhcmQudjEuUmV0cnlSZXF1ZXN0SAASKgoEZHJvcBgEIAEoCzIaLnN3aXRjaHlhcmQudjEuRHJvcFJlcXVlc3RIABIzCgZleHRlbmQYBSABKAsyIS5zd2l0Y2h5YXJkLnYxLkV4dGVuZExlYXNlUmVxdWVzdEgAEiwKBmNyZWRpdBgGIAEoCzIaLnN3aXRjaHlhcmQudjEuTGVhc2VDcmVkaXRIABIxCglhY2tfYmF0Y2gYByABKAsyHC5zd2l0Y2h5YXJkLnYxLkxlYXNlQWNrQmF0Y2hIAEIGCgRraW5kIiUKDUxlYXNlQWNrQmF0Y2gSFAoMbGVhc2VfdG9rZW5zGAEgAygJIioKCUxlYXNlT3BlbhINCgVxdWV1ZRgBIAEoCRIOCgZjcmVkaXQYAiABKA0iHQoLTGVhc2VDcmVkaXQSDgoGY3JlZGl0GAEgASgNIoUCCg1MZWFzZVJlc3BvbnNlEiwKBm9wZW5lZBgBIAEoCzIaLnN3aXRjaHlhcmQudjEuTGVhc2VPcGVuZWRIABIyCgpkZWxpdmVyaWVzGAIgASgLMhwuc3dpdGNoeWFyZC52MS5EZWxpdmVyeUJhdGNoSAASLQoJaGVhcnRiZWF0GAMgASgLMhguc3dpdGNoeWFyZC52MS5IZWFydGJlYXRIABI0Cg1zZXR0bGVfcmVzdWx0GAQgASgLMhsuc3dpdGNoeWFyZC52MS5TZXR0bGVSZXN1bHRIABIlCgVkcmFpbhgFIAEoCzIULnN3aXRjaHlhcmQudjEuRHJhaW5IAEIGCgRraW5kIpABCgtMZWFzZU9wZW5lZBINCgVxdWV1ZRgBIAEoCRImCgRtb2RlGAIgASgOMhguc3dpdGNoeWFyZC52MS5RdWV1ZU1vZGUSNQoSaGVhcnRiZWF0X2ludGVydmFsGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhMKC2Fja19iYXRjaGVzGAQgASgIIjwKDURlbGl2ZXJ5QmF0Y2gSKwoKZGVsaXZlcmllcxgBIAMoCzIXLnN3aXRjaHlhcmQudjEuRGVsaXZlcnkiiwIKCERlbGl2ZXJ5EhMKC2xlYXNlX3Rva2VuGAEgASgJEg0KBWZlbmNlGAIgASgEEgoKAmlkGAMgASgJEg8KB3BheWxvYWQYBCABKAwSNQoHaGVhZGVycxgFIAMoCzIkLnN3aXRjaHlhcmQudjEuRGVsaXZlcnkuSGVhZGVyc0VudHJ5EjAKDGVucXVldWVfdGltZRgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFgoOZGVsaXZlcnlfY291bnQYByABKA0SDQoFcXVldWUYCCABKAkaLgoMSGVhZGVyc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiPAoJSGVhcnRiZWF0Ei8KC3NlcnZlcl90aW1lGAEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCIxCgVEcmFpbhIoCgVncmFjZRgBIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJzCgxTZXR0bGVSZXN1bHQSEwoLbGVhc2VfdG9rZW4YASABKAkSDAoEY29kZRgCIAEoBRIPCgdtZXNzYWdlGAMgASgJEi8KC2V4cGlyZV90aW1lGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKRAQoKQWNrUmVxdWVzdBITCgtsZWFzZV90b2tlbhgBIAEoCRIrCgdyZXBsaWVzGAIgAygLMhouc3dpdGNoeWFyZC52MS5FbnF1ZXVlSXRlbRITCgtyZXBseV9xdWV1ZRgDIAEoCRIsCglyZXBseV90dGwYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iIAoLQWNrUmVzcG9uc2USEQoJcmVwbHlfaWRzGAEgAygJIiMKDFJldHJ5UmVxdWVzdBITCgtsZWFzZV90b2tlbhgBIAEoCSImCg1SZXRyeVJlc3BvbnNlEhUKDWRlYWRfbGV0dGVyZWQYASABKAgiIgoLRHJvcFJlcXVlc3QSEwoLbGVhc2VfdG9rZW4YASABKAkiDgoMRHJvcFJlc3BvbnNlIikKEkV4dGVuZExlYXNlUmVxdWVzdBITCgtsZWFzZV90b2tlbhgBIAEoCSJGChNFeHRlbmRMZWFzZVJlc3BvbnNlEi8KC2V4cGlyZV90aW1lGAEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKnAQoIRW52ZWxvcGUSCgoCaWQYASABKAkSDwoHcGF5bG9hZBgCIAEoDBI1CgdoZWFkZXJzGAMgAygLMiQuc3dpdGNoeWFyZC52MS5FbnZlbG9wZS5IZWFkZXJzRW50cnkSFwoPZW5xdWV1ZV90aW1lX21zGAQgASgDGi4KDEhlYWRlcnNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBKlcKCVF1ZXVlTW9kZRIaChZRVUVVRV9NT0RFX1VOU1BFQ0lGSUVEEAASFQoRUVVFVUVfTU9ERV9TSU1QTEUQARIXChNRVUVVRV9NT0RFX1JFTElBQkxFEAIqWQoJUXVldWVMaXN0EhoKFlFVRVVFX0xJU1RfVU5TUEVDSUZJRUQQABIUChBRVUVVRV9MSVNUX1JFQURZEAESGgoWUVVFVUVfTElTVF9ERUFEX0xFVFRFUhACMtcJCgxRdWV1ZVNlcnZpY2USVAoLQ3JlYXRlUXVldWUSIS5zd2l0Y2h5YXJkLnYxLkNyZWF0ZVF1ZXVlUmVxdWVzdBoiLnN3aXRjaHlhcmQudjEuQ3JlYXRlUXVldWVSZXNwb25zZRJLCghHZXRRdWV1ZRIeLnN3aXRjaHlhcmQudjEuR2V0UXVldWVSZXF1ZXN0Gh8uc3dpdGNoeWFyZC52MS5HZXRRdWV1ZVJlc3BvbnNlElEKCkxpc3RRdWV1ZXMSIC5zd2l0Y2h5YXJkLnYxLkxpc3RRdWV1ZXNSZXF1ZXN0GiEuc3dpdGNoeWFyZC52MS5MaXN0UXVldWVzUmVzcG9uc2USVAoLRGVsZXRlUXVldWUSIS5zd2l0Y2h5YXJkLnYxLkRlbGV0ZVF1ZXVlUmVxdWVzdBoiLnN3aXRjaHlhcmQudjEuRGVsZXRlUXVldWVSZXNwb25zZRJaCg1HZXRRdWV1ZVN0YXRzEiMuc3dpdGNoeWFyZC52MS5HZXRRdWV1ZVN0YXRzUmVxdWVzdBokLnN3aXRjaHlhcmQudjEuR2V0UXVldWVTdGF0c1Jlc3BvbnNlEk4KCVBlZWtRdWV1ZRIfLnN3aXRjaHlhcmQudjEuUGVla1F1ZXVlUmVxdWVzdBogLnN3aXRjaHlhcmQudjEuUGVla1F1ZXVlUmVzcG9uc2USUQoKUHVyZ2VRdWV1ZRIgLnN3aXRjaHlhcmQudjEuUHVyZ2VRdWV1ZVJlcXVlc3QaIS5zd2l0Y2h5YXJkLnYxLlB1cmdlUXVldWVSZXNwb25zZRJpChJSZXF1ZXVlRGVhZExldHRlcnMSKC5zd2l0Y2h5YXJkLnYxLlJlcXVldWVEZWFkTGV0dGVyc1JlcXVlc3QaKS5zd2l0Y2h5YXJkLnYxLlJlcXVldWVEZWFkTGV0dGVyc1Jlc3BvbnNlEmYKEURlbGV0ZURlYWRMZXR0ZXJzEicuc3dpdGNoeWFyZC52MS5EZWxldGVEZWFkTGV0dGVyc1JlcXVlc3QaKC5zd2l0Y2h5YXJkLnYxLkRlbGV0ZURlYWRMZXR0ZXJzUmVzcG9uc2USSAoHRW5xdWV1ZRIdLnN3aXRjaHlhcmQudjEuRW5xdWV1ZVJlcXVlc3QaHi5zd2l0Y2h5YXJkLnYxLkVucXVldWVSZXNwb25zZRJGCgVMZWFzZRIbLnN3aXRjaHlhcmQudjEuTGVhc2VSZXF1ZXN0Ghwuc3dpdGNoeWFyZC52MS5MZWFzZVJlc3BvbnNlKAEwARI8CgNBY2sSGS5zd2l0Y2h5YXJkLnYxLkFja1JlcXVlc3QaGi5zd2l0Y2h5YXJkLnYxLkFja1Jlc3BvbnNlEkIKBVJldHJ5Ehsuc3dpdGNoeWFyZC52MS5SZXRyeVJlcXVlc3QaHC5zd2l0Y2h5YXJkLnYxLlJldHJ5UmVzcG9uc2USPwoERHJvcBIaLnN3aXRjaHlhcmQudjEuRHJvcFJlcXVlc3QaGy5zd2l0Y2h5YXJkLnYxLkRyb3BSZXNwb25zZRJUCgtFeHRlbmRMZWFzZRIhLnN3aXRjaHlhcmQudjEuRXh0ZW5kTGVhc2VSZXF1ZXN0GiIuc3dpdGNoeWFyZC52MS5FeHRlbmRMZWFzZVJlc3BvbnNlYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("Chlzd2l0Y2h5YXJkL3YxL3F1ZXVlLnByb3RvEg1zd2l0Y2h5YXJkLnYxIq0CCgVRdWV1ZRIMCgRuYW1lGAEgASgJEiYKBG1vZGUYAiABKA4yGC5zd2l0Y2h5YXJkLnYxLlF1ZXVlTW9kZRIXCg9wcm9jZXNzaW5nX2xpc3QYAyABKAkSFAoMcmVjb3Zlcnlfc2V0GAQgASgJEisKCG1pbl9pZGxlGAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEi8KDHJlY292ZXJ5X3R0bBgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIWCg5tYXhfZGVsaXZlcmllcxgHIAEoDRIYChBkZWFkX2xldHRlcl9saXN0GAggASgJEi8KC2NyZWF0ZV90aW1lGAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCI5ChJDcmVhdGVRdWV1ZVJlcXVlc3QSIwoFcXVldWUYASABKAsyFC5zd2l0Y2h5YXJkLnYxLlF1ZXVlIjoKE0NyZWF0ZVF1ZXVlUmVzcG9uc2USIwoFcXVldWUYASABKAsyFC5zd2l0Y2h5YXJkLnYxLlF1ZXVlIh8KD0dldFF1ZXVlUmVxdWVzdBIMCgRuYW1lGAEgASgJIjcKEEdldFF1ZXVlUmVzcG9uc2USIwoFcXVldWUYASABKAsyFC5zd2l0Y2h5YXJkLnYxLlF1ZXVlIjoKEUxpc3RRdWV1ZXNSZXF1ZXN0EhEKCXBhZ2Vfc2l6ZRgBIAEoBRISCgpwYWdlX3Rva2VuGAIgASgJIlMKEkxpc3RRdWV1ZXNSZXNwb25zZRIkCgZxdWV1ZXMYASADKAsyFC5zd2l0Y2h5YXJkLnYxLlF1ZXVlEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSIxChJEZWxldGVRdWV1ZVJlcXVlc3QSDAoEbmFtZRgBIAEoCRINCgVwdXJnZRgCIAEoCCIVChNEZWxldGVRdWV1ZVJlc3BvbnNlIiQKFEdldFF1ZXVlU3RhdHNSZXF1ZXN0EgwKBG5hbWUYASABKAkiQQoVR2V0UXVldWVTdGF0c1Jlc3BvbnNlEigKBXN0YXRzGAEgASgLMhkuc3dpdGNoeWFyZC52MS5RdWV1ZVN0YXRzIs4BCgpRdWV1ZVN0YXRzEg0KBXF1ZXVlGAEgASgJEg0KBXJlYWR5GAIgASgDEhIKCnByb2Nlc3NpbmcYAyABKAMSEwoLZGVhZF9sZXR0ZXIYBCABKAMSMwoQb2xkZXN0X2NsYWltX2FnZRgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIVCg1sZWFzZV9zdHJlYW1zGAYgASgFEhQKDGxlYXNlZF90b3RhbBgHIAEoAxIXCg9jb21wbGV0ZWRfdG90YWwYCCABKAMiVwoQUGVla1F1ZXVlUmVxdWVzdBIMCgRuYW1lGAEgASgJEiYKBGxpc3QYAiABKA4yGC5zd2l0Y2h5YXJkLnYxLlF1ZXVlTGlzdBINCgVsaW1pdBgDIAEoBSJMChFQZWVrUXVldWVSZXNwb25zZRIoCgVpdGVtcxgBIAMoCzIZLnN3aXRjaHlhcmQudjEuUGVla2VkSXRlbRINCgV0b3RhbBgCIAEoAyLcAQoKUGVla2VkSXRlbRIKCgJpZBgBIAEoCRIPCgdwYXlsb2FkGAIgASgMEjcKB2hlYWRlcnMYAyADKAsyJi5zd2l0Y2h5YXJkLnYxLlBlZWtlZEl0ZW0uSGVhZGVyc0VudHJ5EjAKDGVucXVldWVfdGltZRgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFgoOZGVsaXZlcnlfY291bnQYBSABKA0aLgoMSGVhZGVyc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiIQoRUHVyZ2VRdWV1ZVJlcXVlc3QSDAoEbmFtZRgBIAEoCSIkChJQdXJnZVF1ZXVlUmVzcG9uc2USDgoGcHVyZ2VkGAEgASgDIkMKGVJlcXVldWVEZWFkTGV0dGVyc1JlcXVlc3QSDAoEbmFtZRgBIAEoCRILCgNpZHMYAiADKAkSCwoDYWxsGAMgASgIIi4KGlJlcXVldWVEZWFkTGV0dGVyc1Jlc3BvbnNlEhAKCHJlcXVldWVkGAEgASgDIkIKGERlbGV0ZURlYWRMZXR0ZXJzUmVxdWVzdBIMCgRuYW1lGAEgASgJEgsKA2lkcxgCIAMoCRILCgNhbGwYAyABKAgiLAoZRGVsZXRlRGVhZExldHRlcnNSZXNwb25zZRIPCgdkZWxldGVkGAEgASgDIogBCgtFbnF1ZXVlSXRlbRIPCgdwYXlsb2FkGAEgASgMEjgKB2hlYWRlcnMYAiADKAsyJy5zd2l0Y2h5YXJkLnYxLkVucXVldWVJdGVtLkhlYWRlcnNFbnRyeRouCgxIZWFkZXJzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASK8AQoORW5xdWV1ZVJlcXVlc3QSDQoFcXVldWUYASABKAkSKQoFaXRlbXMYAiADKAsyGi5zd2l0Y2h5YXJkLnYxLkVucXVldWVJdGVtEiYKA3R0bBgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIUCgxtaW5fcmVwbGljYXMYBCABKA0SMgoPcmVwbGljYV90aW1lb3V0GAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIh4KD0VucXVldWVSZXNwb25zZRILCgNpZHMYASADKAkiUgoURW5xdWV1ZVN0cmVhbVJlcXVlc3QSCgoCaWQYASABKA0SLgoHcmVxdWVzdBgCIAEoCzIdLnN3aXRjaHlhcmQudjEuRW5xdWV1ZVJlcXVlc3QiTwoVRW5xdWV1ZVN0cmVhbVJlc3BvbnNlEgoKAmlkGAEgASgNEgwKBGNvZGUYAiABKAUSDwoHbWVzc2FnZRgDIAEoCRILCgNpZHMYBCADKAki2gIKDExlYXNlUmVxdWVzdBIoCgRvcGVuGAEgASgLMhguc3dpdGNoeWFyZC52MS5MZWFzZU9wZW5IABIoCgNhY2sYAiABKAsyGS5zd2l0Y2h5YXJkLnYxLkFja1JlcXVlc3RIABIsCgVyZXRyeRgDIAEoCzIbLnN3aXRjaHlhcmQudjEuUmV0cnlSZXF1ZXN0SAASKgoEZHJvcBgEIAEoCzIaLnN3aXRjaHlhcmQudjEuRHJvcFJlcXVlc3RIABIzCgZleHRlbmQYBSABKAsyIS5zd2l0Y2h5YXJkLnYxLkV4dGVuZExlYXNlUmVxdWVzdEgAEiwKBmNyZWRpdBgGIAEoCzIaLnN3aXRjaHlhcmQudjEuTGVhc2VDcmVkaXRIABIxCglhY2tfYmF0Y2gYByABKAsyHC5zd2l0Y2h5YXJkLnYxLkxlYXNlQWNrQmF0Y2hIAEIGCgRraW5kIiUKDUxlYXNlQWNrQmF0Y2gSFAoMbGVhc2VfdG9rZW5zGAEgAygJIioKCUxlYXNlT3BlbhINCgVxdWV1ZRgBIAEoCRIOCgZjcmVkaXQYAiABKA0iHQoLTGVhc2VDcmVkaXQSDgoGY3JlZGl0GAEgASgNIoUCCg1MZWFzZVJlc3BvbnNlEiwKBm9wZW5lZBgBIAEoCzIaLnN3aXRjaHlhcmQudjEuTGVhc2VPcGVuZWRIABIyCgpkZWxpdmVyaWVzGAIgASgLMhwuc3dpdGNoeWFyZC52MS5EZWxpdmVyeUJhdGNoSAASLQoJaGVhcnRiZWF0GAMgASgLMhguc3dpdGNoeWFyZC52MS5IZWFydGJlYXRIABI0Cg1zZXR0bGVfcmVzdWx0GAQgASgLMhsuc3dpdGNoeWFyZC52MS5TZXR0bGVSZXN1bHRIABIlCgVkcmFpbhgFIAEoCzIULnN3aXRjaHlhcmQudjEuRHJhaW5IAEIGCgRraW5kIpABCgtMZWFzZU9wZW5lZBINCgVxdWV1ZRgBIAEoCRImCgRtb2RlGAIgASgOMhguc3dpdGNoeWFyZC52MS5RdWV1ZU1vZGUSNQoSaGVhcnRiZWF0X2ludGVydmFsGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhMKC2Fja19iYXRjaGVzGAQgASgIIjwKDURlbGl2ZXJ5QmF0Y2gSKwoKZGVsaXZlcmllcxgBIAMoCzIXLnN3aXRjaHlhcmQudjEuRGVsaXZlcnkiiwIKCERlbGl2ZXJ5EhMKC2xlYXNlX3Rva2VuGAEgASgJEg0KBWZlbmNlGAIgASgEEgoKAmlkGAMgASgJEg8KB3BheWxvYWQYBCABKAwSNQoHaGVhZGVycxgFIAMoCzIkLnN3aXRjaHlhcmQudjEuRGVsaXZlcnkuSGVhZGVyc0VudHJ5EjAKDGVucXVldWVfdGltZRgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFgoOZGVsaXZlcnlfY291bnQYByABKA0SDQoFcXVldWUYCCABKAkaLgoMSGVhZGVyc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiPAoJSGVhcnRiZWF0Ei8KC3NlcnZlcl90aW1lGAEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCIxCgVEcmFpbhIoCgVncmFjZRgBIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJzCgxTZXR0bGVSZXN1bHQSEwoLbGVhc2VfdG9rZW4YASABKAkSDAoEY29kZRgCIAEoBRIPCgdtZXNzYWdlGAMgASgJEi8KC2V4cGlyZV90aW1lGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKRAQoKQWNrUmVxdWVzdBITCgtsZWFzZV90b2tlbhgBIAEoCRIrCgdyZXBsaWVzGAIgAygLMhouc3dpdGNoeWFyZC52MS5FbnF1ZXVlSXRlbRITCgtyZXBseV9xdWV1ZRgDIAEoCRIsCglyZXBseV90dGwYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iIAoLQWNrUmVzcG9uc2USEQoJcmVwbHlfaWRzGAEgAygJIiMKDFJldHJ5UmVxdWVzdBITCgtsZWFzZV90b2tlbhgBIAEoCSImCg1SZXRyeVJlc3BvbnNlEhUKDWRlYWRfbGV0dGVyZWQYASABKAgiIgoLRHJvcFJlcXVlc3QSEwoLbGVhc2VfdG9rZW4YASABKAkiDgoMRHJvcFJlc3BvbnNlIikKEkV4dGVuZExlYXNlUmVxdWVzdBITCgtsZWFzZV90b2tlbhgBIAEoCSJGChNFeHRlbmRMZWFzZVJlc3BvbnNlEi8KC2V4cGlyZV90aW1lGAEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKnAQoIRW52ZWxvcGUSCgoCaWQYASABKAkSDwoHcGF5bG9hZBgCIAEoDBI1CgdoZWFkZXJzGAMgAygLMiQuc3dpdGNoeWFyZC52MS5FbnZlbG9wZS5IZWFkZXJzRW50cnkSFwoPZW5xdWV1ZV90aW1lX21zGAQgASgDGi4KDEhlYWRlcnNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBKlcKCVF1ZXVlTW9kZRIaChZRVUVVRV9NT0RFX1VOU1BFQ0lGSUVEEAASFQoRUVVFVUVfTU9ERV9TSU1QTEUQARIXChNRVUVVRV9NT0RFX1JFTElBQkxFEAIqWQoJUXVldWVMaXN0EhoKFlFVRVVFX0xJU1RfVU5TUEVDSUZJRUQQABIUChBRVUVVRV9MSVNUX1JFQURZEAESGgoWUVVFVUVfTElTVF9ERUFEX0xFVFRFUhACMrcKCgxRdWV1ZVNlcnZpY2USVAoLQ3JlYXRlUXVldWUSIS5zd2l0Y2h5YXJkLnYxLkNyZWF0ZVF1ZXVlUmVxdWVzdBoiLnN3aXRjaHlhcmQudjEuQ3JlYXRlUXVldWVSZXNwb25zZRJLCghHZXRRdWV1ZRIeLnN3aXRjaHlhcmQudjEuR2V0UXVldWVSZXF1ZXN0Gh8uc3dpdGNoeWFyZC52MS5HZXRRdWV1ZVJlc3BvbnNlElEKCkxpc3RRdWV1ZXMSIC5zd2l0Y2h5YXJkLnYxLkxpc3RRdWV1ZXNSZXF1ZXN0GiEuc3dpdGNoeWFyZC52MS5MaXN0UXVldWVzUmVzcG9uc2USVAoLRGVsZXRlUXVldWUSIS5zd2l0Y2h5YXJkLnYxLkRlbGV0ZVF1ZXVlUmVxdWVzdBoiLnN3aXRjaHlhcmQudjEuRGVsZXRlUXVldWVSZXNwb25zZRJaCg1HZXRRdWV1ZVN0YXRzEiMuc3dpdGNoeWFyZC52MS5HZXRRdWV1ZVN0YXRzUmVxdWVzdBokLnN3aXRjaHlhcmQudjEuR2V0UXVldWVTdGF0c1Jlc3BvbnNlEk4KCVBlZWtRdWV1ZRIfLnN3aXRjaHlhcmQudjEuUGVla1F1ZXVlUmVxdWVzdBogLnN3aXRjaHlhcmQudjEuUGVla1F1ZXVlUmVzcG9uc2USUQoKUHVyZ2VRdWV1ZRIgLnN3aXRjaHlhcmQudjEuUHVyZ2VRdWV1ZVJlcXVlc3QaIS5zd2l0Y2h5YXJkLnYxLlB1cmdlUXVldWVSZXNwb25zZRJpChJSZXF1ZXVlRGVhZExldHRlcnMSKC5zd2l0Y2h5YXJkLnYxLlJlcXVldWVEZWFkTGV0dGVyc1JlcXVlc3QaKS5zd2l0Y2h5YXJkLnYxLlJlcXVldWVEZWFkTGV0dGVyc1Jlc3BvbnNlEmYKEURlbGV0ZURlYWRMZXR0ZXJzEicuc3dpdGNoeWFyZC52MS5EZWxldGVEZWFkTGV0dGVyc1JlcXVlc3QaKC5zd2l0Y2h5YXJkLnYxLkRlbGV0ZURlYWRMZXR0ZXJzUmVzcG9uc2USSAoHRW5xdWV1ZRIdLnN3aXRjaHlhcmQudjEuRW5xdWV1ZVJlcXVlc3QaHi5zd2l0Y2h5YXJkLnYxLkVucXVldWVSZXNwb25zZRJeCg1FbnF1ZXVlU3RyZWFtEiMuc3dpdGNoeWFyZC52MS5FbnF1ZXVlU3RyZWFtUmVxdWVzdBokLnN3aXRjaHlhcmQudjEuRW5xdWV1ZVN0cmVhbVJlc3BvbnNlKAEwARJGCgVMZWFzZRIbLnN3aXRjaHlhcmQudjEuTGVhc2VSZXF1ZXN0Ghwuc3dpdGNoeWFyZC52MS5MZWFzZVJlc3BvbnNlKAEwARI8CgNBY2sSGS5zd2l0Y2h5YXJkLnYxLkFja1JlcXVlc3QaGi5zd2l0Y2h5YXJkLnYxLkFja1Jlc3BvbnNlEkIKBVJldHJ5Ehsuc3dpdGNoeWFyZC52MS5SZXRyeVJlcXVlc3QaHC5zd2l0Y2h5YXJkLnYxLlJldHJ5UmVzcG9uc2USPwoERHJvcBIaLnN3aXRjaHlhcmQudjEuRHJvcFJlcXVlc3QaGy5zd2l0Y2h5YXJkLnYxLkRyb3BSZXNwb25zZRJUCgtFeHRlbmRMZWFzZRIhLnN3aXRjaHlhcmQudjEuRXh0ZW5kTGVhc2VSZXF1ZXN0GiIuc3dpdGNoeWFyZC52MS5FeHRlbmRMZWFzZVJlc3BvbnNlYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * A queue declaration.
@@ -693,6 +693,72 @@ export const EnqueueResponseSchema: GenMessage<EnqueueResponse> = /*@__PURE__*/
   messageDesc(file_switchyard_v1_queue, 23);
 
 /**
+ * One Enqueue call on an EnqueueStream.
+ *
+ * @generated from message switchyard.v1.EnqueueStreamRequest
+ */
+export type EnqueueStreamRequest = Message<"switchyard.v1.EnqueueStreamRequest"> & {
+  /**
+   * Chosen by the client to match the response; unique among its requests in flight.
+   *
+   * @generated from field: uint32 id = 1;
+   */
+  id: number;
+
+  /**
+   * @generated from field: switchyard.v1.EnqueueRequest request = 2;
+   */
+  request?: EnqueueRequest | undefined;
+};
+
+/**
+ * Describes the message switchyard.v1.EnqueueStreamRequest.
+ * Use `create(EnqueueStreamRequestSchema)` to create a new message.
+ */
+export const EnqueueStreamRequestSchema: GenMessage<EnqueueStreamRequest> = /*@__PURE__*/
+  messageDesc(file_switchyard_v1_queue, 24);
+
+/**
+ * The answer to the EnqueueStreamRequest with the same id.
+ *
+ * @generated from message switchyard.v1.EnqueueStreamResponse
+ */
+export type EnqueueStreamResponse = Message<"switchyard.v1.EnqueueStreamResponse"> & {
+  /**
+   * @generated from field: uint32 id = 1;
+   */
+  id: number;
+
+  /**
+   * The status a unary Enqueue would have ended with (google.rpc.Code; 0 is OK).
+   *
+   * @generated from field: int32 code = 2;
+   */
+  code: number;
+
+  /**
+   * What to fix, when code is not OK.
+   *
+   * @generated from field: string message = 3;
+   */
+  message: string;
+
+  /**
+   * When OK: one id per item, in request order.
+   *
+   * @generated from field: repeated string ids = 4;
+   */
+  ids: string[];
+};
+
+/**
+ * Describes the message switchyard.v1.EnqueueStreamResponse.
+ * Use `create(EnqueueStreamResponseSchema)` to create a new message.
+ */
+export const EnqueueStreamResponseSchema: GenMessage<EnqueueStreamResponse> = /*@__PURE__*/
+  messageDesc(file_switchyard_v1_queue, 25);
+
+/**
  * A message from the worker on a Lease stream.
  *
  * @generated from message switchyard.v1.LeaseRequest
@@ -757,7 +823,7 @@ export type LeaseRequest = Message<"switchyard.v1.LeaseRequest"> & {
  * Use `create(LeaseRequestSchema)` to create a new message.
  */
 export const LeaseRequestSchema: GenMessage<LeaseRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 24);
+  messageDesc(file_switchyard_v1_queue, 26);
 
 /**
  * Acknowledges deliveries, as one ack (without replies) per token would, in
@@ -779,7 +845,7 @@ export type LeaseAckBatch = Message<"switchyard.v1.LeaseAckBatch"> & {
  * Use `create(LeaseAckBatchSchema)` to create a new message.
  */
 export const LeaseAckBatchSchema: GenMessage<LeaseAckBatch> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 25);
+  messageDesc(file_switchyard_v1_queue, 27);
 
 /**
  * @generated from message switchyard.v1.LeaseOpen
@@ -803,7 +869,7 @@ export type LeaseOpen = Message<"switchyard.v1.LeaseOpen"> & {
  * Use `create(LeaseOpenSchema)` to create a new message.
  */
 export const LeaseOpenSchema: GenMessage<LeaseOpen> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 26);
+  messageDesc(file_switchyard_v1_queue, 28);
 
 /**
  * @generated from message switchyard.v1.LeaseCredit
@@ -822,7 +888,7 @@ export type LeaseCredit = Message<"switchyard.v1.LeaseCredit"> & {
  * Use `create(LeaseCreditSchema)` to create a new message.
  */
 export const LeaseCreditSchema: GenMessage<LeaseCredit> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 27);
+  messageDesc(file_switchyard_v1_queue, 29);
 
 /**
  * A message from the server on a Lease stream.
@@ -882,7 +948,7 @@ export type LeaseResponse = Message<"switchyard.v1.LeaseResponse"> & {
  * Use `create(LeaseResponseSchema)` to create a new message.
  */
 export const LeaseResponseSchema: GenMessage<LeaseResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 28);
+  messageDesc(file_switchyard_v1_queue, 30);
 
 /**
  * @generated from message switchyard.v1.LeaseOpened
@@ -917,7 +983,7 @@ export type LeaseOpened = Message<"switchyard.v1.LeaseOpened"> & {
  * Use `create(LeaseOpenedSchema)` to create a new message.
  */
 export const LeaseOpenedSchema: GenMessage<LeaseOpened> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 29);
+  messageDesc(file_switchyard_v1_queue, 31);
 
 /**
  * @generated from message switchyard.v1.DeliveryBatch
@@ -934,7 +1000,7 @@ export type DeliveryBatch = Message<"switchyard.v1.DeliveryBatch"> & {
  * Use `create(DeliveryBatchSchema)` to create a new message.
  */
 export const DeliveryBatchSchema: GenMessage<DeliveryBatch> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 30);
+  messageDesc(file_switchyard_v1_queue, 32);
 
 /**
  * One leased item.
@@ -998,7 +1064,7 @@ export type Delivery = Message<"switchyard.v1.Delivery"> & {
  * Use `create(DeliverySchema)` to create a new message.
  */
 export const DeliverySchema: GenMessage<Delivery> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 31);
+  messageDesc(file_switchyard_v1_queue, 33);
 
 /**
  * @generated from message switchyard.v1.Heartbeat
@@ -1015,7 +1081,7 @@ export type Heartbeat = Message<"switchyard.v1.Heartbeat"> & {
  * Use `create(HeartbeatSchema)` to create a new message.
  */
 export const HeartbeatSchema: GenMessage<Heartbeat> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 32);
+  messageDesc(file_switchyard_v1_queue, 34);
 
 /**
  * @generated from message switchyard.v1.Drain
@@ -1034,7 +1100,7 @@ export type Drain = Message<"switchyard.v1.Drain"> & {
  * Use `create(DrainSchema)` to create a new message.
  */
 export const DrainSchema: GenMessage<Drain> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 33);
+  messageDesc(file_switchyard_v1_queue, 35);
 
 /**
  * @generated from message switchyard.v1.SettleResult
@@ -1070,7 +1136,7 @@ export type SettleResult = Message<"switchyard.v1.SettleResult"> & {
  * Use `create(SettleResultSchema)` to create a new message.
  */
 export const SettleResultSchema: GenMessage<SettleResult> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 34);
+  messageDesc(file_switchyard_v1_queue, 36);
 
 /**
  * @generated from message switchyard.v1.AckRequest
@@ -1106,7 +1172,7 @@ export type AckRequest = Message<"switchyard.v1.AckRequest"> & {
  * Use `create(AckRequestSchema)` to create a new message.
  */
 export const AckRequestSchema: GenMessage<AckRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 35);
+  messageDesc(file_switchyard_v1_queue, 37);
 
 /**
  * @generated from message switchyard.v1.AckResponse
@@ -1125,7 +1191,7 @@ export type AckResponse = Message<"switchyard.v1.AckResponse"> & {
  * Use `create(AckResponseSchema)` to create a new message.
  */
 export const AckResponseSchema: GenMessage<AckResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 36);
+  messageDesc(file_switchyard_v1_queue, 38);
 
 /**
  * @generated from message switchyard.v1.RetryRequest
@@ -1142,7 +1208,7 @@ export type RetryRequest = Message<"switchyard.v1.RetryRequest"> & {
  * Use `create(RetryRequestSchema)` to create a new message.
  */
 export const RetryRequestSchema: GenMessage<RetryRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 37);
+  messageDesc(file_switchyard_v1_queue, 39);
 
 /**
  * @generated from message switchyard.v1.RetryResponse
@@ -1161,7 +1227,7 @@ export type RetryResponse = Message<"switchyard.v1.RetryResponse"> & {
  * Use `create(RetryResponseSchema)` to create a new message.
  */
 export const RetryResponseSchema: GenMessage<RetryResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 38);
+  messageDesc(file_switchyard_v1_queue, 40);
 
 /**
  * @generated from message switchyard.v1.DropRequest
@@ -1178,7 +1244,7 @@ export type DropRequest = Message<"switchyard.v1.DropRequest"> & {
  * Use `create(DropRequestSchema)` to create a new message.
  */
 export const DropRequestSchema: GenMessage<DropRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 39);
+  messageDesc(file_switchyard_v1_queue, 41);
 
 /**
  * @generated from message switchyard.v1.DropResponse
@@ -1191,7 +1257,7 @@ export type DropResponse = Message<"switchyard.v1.DropResponse"> & {
  * Use `create(DropResponseSchema)` to create a new message.
  */
 export const DropResponseSchema: GenMessage<DropResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 40);
+  messageDesc(file_switchyard_v1_queue, 42);
 
 /**
  * @generated from message switchyard.v1.ExtendLeaseRequest
@@ -1208,7 +1274,7 @@ export type ExtendLeaseRequest = Message<"switchyard.v1.ExtendLeaseRequest"> & {
  * Use `create(ExtendLeaseRequestSchema)` to create a new message.
  */
 export const ExtendLeaseRequestSchema: GenMessage<ExtendLeaseRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 41);
+  messageDesc(file_switchyard_v1_queue, 43);
 
 /**
  * @generated from message switchyard.v1.ExtendLeaseResponse
@@ -1227,7 +1293,7 @@ export type ExtendLeaseResponse = Message<"switchyard.v1.ExtendLeaseResponse"> &
  * Use `create(ExtendLeaseResponseSchema)` to create a new message.
  */
 export const ExtendLeaseResponseSchema: GenMessage<ExtendLeaseResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 42);
+  messageDesc(file_switchyard_v1_queue, 44);
 
 /**
  * How Switchyard stores an item it enqueued: the bytes "SYE1" followed by this
@@ -1264,7 +1330,7 @@ export type Envelope = Message<"switchyard.v1.Envelope"> & {
  * Use `create(EnvelopeSchema)` to create a new message.
  */
 export const EnvelopeSchema: GenMessage<Envelope> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 43);
+  messageDesc(file_switchyard_v1_queue, 45);
 
 /**
  * How items leave a queue.
@@ -1445,6 +1511,23 @@ export const QueueService: GenService<{
     methodKind: "unary";
     input: typeof EnqueueRequestSchema;
     output: typeof EnqueueResponseSchema;
+  },
+  /**
+   * Enqueue calls over one long-lived stream, for producers that enqueue often:
+   * a unary call pays for its HTTP/2 headers and trailers, a message on an
+   * open stream does not. Each request is answered by one response with the
+   * same id, in any order; a request that fails gets its own status there and
+   * the stream goes on. The stream ends with OK after the client half-closes
+   * (or the server drains) and every request it read is answered: a request
+   * still unanswered when the stream ends with OK was never read, and may be
+   * sent again. A malformed message ends the stream with INVALID_ARGUMENT.
+   *
+   * @generated from rpc switchyard.v1.QueueService.EnqueueStream
+   */
+  enqueueStream: {
+    methodKind: "bidi_streaming";
+    input: typeof EnqueueStreamRequestSchema;
+    output: typeof EnqueueStreamResponseSchema;
   },
   /**
    * Leases items to a worker. The first message must be `open`; the server

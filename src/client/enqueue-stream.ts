@@ -1,0 +1,156 @@
+/**
+ * The client's side of EnqueueStream (see queue.proto): enqueue() calls go as
+ * messages on one stream, opened on first use, instead of one unary call each.
+ * A message on an open stream costs a fraction of a unary call on both sides
+ * (issue #4, bench rows 2 and 5).
+ *
+ * How requests end:
+ * - answered: with their ids, or their own status (as a unary call's error);
+ * - the stream ends with OK (the server drained): what is unanswered was never
+ *   read, so it is sent again on a new stream;
+ * - the stream fails (the connection lost, say): what is unanswered fails with
+ *   that status, as a unary call cut off would (the items may have been written);
+ * - the server has no EnqueueStream (UNIMPLEMENTED: nothing was read): this and
+ *   every later request goes by unary Enqueue;
+ * - no answer within `timeoutMs`: DEADLINE_EXCEEDED, like a unary deadline.
+ *
+ * The stream is half-closed after `idleMs` without requests, so an idle client
+ * holds no call open and a process that forgot close() still exits.
+ */
+import * as grpc from "@grpc/grpc-js";
+import { create, type MessageInitShape } from "@bufbuild/protobuf";
+import {
+  EnqueueRequestSchema,
+  type EnqueueStreamRequest,
+  EnqueueStreamRequestSchema,
+  type EnqueueStreamResponse,
+} from "../gen/switchyard/v1/queue_pb.js";
+
+/** An Enqueue request, as the unary call takes it. */
+export type EnqueueInit = MessageInitShape<typeof EnqueueRequestSchema>;
+
+type Duplex = grpc.ClientDuplexStream<EnqueueStreamRequest, EnqueueStreamResponse>;
+
+interface Pending {
+  request: EnqueueInit;
+  sentMs: number;
+  ok(ids: string[]): void;
+  fail(err: grpc.ServiceError): void;
+}
+
+/** An error shaped like the ones grpc-js gives for a failed call. */
+export function serviceError(code: grpc.status, details: string): grpc.ServiceError {
+  return Object.assign(new Error(`${code} ${grpc.status[code]}: ${details}`), { code, details, metadata: new grpc.Metadata() });
+}
+
+export class EnqueueStream {
+  private stream?: Duplex;
+  /** Unanswered requests of the open stream, by id, oldest first. */
+  private pending = new Map<number, Pending>();
+  private nextId = 1;
+  private unsupported = false;
+  private closed = false;
+  private deadlineTimer?: NodeJS.Timeout;
+  private idleTimer?: NodeJS.Timeout;
+
+  constructor(
+    /** Opens a new EnqueueStream call. */
+    private readonly open: () => Duplex,
+    /** Sends one unary Enqueue (the fallback). */
+    private readonly unary: (request: EnqueueInit) => Promise<string[]>,
+    private readonly timeoutMs: number,
+    private readonly idleMs = 1000,
+  ) {}
+
+  /** Runs one Enqueue request; resolves to its ids. */
+  send(request: EnqueueInit): Promise<string[]> {
+    if (this.closed) return Promise.reject(serviceError(grpc.status.CANCELLED, "the client was closed"));
+    if (this.unsupported) return this.unary(request);
+    return new Promise((ok, fail) => this.write({ request, sentMs: Date.now(), ok, fail }));
+  }
+
+  /** Ends the stream; unanswered requests fail with CANCELLED. */
+  close(): void {
+    this.closed = true;
+    clearTimeout(this.idleTimer);
+    clearTimeout(this.deadlineTimer);
+    this.stream?.cancel();
+  }
+
+  private write(p: Pending): void {
+    const stream = (this.stream ??= this.start());
+    const id = this.nextId;
+    this.nextId = this.nextId >= 0xffffffff ? 1 : this.nextId + 1;
+    this.pending.set(id, p);
+    if (this.pending.size === 1) this.armDeadline();
+    clearTimeout(this.idleTimer);
+    this.idleTimer = undefined;
+    stream.write(create(EnqueueStreamRequestSchema, { id, request: p.request }));
+  }
+
+  private start(): Duplex {
+    const stream = this.open();
+    stream.on("data", (res: EnqueueStreamResponse) => this.answered(stream, res));
+    stream.on("error", () => undefined); // the status below says the same
+    stream.on("status", (status: grpc.StatusObject) => this.ended(stream, status));
+    return stream;
+  }
+
+  private answered(stream: Duplex, res: EnqueueStreamResponse): void {
+    if (stream !== this.stream) return;
+    const p = this.pending.get(res.id);
+    if (!p) return; // timed out already
+    this.pending.delete(res.id);
+    if (res.code === grpc.status.OK) p.ok(res.ids);
+    else p.fail(serviceError(res.code, res.message));
+    if (this.pending.size === 0) this.armIdle();
+  }
+
+  private ended(stream: Duplex, status: grpc.StatusObject): void {
+    if (stream !== this.stream) return;
+    this.stream = undefined;
+    clearTimeout(this.idleTimer);
+    const unanswered = [...this.pending.values()];
+    this.pending = new Map();
+    clearTimeout(this.deadlineTimer);
+    if (status.code === grpc.status.UNIMPLEMENTED && !this.closed) {
+      this.unsupported = true;
+      for (const p of unanswered) this.unary(p.request).then(p.ok, p.fail);
+    } else if (status.code === grpc.status.OK && !this.closed) {
+      for (const p of unanswered) this.write(p);
+    } else {
+      const err = serviceError(status.code, status.details);
+      for (const p of unanswered) p.fail(err);
+    }
+  }
+
+  /** Fails requests older than the timeout; runs again for the oldest left. */
+  private armDeadline(): void {
+    clearTimeout(this.deadlineTimer);
+    const oldest = this.pending.values().next().value;
+    if (!oldest) return;
+    this.deadlineTimer = setTimeout(() => {
+      const now = Date.now();
+      for (const [id, p] of this.pending) {
+        if (now - p.sentMs < this.timeoutMs) break;
+        this.pending.delete(id);
+        p.fail(serviceError(grpc.status.DEADLINE_EXCEEDED, `no answer to Enqueue within ${this.timeoutMs} ms`));
+      }
+      if (this.pending.size > 0) this.armDeadline();
+      else this.armIdle();
+    }, Math.max(0, oldest.sentMs + this.timeoutMs - Date.now()));
+    this.deadlineTimer.unref();
+  }
+
+  /** Half-closes the stream after `idleMs` with nothing unanswered. */
+  private armIdle(): void {
+    clearTimeout(this.idleTimer);
+    this.idleTimer = setTimeout(() => {
+      if (this.pending.size > 0 || !this.stream) return;
+      // Nothing is unanswered, so its end needs no handling: the next request opens a new stream.
+      this.stream.end();
+      this.stream = undefined;
+    }, this.idleMs);
+    this.idleTimer.unref();
+  }
+}
