@@ -214,19 +214,19 @@ describe("the TS client on EnqueueStream", () => {
     const client = new SwitchyardClient(other.address, { token: ADMIN });
     // Connections whose script waits for the paused writes: the server has read the request.
     const waitingScripts = async () =>
-      String(await redis.plain.call("CLIENT", "LIST"))
+      String(await redis.nodeFor("{orders}").call("CLIENT", "LIST"))
         .split("\n")
         .filter((line) => / flags=\S*b/.test(line) && / cmd=evalsha/.test(line)).length;
     try {
       await client.enqueue("{orders}", ["before"]);
       // Redis holds writes: "read" is read by the server and waits for Redis.
-      await redis.plain.call("CLIENT", "PAUSE", "5000", "WRITE");
+      await redis.nodeFor("{orders}").call("CLIENT", "PAUSE", "5000", "WRITE");
       const read = client.enqueue("{orders}", ["read"]);
       for (let i = 0; i < 500 && (await waitingScripts()) === 0; i++) await new Promise((r) => setImmediate(r));
       expect(await waitingScripts()).toBe(1);
       const stopping = other.stop(); // the drain starts now: the stream reads nothing more
       const unread = client.enqueue("{orders}", ["unread"]);
-      await redis.plain.call("CLIENT", "UNPAUSE");
+      await redis.nodeFor("{orders}").call("CLIENT", "UNPAUSE");
       expect(await read).toHaveLength(1);
       // The stream ended with OK and "unread" unanswered: sent again, to an instance that takes no more.
       await expect(unread).rejects.toMatchObject({ code: grpc.status.UNAVAILABLE });
@@ -276,10 +276,10 @@ describe("the TS client on EnqueueStream", () => {
     closers.push(() => client.close());
     expect(await client.enqueue("{orders}", ["first"])).toHaveLength(1);
     // Redis holds every write for 1 s: the server cannot answer within the client's 300 ms.
-    await redis.plain.call("CLIENT", "PAUSE", "1000", "WRITE");
+    await redis.nodeFor("{orders}").call("CLIENT", "PAUSE", "1000", "WRITE");
     const waiting = client.enqueue("{orders}", ["held"]);
     await expect(waiting).rejects.toMatchObject({ code: grpc.status.DEADLINE_EXCEEDED, details: "no answer to Enqueue within 300 ms" });
-    await redis.plain.call("CLIENT", "UNPAUSE");
+    await redis.nodeFor("{orders}").call("CLIENT", "UNPAUSE");
     // The same stream goes on; the late request was written after all, as a unary call past its deadline may be.
     expect(await client.enqueue("{orders}", ["next"])).toHaveLength(1);
     const payloads = (await admin.peekQueue("{orders}", QueueList.READY, 10)).items.map((i) => text(i.payload));
