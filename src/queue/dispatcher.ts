@@ -105,7 +105,9 @@ export class QueueDispatcher {
           const taken = await this.take(want);
           failures = 0;
           if (taken.length > 0) this.distribute(taken);
-          else await this.waitForItems();
+          // Fewer than asked for: the queue was empty after them, so wait rather than ask again
+          // (at a trickle that saves a lease call per item; an item pushed meanwhile still wakes it).
+          if (taken.length < want) await this.waitForItems();
         } catch (err) {
           if (this.closed) break;
           failures++;
