@@ -9,7 +9,6 @@ import {
   type AckResponse,
   type Delivery,
   type EnqueueItem,
-  EnqueueItemSchema,
   type ExtendLeaseResponse,
   type LeaseOpened,
   type LeaseRequest,
@@ -38,7 +37,8 @@ import {
 } from "../gen/switchyard/v1/cron_pb.js";
 import { AuditService, type ListAuditLogsResponse } from "../gen/switchyard/v1/audit_pb.js";
 import { AuthService, type GetCallerResponse } from "../gen/switchyard/v1/auth_pb.js";
-import { clientConstructor } from "../grpc/adapter.js";
+import { clientConstructor, PreEncoded } from "../grpc/adapter.js";
+import { encodeEnqueueRequest, type EnqueueRequestFields } from "../grpc/enqueue-wire.js";
 import { EnqueueBatcher } from "./enqueue-batcher.js";
 
 /** Something to enqueue: bytes, a string (UTF-8), or an item with headers. */
@@ -82,11 +82,15 @@ type Unary = (req: unknown, meta: grpc.Metadata, opts: grpc.CallOptions, cb: (er
 
 const utf8 = new TextEncoder();
 
+/** The EnqueueItem create(EnqueueItemSchema, …) would make, without its generic walk over the fields. */
+function item(payload: Uint8Array, headers?: Record<string, string> | null): EnqueueItem {
+  return { $typeName: "switchyard.v1.EnqueueItem", payload, headers: headers ?? {} };
+}
+
 function toItem(input: ItemInput): EnqueueItem {
-  if (typeof input === "string") return create(EnqueueItemSchema, { payload: utf8.encode(input) });
-  if (input instanceof Uint8Array) return create(EnqueueItemSchema, { payload: input });
-  const payload = typeof input.payload === "string" ? utf8.encode(input.payload) : input.payload;
-  return create(EnqueueItemSchema, { payload, headers: input.headers ?? {} });
+  if (typeof input === "string") return item(utf8.encode(input));
+  if (input instanceof Uint8Array) return item(input);
+  return item(typeof input.payload === "string" ? utf8.encode(input.payload) : input.payload, input.headers);
 }
 
 function replyFields(reply?: Reply) {
@@ -118,15 +122,15 @@ export class SwitchyardClient {
     this.authGrpc = new (clientConstructor(AuthService))(address, credentials, clientOptions);
     this.timeoutMs = options.timeoutMs ?? 30_000;
     if (options.coalesceEnqueues ?? true) {
-      this.enqueues = new EnqueueBatcher(async (queue, items, ttlMs) =>
-        (await this.call<{ ids: string[] }>("enqueue", { queue, items, ttl: ttlMs ? durationFromMs(ttlMs) : undefined })).ids,
+      this.enqueues = new EnqueueBatcher((queue, items, ttlMs) =>
+        this.sendEnqueue({ queue, items, ttl: ttlMs ? durationFromMs(ttlMs) : undefined }),
       );
     }
   }
 
   private send<Res>(client: grpc.Client, input: DescMessage, method: string, request: object): Promise<Res> {
     const fn = (client as unknown as Record<string, Unary>)[method].bind(client);
-    const message = create(input, request as Record<string, unknown>);
+    const message = request instanceof PreEncoded ? request : create(input, request as Record<string, unknown>);
     return new Promise((ok, fail) =>
       fn(message, new grpc.Metadata(), { deadline: Date.now() + this.timeoutMs }, (err, res) => (err ? fail(err) : ok(res as Res))),
     );
@@ -202,8 +206,25 @@ export class SwitchyardClient {
     if (this.enqueues && !options.minReplicas) return this.enqueues.enqueue(queue, items.map(toItem), options.ttlMs ?? 0);
     const ttl = options.ttlMs ? durationFromMs(options.ttlMs) : undefined;
     const replicaTimeout = options.replicaTimeoutMs ? durationFromMs(options.replicaTimeoutMs) : undefined;
-    const request = { queue, items: items.map(toItem), ttl, minReplicas: options.minReplicas ?? 0, replicaTimeout };
-    return (await this.call<{ ids: string[] }>("enqueue", request)).ids;
+    return this.sendEnqueue({ queue, items: items.map(toItem), ttl, minReplicas: options.minReplicas ?? 0, replicaTimeout });
+  }
+
+  /**
+   * One Enqueue RPC; resolves to the ids. The request is written here rather
+   * than by the adapter's serializer because grpc-js keeps what it is given
+   * until the call ends, and bytes cost the garbage collector nothing where a
+   * thousand item objects cost it a copy at every collection meanwhile. A
+   * request the encoder refuses goes to grpc-js as it is, whose serializer
+   * then fails the call as it always did (INTERNAL, serialization failure).
+   */
+  private sendEnqueue(request: EnqueueRequestFields): Promise<string[]> {
+    let message: object;
+    try {
+      message = new PreEncoded(encodeEnqueueRequest(request));
+    } catch {
+      message = request;
+    }
+    return this.call<{ ids: string[] }>("enqueue", message).then((r) => r.ids);
   }
 
   ack(leaseToken: string, reply?: Reply): Promise<AckResponse> {

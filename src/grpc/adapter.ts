@@ -4,6 +4,13 @@
  */
 import * as grpc from "@grpc/grpc-js";
 import { fromBinary, toBinary, type DescMessage, type DescMethod, type DescService } from "@bufbuild/protobuf";
+import { EnqueueRequestSchema, EnqueueResponseSchema } from "../gen/switchyard/v1/queue_pb.js";
+import {
+  decodeEnqueueRequest,
+  decodeEnqueueResponse,
+  encodeEnqueueRequest,
+  encodeEnqueueResponse,
+} from "./enqueue-wire.js";
 
 /**
  * What the deserializer hands on instead of throwing: grpc-js would turn a
@@ -24,18 +31,41 @@ export class PreEncoded {
   constructor(readonly bytes: Buffer) {}
 }
 
+/** How one message type goes to and from the wire. */
+interface Codec {
+  encode(message: never): Uint8Array;
+  decode(bytes: Uint8Array): unknown;
+}
+
+/**
+ * Codecs written by hand for the messages of hot paths (see enqueue-wire.ts),
+ * used wherever those messages are sent or read, in place of protobuf-es'
+ * generic toBinary and fromBinary: they write the same bytes, and accept and
+ * return the same messages.
+ */
+const handWritten = new Map<string, Codec>([
+  [EnqueueRequestSchema.typeName, { encode: encodeEnqueueRequest, decode: decodeEnqueueRequest }],
+  [EnqueueResponseSchema.typeName, { encode: encodeEnqueueResponse, decode: decodeEnqueueResponse }],
+]);
+
+function codec(schema: DescMessage): Codec {
+  return handWritten.get(schema.typeName) ?? { encode: (message) => toBinary(schema, message), decode: (bytes) => fromBinary(schema, bytes) };
+}
+
 function serializer(schema: DescMessage) {
+  const { encode } = codec(schema);
   return (message: unknown): Buffer => {
     if (message instanceof PreEncoded) return message.bytes;
-    const bytes = toBinary(schema, message as never);
-    return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+    const bytes = encode(message as never);
+    return Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   };
 }
 
 function lenientDeserializer(schema: DescMessage) {
+  const { decode } = codec(schema);
   return (bytes: Buffer): unknown => {
     try {
-      return fromBinary(schema, bytes);
+      return decode(bytes);
     } catch (err) {
       return new MalformedMessage(schema.typeName, err instanceof Error ? err.message : String(err));
     }
@@ -43,7 +73,8 @@ function lenientDeserializer(schema: DescMessage) {
 }
 
 function strictDeserializer(schema: DescMessage) {
-  return (bytes: Buffer): unknown => fromBinary(schema, bytes);
+  const { decode } = codec(schema);
+  return (bytes: Buffer): unknown => decode(bytes);
 }
 
 function methodDefinition(method: DescMethod, typeName: string): grpc.MethodDefinition<unknown, unknown> {

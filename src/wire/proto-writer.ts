@@ -24,6 +24,18 @@ export const lenFieldSize = (bodySize: number) => 1 + varintSize(bodySize) + bod
 /** A varint field's size (fields 1–15): tag and value. */
 export const varintFieldSize = (n: number) => 1 + varintSize(n);
 
+const NO_KEYS: readonly string[] = [];
+
+/**
+ * The keys of a map field's record in the order protobuf-es writes its
+ * entries (Object.keys), without allocating for an empty record.
+ */
+export function mapKeys(record: Record<string, unknown>): readonly string[] {
+  // for-in sees every key Object.keys does (and inherited ones): if it sees none, there are none.
+  for (const _ in record) return Object.keys(record);
+  return NO_KEYS;
+}
+
 /** Writes fields 1–15 into a buffer measured beforehand. */
 export class ProtoWriter {
   pos = 0;

@@ -7,6 +7,7 @@ import { describe, expect, it } from "vitest";
 import { create, toBinary } from "@bufbuild/protobuf";
 import { EnvelopeSchema } from "../../src/gen/switchyard/v1/queue_pb.js";
 import { decodeItem, encodeItem, newItemId } from "../../src/queue/envelope.js";
+import { random, text } from "../helpers/random.js";
 
 function reference(id: string, payload: Uint8Array, headers: Record<string, string>, enqueueTimeMs: number): Buffer {
   const body = toBinary(EnvelopeSchema, create(EnvelopeSchema, { id, payload, headers, enqueueTimeMs: BigInt(enqueueTimeMs) }));
@@ -15,23 +16,6 @@ function reference(id: string, payload: Uint8Array, headers: Record<string, stri
 
 function expectSameBytes(id: string, payload: Uint8Array, headers: Record<string, string>, enqueueTimeMs: number): void {
   expect(encodeItem(id, payload, headers, enqueueTimeMs).toString("hex")).toBe(reference(id, payload, headers, enqueueTimeMs).toString("hex"));
-}
-
-/** A seeded generator (mulberry32), so a failure reproduces. */
-function random(seed: number): () => number {
-  return () => {
-    seed = (seed + 0x6d2b79f5) | 0;
-    let t = Math.imul(seed ^ (seed >>> 15), seed | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
-const alphabet = ["a", "Z", "0", "-", " ", "é", "ß", "中", "文", "😀", "\u0000", "\u007f", "\u0080", "\u07ff", "\u0800", "\uffff"];
-
-function text(next: () => number, maxLength: number): string {
-  const length = Math.floor(next() * (maxLength + 1));
-  return Array.from({ length }, () => alphabet[Math.floor(next() * alphabet.length)]).join("");
 }
 
 describe("encodeItem", () => {

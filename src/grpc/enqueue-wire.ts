@@ -1,0 +1,249 @@
+/**
+ * The wire forms of Enqueue, read and written by hand: every enqueued item
+ * passes through them on the client and on the server, and protobuf-es'
+ * generic create + toBinary and fromBinary build a message object (and a
+ * headers map) per item on each side (issue #4, bench row 6).
+ *
+ *   EnqueueRequest   1 queue  2 items: repeated EnqueueItem  3 ttl: Duration
+ *                    4 min_replicas  5 replica_timeout: Duration
+ *   EnqueueItem      1 payload  2 headers (map entries: 1 key, 2 value)
+ *   Duration         1 seconds (int64)  2 nanos (int32)
+ *   EnqueueResponse  1 ids: repeated string
+ *
+ * The encoders write exactly protobuf-es' bytes: fields in number order,
+ * fields at their default left out, each header an entry with its key and
+ * value, in Object.keys order. The decoders accept exactly what fromBinary accepts and return the same
+ * message, except that unknown fields are skipped rather than kept. To read
+ * alike they use protobuf-es' own BinaryReader the way fromBinary does: the
+ * field number alone decides how a field is read (its wire type is not
+ * checked), the last of a repeated scalar wins, a repeated message field
+ * merges, strings must be valid UTF-8, and a malformed input throws.
+ * test/grpc/enqueue-wire.test.ts compares them with protobuf-es on generated,
+ * mangled and truncated input.
+ */
+import { create, toBinary } from "@bufbuild/protobuf";
+import { BinaryReader, getTextEncoding } from "@bufbuild/protobuf/wire";
+import type { Duration } from "@bufbuild/protobuf/wkt";
+import {
+  type EnqueueItem,
+  type EnqueueRequest,
+  EnqueueRequestSchema,
+  type EnqueueResponse,
+} from "../gen/switchyard/v1/queue_pb.js";
+import { lenFieldSize, mapKeys, ProtoWriter } from "../wire/proto-writer.js";
+
+/**
+ * fromBinary's recursion limit: a message read at depth d may skip unknown
+ * groups nested up to this less d deep (the request is at depth 1, an item
+ * or a duration at 2).
+ */
+const RECURSION_LIMIT = 100;
+
+/** The one-byte tags of the fields every item has: (field << 3) | wire type LEN. */
+const ITEM_TAG = (2 << 3) | 2;
+const PAYLOAD_TAG = (1 << 3) | 2;
+const ID_TAG = (1 << 3) | 2;
+
+/**
+ * protobuf-es' reader with two shortcuts for what every item has, which
+ * spare the allocations of tag() (an array) and of string() (an array of
+ * char codes) and read the same.
+ */
+class Reader extends BinaryReader {
+  private readonly text: Buffer;
+
+  constructor(private readonly input: Uint8Array) {
+    super(input);
+    this.text = Buffer.from(input.buffer, input.byteOffset, input.byteLength);
+  }
+
+  /** Consumes the next tag when it is the single byte `tag` (a field 1–15); tag() would read the same. */
+  skipTag(tag: number): boolean {
+    if (this.input[this.pos] !== tag) return false;
+    this.pos++;
+    return true;
+  }
+
+  /** string(true): the same string, or the same error. */
+  strictString(): string {
+    const length = this.uint32();
+    const start = this.pos;
+    this.pos += length;
+    if (this.pos > this.len) throw new RangeError("premature EOF"); // as string() checks
+    for (let i = start; i < this.pos; i++) {
+      if (this.input[i] > 0x7f) return getTextEncoding().decodeUtf8(this.input.subarray(start, this.pos), true);
+    }
+    return this.text.toString("latin1", start, this.pos);
+  }
+
+  /** The end of the message whose length comes next. */
+  messageEnd(): number {
+    const length = this.uint32();
+    return this.pos + length;
+  }
+}
+
+/** Reads a Duration into `into` (a repeated message field merges) or a new one. */
+function readDuration(r: Reader, into: Duration | undefined): Duration {
+  const d: Duration = into ?? { $typeName: "google.protobuf.Duration", seconds: 0n, nanos: 0 };
+  const end = r.messageEnd();
+  while (r.pos < end) {
+    const [no, wireType] = r.tag();
+    if (no === 1) d.seconds = r.int64() as bigint;
+    else if (no === 2) d.nanos = r.int32();
+    else r.skip(wireType, no, RECURSION_LIMIT - 2);
+  }
+  return d;
+}
+
+/** Reads one map entry into `headers`: a missing key or value is "", a repeated key's last value wins. */
+function readHeader(r: Reader, headers: Record<string, string>): void {
+  let key = "";
+  let value = "";
+  const end = r.messageEnd();
+  while (r.pos < end) {
+    const [no, wireType] = r.tag();
+    if (no === 1) key = r.string(true);
+    else if (no === 2) value = r.string(true);
+    else r.skip(wireType, no, RECURSION_LIMIT - 2);
+  }
+  // "__proto__" is a header like any other, not the object's prototype.
+  if (key === "__proto__") Object.defineProperty(headers, key, { value, writable: true, enumerable: true, configurable: true });
+  else headers[key] = value;
+}
+
+function readItem(r: Reader): EnqueueItem {
+  let payload: Uint8Array | undefined;
+  const headers: Record<string, string> = {};
+  const end = r.messageEnd();
+  while (r.pos < end) {
+    if (r.skipTag(PAYLOAD_TAG)) {
+      payload = r.bytes();
+      continue;
+    }
+    const [no, wireType] = r.tag();
+    if (no === 1) payload = r.bytes();
+    else if (no === 2) readHeader(r, headers);
+    else r.skip(wireType, no, RECURSION_LIMIT - 2);
+  }
+  return { $typeName: "switchyard.v1.EnqueueItem", payload: payload ?? new Uint8Array(0), headers };
+}
+
+/**
+ * fromBinary(EnqueueRequestSchema, bytes), by hand: the same message, or the
+ * same kind of error. Payloads are views of `bytes`, as fromBinary's are.
+ */
+export function decodeEnqueueRequest(bytes: Uint8Array): EnqueueRequest {
+  const r = new Reader(bytes);
+  const request: EnqueueRequest = { $typeName: "switchyard.v1.EnqueueRequest", queue: "", items: [], minReplicas: 0 };
+  while (r.pos < bytes.byteLength) {
+    if (r.skipTag(ITEM_TAG)) {
+      request.items.push(readItem(r));
+      continue;
+    }
+    const [no, wireType] = r.tag();
+    switch (no) {
+      case 1:
+        request.queue = r.string(true);
+        break;
+      case 2:
+        request.items.push(readItem(r));
+        break;
+      case 3:
+        request.ttl = readDuration(r, request.ttl);
+        break;
+      case 4:
+        request.minReplicas = r.uint32();
+        break;
+      case 5:
+        request.replicaTimeout = readDuration(r, request.replicaTimeout);
+        break;
+      default:
+        r.skip(wireType, no, RECURSION_LIMIT - 1);
+    }
+  }
+  return request;
+}
+
+/** toBinary(EnqueueResponseSchema, response), by hand: the same bytes. */
+export function encodeEnqueueResponse({ ids }: { ids: readonly string[] }): Buffer {
+  const sizes = new Array<number>(ids.length);
+  let size = 0;
+  for (let i = 0; i < ids.length; i++) {
+    sizes[i] = Buffer.byteLength(ids[i]);
+    size += lenFieldSize(sizes[i]);
+  }
+  const w = new ProtoWriter(Buffer.allocUnsafe(size));
+  for (let i = 0; i < ids.length; i++) w.string(1, ids[i], sizes[i]);
+  return w.buf;
+}
+
+/** fromBinary(EnqueueResponseSchema, bytes), by hand: the same message, or the same kind of error. */
+export function decodeEnqueueResponse(bytes: Uint8Array): EnqueueResponse {
+  const r = new Reader(bytes);
+  const ids: string[] = [];
+  while (r.pos < bytes.byteLength) {
+    if (r.skipTag(ID_TAG)) {
+      ids.push(r.strictString());
+      continue;
+    }
+    const [no, wireType] = r.tag();
+    if (no === 1) ids.push(r.strictString());
+    else r.skip(wireType, no, RECURSION_LIMIT - 1);
+  }
+  return { $typeName: "switchyard.v1.EnqueueResponse", ids };
+}
+
+/** The fields of an EnqueueRequest to write; items need no $typeName. */
+export interface EnqueueRequestFields {
+  queue: string;
+  items: readonly { payload: Uint8Array; headers?: Record<string, string> }[];
+  ttl?: Duration;
+  minReplicas?: number;
+  replicaTimeout?: Duration;
+}
+
+/** toBinary(EnqueueRequestSchema, create(EnqueueRequestSchema, request)), by hand: the same bytes. */
+export function encodeEnqueueRequest(request: EnqueueRequestFields): Buffer {
+  const { queue, items, ttl, minReplicas, replicaTimeout } = request;
+  // The fields after the items are rare and small: protobuf-es writes them, range checks included.
+  const tail = ttl || minReplicas || replicaTimeout ? toBinary(EnqueueRequestSchema, create(EnqueueRequestSchema, { ttl, minReplicas, replicaTimeout })) : undefined;
+  const queueSize = Buffer.byteLength(queue);
+  const itemSizes = new Array<number>(items.length);
+  // Key bytes, value bytes and entry bytes of every header of every item, in writing order.
+  const headerSizes: number[] = [];
+  let size = (queueSize > 0 ? lenFieldSize(queueSize) : 0) + (tail?.byteLength ?? 0);
+  for (let i = 0; i < items.length; i++) {
+    const { payload, headers } = items[i];
+    let itemSize = payload.byteLength > 0 ? lenFieldSize(payload.byteLength) : 0;
+    if (headers) {
+      for (const key of mapKeys(headers)) {
+        const keySize = Buffer.byteLength(key);
+        const valueSize = Buffer.byteLength(headers[key]);
+        const entry = lenFieldSize(keySize) + lenFieldSize(valueSize);
+        headerSizes.push(keySize, valueSize, entry);
+        itemSize += lenFieldSize(entry);
+      }
+    }
+    itemSizes[i] = itemSize;
+    size += lenFieldSize(itemSize);
+  }
+  const w = new ProtoWriter(Buffer.allocUnsafe(size));
+  if (queueSize > 0) w.string(1, queue, queueSize);
+  let h = 0;
+  for (let i = 0; i < items.length; i++) {
+    const { payload, headers } = items[i];
+    w.len(2, itemSizes[i]);
+    if (payload.byteLength > 0) w.bytes(1, payload);
+    if (headers) {
+      for (const key of mapKeys(headers)) {
+        w.len(2, headerSizes[h + 2]);
+        w.string(1, key, headerSizes[h]);
+        w.string(2, headers[key], headerSizes[h + 1]);
+        h += 3;
+      }
+    }
+  }
+  if (tail) w.raw(tail);
+  return w.buf;
+}
