@@ -6,7 +6,9 @@
 import { randomBytes } from "node:crypto";
 import { fromBinary } from "@bufbuild/protobuf";
 import { EnvelopeSchema } from "../gen/switchyard/v1/queue_pb.js";
-import { lenFieldSize, ProtoWriter, varintFieldSize } from "../wire/proto-writer.js";
+import { BulkStrings } from "../redis/bulk-strings.js";
+import { lenFieldSize, mapKeys, ProtoWriter, varintFieldSize } from "../wire/proto-writer.js";
+import type { NewItem } from "./queues.js";
 
 const MAGIC = Buffer.from("SYE1");
 
@@ -30,6 +32,41 @@ export function newItemId(): string {
 
 
 /**
+ * Measures an item's stored form; pushes the key, value and entry bytes of
+ * each header onto `headerSizes` for write().
+ */
+function measure(idSize: number, payload: Uint8Array, headers: Record<string, string>, enqueueTimeMs: number, headerSizes: number[]): number {
+  if (!Number.isSafeInteger(enqueueTimeMs) || enqueueTimeMs < 0) throw new RangeError(`enqueue time ${enqueueTimeMs} is not a time in ms`);
+  let size = MAGIC.length;
+  if (idSize > 0) size += lenFieldSize(idSize);
+  if (payload.byteLength > 0) size += lenFieldSize(payload.byteLength);
+  for (const key of mapKeys(headers)) {
+    const keySize = Buffer.byteLength(key);
+    const valueSize = Buffer.byteLength(headers[key]);
+    const entry = lenFieldSize(keySize) + lenFieldSize(valueSize);
+    headerSizes.push(keySize, valueSize, entry);
+    size += lenFieldSize(entry);
+  }
+  if (enqueueTimeMs > 0) size += varintFieldSize(enqueueTimeMs);
+  return size;
+}
+
+/** Writes what measure() measured; `h` is where this item's header sizes start. Returns where the next item's start. */
+function write(w: ProtoWriter, id: string, idSize: number, payload: Uint8Array, headers: Record<string, string>, enqueueTimeMs: number, headerSizes: number[], h: number): number {
+  w.raw(MAGIC);
+  if (idSize > 0) w.string(1, id, idSize);
+  if (payload.byteLength > 0) w.bytes(2, payload);
+  for (const key of mapKeys(headers)) {
+    w.len(3, headerSizes[h + 2]); // a map entry: key 1, value 2
+    w.string(1, key, headerSizes[h]);
+    w.string(2, headers[key], headerSizes[h + 1]);
+    h += 3;
+  }
+  if (enqueueTimeMs > 0) w.uint(4, enqueueTimeMs);
+  return h;
+}
+
+/**
  * The stored form of an item: "SYE1" and the protobuf encoding of an
  * Envelope, written by hand because protobuf-es' generic writer cost several
  * times more per item on the enqueue path (bench/diagnostics/envelope-encoding.mjs).
@@ -38,34 +75,35 @@ export function newItemId(): string {
  * key (1) and value (2) always written, in `Object.keys` order.
  */
 export function encodeItem(id: string, payload: Uint8Array, headers: Record<string, string>, enqueueTimeMs: number): Buffer {
-  if (!Number.isSafeInteger(enqueueTimeMs) || enqueueTimeMs < 0) throw new RangeError(`enqueue time ${enqueueTimeMs} is not a time in ms`);
-  const idLength = Buffer.byteLength(id);
-  const keys = Object.keys(headers);
-  // Per header: key bytes, value bytes, entry bytes.
+  const idSize = Buffer.byteLength(id);
   const headerSizes: number[] = [];
-  let size = MAGIC.length;
-  if (idLength > 0) size += lenFieldSize(idLength);
-  if (payload.byteLength > 0) size += lenFieldSize(payload.byteLength);
-  for (const key of keys) {
-    const keyLength = Buffer.byteLength(key);
-    const valueLength = Buffer.byteLength(headers[key]);
-    const entry = lenFieldSize(keyLength) + lenFieldSize(valueLength);
-    headerSizes.push(keyLength, valueLength, entry);
-    size += lenFieldSize(entry);
-  }
-  if (enqueueTimeMs > 0) size += varintFieldSize(enqueueTimeMs);
-
-  const w = new ProtoWriter(Buffer.allocUnsafe(size));
-  w.raw(MAGIC);
-  if (idLength > 0) w.string(1, id, idLength);
-  if (payload.byteLength > 0) w.bytes(2, payload);
-  for (let i = 0; i < keys.length; i++) {
-    w.len(3, headerSizes[3 * i + 2]); // a map entry: key 1, value 2
-    w.string(1, keys[i], headerSizes[3 * i]);
-    w.string(2, headers[keys[i]], headerSizes[3 * i + 1]);
-  }
-  if (enqueueTimeMs > 0) w.uint(4, enqueueTimeMs);
+  const w = new ProtoWriter(Buffer.allocUnsafe(measure(idSize, payload, headers, enqueueTimeMs, headerSizes)));
+  write(w, id, idSize, payload, headers, enqueueTimeMs, headerSizes, 0);
   return w.buf;
+}
+
+/**
+ * The stored forms of items (encodeItem's bytes for each), framed for one
+ * Redis command in a single buffer: no allocation per item.
+ */
+export function encodeItems(ids: readonly string[], items: readonly NewItem[], enqueueTimeMs: number): BulkStrings {
+  const idSizes = new Array<number>(items.length);
+  const sizes = new Array<number>(items.length);
+  const headerSizes: number[] = [];
+  let total = 0;
+  for (let i = 0; i < items.length; i++) {
+    idSizes[i] = Buffer.byteLength(ids[i]);
+    sizes[i] = measure(idSizes[i], items[i].payload, items[i].headers ?? {}, enqueueTimeMs, headerSizes);
+    total += BulkStrings.framedSize(sizes[i]);
+  }
+  const w = new ProtoWriter(Buffer.allocUnsafe(total));
+  let h = 0;
+  for (let i = 0; i < items.length; i++) {
+    BulkStrings.begin(w, sizes[i]);
+    h = write(w, ids[i], idSizes[i], items[i].payload, items[i].headers ?? {}, enqueueTimeMs, headerSizes, h);
+    BulkStrings.end(w);
+  }
+  return new BulkStrings(w.buf, items.length);
 }
 
 /** Reads a stored value: an envelope when it is one, otherwise a raw payload. */

@@ -7,10 +7,11 @@ import { systemClock, type Clock } from "../clock.js";
 import type { Logger } from "../log.js";
 import { noMetrics, type Metrics } from "../metrics/hooks.js";
 import type { RedisConnection } from "../redis/connection.js";
+import type { BulkStrings } from "../redis/bulk-strings.js";
 import { pushItems, type DeadLetterAction, type SettleAction } from "../redis/scripts.js";
 import { keysOf, type QueueConfig } from "./declaration.js";
 import { QueueDispatcher, type DispatchOptions } from "./dispatcher.js";
-import { encodeItem, newItemId } from "./envelope.js";
+import { encodeItems, newItemId } from "./envelope.js";
 import { LeaseStream, type LeaseSink } from "./lease-stream.js";
 import { peekItems, type PeekList, type PeekedItem } from "./peek.js";
 import { purgeReady, settleDeadLetterSelection, type DeadLetterSelection } from "./admin.js";
@@ -98,7 +99,8 @@ export interface QueueStatsView {
 interface PreparedEnqueue {
   config: QueueConfig;
   ids: string[];
-  values: Buffer[];
+  /** The items' stored forms, framed for the push. */
+  values: BulkStrings;
   ttlMs: number;
 }
 
@@ -198,18 +200,17 @@ export class Queues {
     const config = await this.registry.get(queue);
     const now = this.clock.now();
     const ids = items.map(() => newItemId());
-    const values = items.map((item, i) => encodeItem(ids[i], item.payload, item.headers ?? {}, now));
-    return { config, ids, values, ttlMs };
+    return { config, ids, values: encodeItems(ids, items, now), ttlMs };
   }
 
   private async write(p: PreparedEnqueue, wait?: ReplicaWait): Promise<string[]> {
     if (!wait) {
       await this.pushes.push(p.config.name, Math.ceil(p.ttlMs), p.values);
-      this.metrics.items(p.config.name, "enqueued", p.values.length);
+      this.metrics.items(p.config.name, "enqueued", p.ids.length);
       return p.ids;
     }
-    const acked = await this.push(p.config.name, Math.ceil(p.ttlMs), p.values, wait);
-    this.metrics.items(p.config.name, "enqueued", p.values.length);
+    const acked = await this.push(p.config.name, Math.ceil(p.ttlMs), [p.values], wait);
+    this.metrics.items(p.config.name, "enqueued", p.ids.length);
     if (acked < wait.replicas) {
       throw new SwitchyardError(
         "unavailable",
@@ -414,8 +415,8 @@ export class Queues {
     return peekItems(this.redis.client, await this.registry.get(name), list, limit);
   }
 
-  /** push.lua for `queue`, and a waiting pump of this instance leases right behind it. */
-  private push(queue: string, ttlMs: number, values: Buffer[], wait?: ReplicaWait): Promise<number> {
+  /** Pushes onto `queue`, and a waiting pump of this instance leases right behind it. */
+  private push(queue: string, ttlMs: number, values: BulkStrings[], wait?: ReplicaWait): Promise<number> {
     const pushed = pushItems(this.redis.client, queue, ttlMs, values, wait);
     this.dispatchers.get(queue)?.pushed(); // after the push is sent, so the lease reaches Redis after it
     return pushed;

@@ -6,7 +6,8 @@
 import { describe, expect, it } from "vitest";
 import { create, toBinary } from "@bufbuild/protobuf";
 import { EnvelopeSchema } from "../../src/gen/switchyard/v1/queue_pb.js";
-import { decodeItem, encodeItem, newItemId } from "../../src/queue/envelope.js";
+import { decodeItem, encodeItem, encodeItems, newItemId } from "../../src/queue/envelope.js";
+import type { NewItem } from "../../src/queue/queues.js";
 import { random, text } from "../helpers/random.js";
 
 function reference(id: string, payload: Uint8Array, headers: Record<string, string>, enqueueTimeMs: number): Buffer {
@@ -84,5 +85,38 @@ describe("encodeItem", () => {
   it("refuses an enqueue time that is not a non-negative integer", () => {
     expect(() => encodeItem("id", Buffer.from("p"), {}, -1)).toThrow(RangeError);
     expect(() => encodeItem("id", Buffer.from("p"), {}, 1.5)).toThrow(RangeError);
+  });
+});
+
+describe("encodeItems", () => {
+  /** Splits RESP bulk strings ("$<size>\r\n<bytes>\r\n" each) back into values. */
+  function bulkStrings(bytes: Buffer): Buffer[] {
+    const values: Buffer[] = [];
+    let pos = 0;
+    while (pos < bytes.length) {
+      expect(String.fromCharCode(bytes[pos])).toBe("$");
+      const head = bytes.indexOf("\r\n", pos);
+      const size = Number(bytes.toString("latin1", pos + 1, head));
+      values.push(bytes.subarray(head + 2, head + 2 + size));
+      expect(bytes.toString("latin1", head + 2 + size, head + 4 + size)).toBe("\r\n");
+      pos = head + 4 + size;
+    }
+    return values;
+  }
+
+  it("frames each item's encodeItem bytes as a RESP bulk string, in order, in one buffer", () => {
+    const next = random(43);
+    for (let n = 0; n < 200; n++) {
+      const items: NewItem[] = Array.from({ length: Math.floor(next() * 20) }, () => ({
+        payload: Buffer.from(Array.from({ length: Math.floor(next() ** 3 * 20_000) }, () => Math.floor(next() * 256))),
+        headers: next() < 0.3 ? { [text(next, 5)]: text(next, 30), b: "1", "10": "2" } : next() < 0.5 ? ({} as Record<string, string>) : undefined,
+      }));
+      const ids = items.map(() => (next() < 0.1 ? "" : newItemId()));
+      const t = Math.floor(next() * 2 ** 42);
+      const framed = encodeItems(ids, items, t);
+      expect(framed.count).toBe(items.length);
+      const expected = items.map((item, i) => encodeItem(ids[i], item.payload, item.headers ?? {}, t).toString("hex"));
+      expect(bulkStrings(framed.bytes).map((v) => v.toString("hex"))).toEqual(expected);
+    }
   });
 });
