@@ -4,12 +4,13 @@
  */
 import * as grpc from "@grpc/grpc-js";
 import { fromBinary, toBinary, type DescMessage, type DescMethod, type DescService } from "@bufbuild/protobuf";
-import { EnqueueRequestSchema, EnqueueResponseSchema } from "../gen/switchyard/v1/queue_pb.js";
+import { EnqueueRequestSchema, EnqueueResponseSchema, QueueService } from "../gen/switchyard/v1/queue_pb.js";
 import {
   decodeEnqueueRequest,
   decodeEnqueueResponse,
   encodeEnqueueRequest,
   encodeEnqueueResponse,
+  readEnqueueRequest,
 } from "./enqueue-wire.js";
 
 /**
@@ -52,6 +53,13 @@ function codec(schema: DescMessage): Codec {
   return handWritten.get(schema.typeName) ?? { encode: (message) => toBinary(schema, message), decode: (bytes) => fromBinary(schema, bytes) };
 }
 
+/**
+ * Methods whose handlers take their request in another form than the
+ * protobuf-es message, by full method name: Enqueue's items stay packed in
+ * the request's bytes (EnqueueCall, enqueue-wire.ts).
+ */
+const requestReaders = new Map<string, (bytes: Uint8Array) => unknown>([[`${QueueService.typeName}.Enqueue`, readEnqueueRequest]]);
+
 function serializer(schema: DescMessage) {
   const { encode } = codec(schema);
   return (message: unknown): Buffer => {
@@ -61,8 +69,7 @@ function serializer(schema: DescMessage) {
   };
 }
 
-function lenientDeserializer(schema: DescMessage) {
-  const { decode } = codec(schema);
+function lenientDeserializer(schema: DescMessage, decode = codec(schema).decode) {
   return (bytes: Buffer): unknown => {
     try {
       return decode(bytes);
@@ -84,7 +91,7 @@ function methodDefinition(method: DescMethod, typeName: string): grpc.MethodDefi
     requestStream: method.methodKind === "client_streaming" || method.methodKind === "bidi_streaming",
     responseStream: method.methodKind === "server_streaming" || method.methodKind === "bidi_streaming",
     requestSerialize: serializer(method.input),
-    requestDeserialize: lenientDeserializer(method.input),
+    requestDeserialize: lenientDeserializer(method.input, requestReaders.get(`${method.parent.typeName}.${method.name}`)),
     responseSerialize: serializer(method.output),
     responseDeserialize: strictDeserializer(method.output),
   };

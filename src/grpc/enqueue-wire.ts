@@ -12,24 +12,26 @@
  *
  * The encoders write exactly protobuf-es' bytes: fields in number order,
  * fields at their default left out, each header an entry with its key and
- * value, in Object.keys order. The decoders accept exactly what fromBinary accepts and return the same
- * message, except that unknown fields are skipped rather than kept. To read
- * alike they use protobuf-es' own BinaryReader the way fromBinary does: the
- * field number alone decides how a field is read (its wire type is not
- * checked), the last of a repeated scalar wins, a repeated message field
- * merges, strings must be valid UTF-8, and a malformed input throws.
- * test/grpc/enqueue-wire.test.ts compares them with protobuf-es on generated,
- * mangled and truncated input.
+ * value, in Object.keys order. The readers accept exactly what fromBinary
+ * accepts and give the same fields, except that unknown fields are skipped
+ * rather than kept: readEnqueueRequest leaves the items packed in the
+ * request's bytes (what the server's Enqueue takes), decodeEnqueueRequest
+ * makes the protobuf-es message of them. To read alike they use protobuf-es'
+ * own BinaryReader the way fromBinary does: the field number alone decides
+ * how a field is read (its wire type is not checked), the last of a repeated
+ * scalar wins, a repeated message field merges, strings must be valid UTF-8,
+ * and a malformed input throws. test/grpc/enqueue-wire.test.ts compares them
+ * with protobuf-es on generated, mangled and truncated input.
  */
 import { create, toBinary } from "@bufbuild/protobuf";
 import { BinaryReader, getTextEncoding } from "@bufbuild/protobuf/wire";
 import type { Duration } from "@bufbuild/protobuf/wkt";
 import {
-  type EnqueueItem,
   type EnqueueRequest,
   EnqueueRequestSchema,
   type EnqueueResponse,
 } from "../gen/switchyard/v1/queue_pb.js";
+import { PackedItems } from "../queue/new-items.js";
 import { lenFieldSize, mapKeys, ProtoWriter } from "../wire/proto-writer.js";
 
 /**
@@ -76,6 +78,15 @@ class Reader extends BinaryReader {
     return this.text.toString("latin1", start, this.pos);
   }
 
+  /** bytes(), but where the bytes start (they end at pos) rather than a view of them. */
+  bytesStart(): number {
+    const length = this.uint32();
+    const start = this.pos;
+    this.pos += length;
+    if (this.pos > this.len) throw new RangeError("premature EOF"); // as bytes() checks
+    return start;
+  }
+
   /** The end of the message whose length comes next. */
   messageEnd(): number {
     const length = this.uint32();
@@ -112,33 +123,48 @@ function readHeader(r: Reader, headers: Record<string, string>): void {
   else headers[key] = value;
 }
 
-function readItem(r: Reader): EnqueueItem {
-  let payload: Uint8Array | undefined;
-  const headers: Record<string, string> = {};
-  const end = r.messageEnd();
-  while (r.pos < end) {
+/** Reads an item into `items`: its last payload, its headers in the order given. */
+function readItem(r: Reader, items: PackedItems): void {
+  let start = -1;
+  let end = 0;
+  let headers: Record<string, string> | undefined;
+  const stop = r.messageEnd();
+  while (r.pos < stop) {
     if (r.skipTag(PAYLOAD_TAG)) {
-      payload = r.bytes();
+      start = r.bytesStart();
+      end = r.pos;
       continue;
     }
     const [no, wireType] = r.tag();
-    if (no === 1) payload = r.bytes();
-    else if (no === 2) readHeader(r, headers);
+    if (no === 1) {
+      start = r.bytesStart();
+      end = r.pos;
+    } else if (no === 2) readHeader(r, (headers ??= {}));
     else r.skip(wireType, no, RECURSION_LIMIT - 2);
   }
-  return { $typeName: "switchyard.v1.EnqueueItem", payload: payload ?? new Uint8Array(0), headers };
+  items.add(start, end, headers);
+}
+
+/** An Enqueue request as the server reads it: its items packed, left in the request's bytes. */
+export interface EnqueueCall {
+  queue: string;
+  items: PackedItems;
+  ttl?: Duration;
+  minReplicas: number;
+  replicaTimeout?: Duration;
 }
 
 /**
- * fromBinary(EnqueueRequestSchema, bytes), by hand: the same message, or the
- * same kind of error. Payloads are views of `bytes`, as fromBinary's are.
+ * Reads an EnqueueRequest as fromBinary would (the same fields, or the same
+ * kind of error), but leaves the items in `bytes`: no object, view or headers
+ * map per item unless it has headers.
  */
-export function decodeEnqueueRequest(bytes: Uint8Array): EnqueueRequest {
+export function readEnqueueRequest(bytes: Uint8Array): EnqueueCall {
   const r = new Reader(bytes);
-  const request: EnqueueRequest = { $typeName: "switchyard.v1.EnqueueRequest", queue: "", items: [], minReplicas: 0 };
+  const request: EnqueueCall = { queue: "", items: new PackedItems(bytes), minReplicas: 0 };
   while (r.pos < bytes.byteLength) {
     if (r.skipTag(ITEM_TAG)) {
-      request.items.push(readItem(r));
+      readItem(r, request.items);
       continue;
     }
     const [no, wireType] = r.tag();
@@ -147,7 +173,7 @@ export function decodeEnqueueRequest(bytes: Uint8Array): EnqueueRequest {
         request.queue = r.string(true);
         break;
       case 2:
-        request.items.push(readItem(r));
+        readItem(r, request.items);
         break;
       case 3:
         request.ttl = readDuration(r, request.ttl);
@@ -161,6 +187,21 @@ export function decodeEnqueueRequest(bytes: Uint8Array): EnqueueRequest {
       default:
         r.skip(wireType, no, RECURSION_LIMIT - 1);
     }
+  }
+  return request;
+}
+
+/**
+ * fromBinary(EnqueueRequestSchema, bytes), by hand: the same message, or the
+ * same kind of error. Payloads are views of `bytes`, as fromBinary's are.
+ */
+export function decodeEnqueueRequest(bytes: Uint8Array): EnqueueRequest {
+  const { queue, items, ttl, minReplicas, replicaTimeout } = readEnqueueRequest(bytes);
+  const request: EnqueueRequest = { $typeName: "switchyard.v1.EnqueueRequest", queue, items: [], minReplicas };
+  if (ttl) request.ttl = ttl;
+  if (replicaTimeout) request.replicaTimeout = replicaTimeout;
+  for (let i = 0; i < items.count; i++) {
+    request.items.push({ $typeName: "switchyard.v1.EnqueueItem", payload: items.payload(i), headers: items.givenHeaders(i) ?? {} });
   }
   return request;
 }

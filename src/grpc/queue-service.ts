@@ -12,7 +12,6 @@ import {
   DeleteQueueResponseSchema,
   DropResponseSchema,
   type EnqueueItem,
-  type EnqueueRequest,
   EnqueueResponseSchema,
   ExtendLeaseResponseSchema,
   GetQueueResponseSchema,
@@ -38,6 +37,7 @@ import type { NewItem, Queues } from "../queue/queues.js";
 import { checkSelection } from "../queue/admin.js";
 import { MalformedMessage, type PreEncoded } from "./adapter.js";
 import { encodeDeliveries } from "./delivery-wire.js";
+import type { EnqueueCall } from "./enqueue-wire.js";
 import { durationMs, msDuration, msTimestamp, queueMessage, queueSpec } from "./convert.js";
 import { assertWellFormed, callLogger, toStatus, unary } from "./status.js";
 import { traceOf, withTrace } from "./trace.js";
@@ -231,8 +231,8 @@ export function queueServiceHandlers(queues: Queues, log: Logger, heartbeatInter
       const n = await queues.settleDeadLetters(req.name, "delete", checkSelection(req.ids, req.all));
       return create(DeleteDeadLettersResponseSchema, { deleted: BigInt(n) });
     }),
-    enqueue: unary(log, "Enqueue", async (req: EnqueueRequest, call) => {
-      // Each EnqueueItem is a NewItem as it is: no copy per item.
+    // The request arrives read by readEnqueueRequest (adapter.ts): its items still in the request's bytes.
+    enqueue: unary(log, "Enqueue", async (req: EnqueueCall, call) => {
       const items = withTrace(req.items, traceOf(call.metadata));
       const wait = req.minReplicas > 0 ? { replicas: req.minReplicas, timeoutMs: durationMs("replica_timeout", req.replicaTimeout) || 1000 } : undefined;
       const ids = await queues.enqueue(req.queue, items, durationMs("ttl", req.ttl) ?? 0, wait);

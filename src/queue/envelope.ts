@@ -8,7 +8,7 @@ import { fromBinary } from "@bufbuild/protobuf";
 import { EnvelopeSchema } from "../gen/switchyard/v1/queue_pb.js";
 import { BulkStrings } from "../redis/bulk-strings.js";
 import { lenFieldSize, mapKeys, ProtoWriter, varintFieldSize } from "../wire/proto-writer.js";
-import type { NewItem } from "./queues.js";
+import { itemsOf, type NewItems } from "./new-items.js";
 
 const MAGIC = Buffer.from("SYE1");
 
@@ -32,14 +32,15 @@ export function newItemId(): string {
 
 
 /**
- * Measures an item's stored form; pushes the key, value and entry bytes of
- * each header onto `headerSizes` for write().
+ * Measures item i's stored form; pushes the key, value and entry bytes of
+ * each of its headers onto `headerSizes` for write().
  */
-function measure(idSize: number, payload: Uint8Array, headers: Record<string, string>, enqueueTimeMs: number, headerSizes: number[]): number {
-  if (!Number.isSafeInteger(enqueueTimeMs) || enqueueTimeMs < 0) throw new RangeError(`enqueue time ${enqueueTimeMs} is not a time in ms`);
+function measure(idSize: number, items: NewItems, i: number, enqueueTimeMs: number, headerSizes: number[]): number {
   let size = MAGIC.length;
   if (idSize > 0) size += lenFieldSize(idSize);
-  if (payload.byteLength > 0) size += lenFieldSize(payload.byteLength);
+  const payloadSize = items.payloadSize(i);
+  if (payloadSize > 0) size += lenFieldSize(payloadSize);
+  const headers = items.headers(i);
   for (const key of mapKeys(headers)) {
     const keySize = Buffer.byteLength(key);
     const valueSize = Buffer.byteLength(headers[key]);
@@ -51,11 +52,17 @@ function measure(idSize: number, payload: Uint8Array, headers: Record<string, st
   return size;
 }
 
-/** Writes what measure() measured; `h` is where this item's header sizes start. Returns where the next item's start. */
-function write(w: ProtoWriter, id: string, idSize: number, payload: Uint8Array, headers: Record<string, string>, enqueueTimeMs: number, headerSizes: number[], h: number): number {
+/** Writes what measure() measured; `h` is where item i's header sizes start. Returns where the next item's start. */
+function write(w: ProtoWriter, id: string, idSize: number, items: NewItems, i: number, enqueueTimeMs: number, headerSizes: number[], h: number): number {
   w.raw(MAGIC);
   if (idSize > 0) w.string(1, id, idSize);
-  if (payload.byteLength > 0) w.bytes(2, payload);
+  const payloadSize = items.payloadSize(i);
+  if (payloadSize > 0) {
+    w.len(2, payloadSize);
+    items.copyPayload(i, w.buf, w.pos);
+    w.pos += payloadSize;
+  }
+  const headers = items.headers(i);
   for (const key of mapKeys(headers)) {
     w.len(3, headerSizes[h + 2]); // a map entry: key 1, value 2
     w.string(1, key, headerSizes[h]);
@@ -64,6 +71,10 @@ function write(w: ProtoWriter, id: string, idSize: number, payload: Uint8Array, 
   }
   if (enqueueTimeMs > 0) w.uint(4, enqueueTimeMs);
   return h;
+}
+
+function checkTime(enqueueTimeMs: number): void {
+  if (!Number.isSafeInteger(enqueueTimeMs) || enqueueTimeMs < 0) throw new RangeError(`enqueue time ${enqueueTimeMs} is not a time in ms`);
 }
 
 /**
@@ -75,10 +86,12 @@ function write(w: ProtoWriter, id: string, idSize: number, payload: Uint8Array, 
  * key (1) and value (2) always written, in `Object.keys` order.
  */
 export function encodeItem(id: string, payload: Uint8Array, headers: Record<string, string>, enqueueTimeMs: number): Buffer {
+  checkTime(enqueueTimeMs);
+  const items = itemsOf([{ payload, headers }]);
   const idSize = Buffer.byteLength(id);
   const headerSizes: number[] = [];
-  const w = new ProtoWriter(Buffer.allocUnsafe(measure(idSize, payload, headers, enqueueTimeMs, headerSizes)));
-  write(w, id, idSize, payload, headers, enqueueTimeMs, headerSizes, 0);
+  const w = new ProtoWriter(Buffer.allocUnsafe(measure(idSize, items, 0, enqueueTimeMs, headerSizes)));
+  write(w, id, idSize, items, 0, enqueueTimeMs, headerSizes, 0);
   return w.buf;
 }
 
@@ -86,24 +99,25 @@ export function encodeItem(id: string, payload: Uint8Array, headers: Record<stri
  * The stored forms of items (encodeItem's bytes for each), framed for one
  * Redis command in a single buffer: no allocation per item.
  */
-export function encodeItems(ids: readonly string[], items: readonly NewItem[], enqueueTimeMs: number): BulkStrings {
-  const idSizes = new Array<number>(items.length);
-  const sizes = new Array<number>(items.length);
+export function encodeItems(ids: readonly string[], items: NewItems, enqueueTimeMs: number): BulkStrings {
+  checkTime(enqueueTimeMs);
+  const idSizes = new Array<number>(items.count);
+  const sizes = new Array<number>(items.count);
   const headerSizes: number[] = [];
   let total = 0;
-  for (let i = 0; i < items.length; i++) {
+  for (let i = 0; i < items.count; i++) {
     idSizes[i] = Buffer.byteLength(ids[i]);
-    sizes[i] = measure(idSizes[i], items[i].payload, items[i].headers ?? {}, enqueueTimeMs, headerSizes);
+    sizes[i] = measure(idSizes[i], items, i, enqueueTimeMs, headerSizes);
     total += BulkStrings.framedSize(sizes[i]);
   }
   const w = new ProtoWriter(Buffer.allocUnsafe(total));
   let h = 0;
-  for (let i = 0; i < items.length; i++) {
+  for (let i = 0; i < items.count; i++) {
     BulkStrings.begin(w, sizes[i]);
-    h = write(w, ids[i], idSizes[i], items[i].payload, items[i].headers ?? {}, enqueueTimeMs, headerSizes, h);
+    h = write(w, ids[i], idSizes[i], items, i, enqueueTimeMs, headerSizes, h);
     BulkStrings.end(w);
   }
-  return new BulkStrings(w.buf, items.length);
+  return new BulkStrings(w.buf, items.count);
 }
 
 /** Reads a stored value: an envelope when it is one, otherwise a raw payload. */

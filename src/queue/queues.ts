@@ -12,6 +12,7 @@ import { pushItems, type DeadLetterAction, type SettleAction } from "../redis/sc
 import { keysOf, type QueueConfig } from "./declaration.js";
 import { QueueDispatcher, type DispatchOptions } from "./dispatcher.js";
 import { encodeItems, newItemId } from "./envelope.js";
+import { itemsOf, type NewItem, type NewItems } from "./new-items.js";
 import { LeaseStream, type LeaseSink } from "./lease-stream.js";
 import { peekItems, type PeekList, type PeekedItem } from "./peek.js";
 import { purgeReady, settleDeadLetterSelection, type DeadLetterSelection } from "./admin.js";
@@ -30,11 +31,7 @@ export interface QueueOptions extends DispatchOptions {
   watchdogIntervalMs: number;
 }
 
-/** An item to enqueue. */
-export interface NewItem {
-  payload: Uint8Array;
-  headers?: Record<string, string>;
-}
+export type { NewItem, NewItems } from "./new-items.js";
 
 /** More replicas than any Redis deployment has; WAIT for more could only time out. */
 const MAX_REPLICAS = 64;
@@ -183,23 +180,25 @@ export class Queues {
     for (const stream of this.streams) if (stream.queue === name) stream.sink.fail(gone);
   }
 
-  private async prepare(queue: string, items: readonly NewItem[], ttlMs: number): Promise<PreparedEnqueue> {
-    if (items.length === 0) throw invalid("items must not be empty");
-    if (items.length > this.options.maxItemsPerEnqueue) {
-      throw invalid(`${items.length} items in one Enqueue; send at most ${this.options.maxItemsPerEnqueue} per call (SWITCHYARD_MAX_ITEMS_PER_ENQUEUE)`);
+  private async prepare(queue: string, given: readonly NewItem[] | NewItems, ttlMs: number): Promise<PreparedEnqueue> {
+    const items = itemsOf(given);
+    if (items.count === 0) throw invalid("items must not be empty");
+    if (items.count > this.options.maxItemsPerEnqueue) {
+      throw invalid(`${items.count} items in one Enqueue; send at most ${this.options.maxItemsPerEnqueue} per call (SWITCHYARD_MAX_ITEMS_PER_ENQUEUE)`);
     }
     if (!Number.isFinite(ttlMs) || ttlMs < 0) throw invalid("ttl must be a positive duration");
-    items.forEach((item, i) => {
-      if (item.payload.byteLength > this.options.maxPayloadBytes) {
+    for (let i = 0; i < items.count; i++) {
+      const size = items.payloadSize(i);
+      if (size > this.options.maxPayloadBytes) {
         throw new SwitchyardError(
           "resource_exhausted",
-          `item ${i} has a payload of ${item.payload.byteLength} bytes; the limit is ${this.options.maxPayloadBytes} (SWITCHYARD_MAX_PAYLOAD_BYTES)`,
+          `item ${i} has a payload of ${size} bytes; the limit is ${this.options.maxPayloadBytes} (SWITCHYARD_MAX_PAYLOAD_BYTES)`,
         );
       }
-    });
+    }
     const config = await this.registry.get(queue);
     const now = this.clock.now();
-    const ids = items.map(() => newItemId());
+    const ids = Array.from({ length: items.count }, newItemId);
     return { config, ids, values: encodeItems(ids, items, now), ttlMs };
   }
 
@@ -225,7 +224,7 @@ export class Queues {
    * Pushes items onto a declared queue (LPUSH), resetting its expiry when
    * `ttlMs` > 0; with `wait`, answers only once that many replicas have them.
    */
-  async enqueue(queue: string, items: readonly NewItem[], ttlMs = 0, wait?: ReplicaWait): Promise<string[]> {
+  async enqueue(queue: string, items: readonly NewItem[] | NewItems, ttlMs = 0, wait?: ReplicaWait): Promise<string[]> {
     if (wait && (!Number.isInteger(wait.replicas) || wait.replicas < 0 || wait.replicas > MAX_REPLICAS)) {
       throw invalid(`min_replicas must be between 0 and ${MAX_REPLICAS}`);
     }

@@ -20,6 +20,7 @@ import {
   decodeEnqueueResponse,
   encodeEnqueueRequest,
   encodeEnqueueResponse,
+  readEnqueueRequest,
 } from "../../src/grpc/enqueue-wire.js";
 import { below, bytes, random, text } from "../helpers/random.js";
 
@@ -305,6 +306,39 @@ describe("decodeEnqueueRequest", () => {
     const { payload } = decodeEnqueueRequest(input).items[0];
     expect(Buffer.isBuffer(payload)).toBe(true);
     expect(payload.buffer).toBe(input.buffer);
+  });
+});
+
+describe("readEnqueueRequest", () => {
+  it("leaves each item's payload and headers in the request's bytes, as fromBinary reads them", () => {
+    const next = random(8);
+    for (let n = 0; n < 500; n++) {
+      const input = next() < 0.5 ? toBinary(EnqueueRequestSchema, request(next)) : looseRequest(next);
+      let expected: EnqueueRequest;
+      try {
+        expected = fromBinary(EnqueueRequestSchema, input);
+      } catch {
+        continue;
+      }
+      const { queue, items, minReplicas } = readEnqueueRequest(input);
+      expect({ queue, minReplicas }).toEqual({ queue: expected.queue, minReplicas: expected.minReplicas });
+      expect(items.count).toBe(expected.items.length);
+      expected.items.forEach((item, i) => {
+        expect(items.payloadSize(i)).toBe(item.payload.byteLength);
+        const copied = new Uint8Array(item.payload.byteLength + 2).fill(0xee);
+        items.copyPayload(i, copied, 1);
+        expect(Buffer.from(copied.subarray(1, -1)).equals(Buffer.from(item.payload))).toBe(true);
+        expect([copied[0], copied[copied.length - 1]]).toEqual([0xee, 0xee]);
+        expect(Object.entries(items.headers(i))).toEqual(Object.entries(item.headers));
+      });
+    }
+  });
+
+  it("gives an item without a payload field an empty payload, and one without headers an empty record", () => {
+    const input = new BinaryWriter().tag(2, WireType.LengthDelimited).fork().join().finish();
+    const { items } = readEnqueueRequest(input);
+    expect([items.count, items.payloadSize(0), Object.keys(items.headers(0))]).toEqual([1, 0, []]);
+    expect(decodeEnqueueRequest(input).items[0].payload).toEqual(new Uint8Array(0));
   });
 });
 

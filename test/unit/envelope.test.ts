@@ -7,7 +7,7 @@ import { describe, expect, it } from "vitest";
 import { create, toBinary } from "@bufbuild/protobuf";
 import { EnvelopeSchema } from "../../src/gen/switchyard/v1/queue_pb.js";
 import { decodeItem, encodeItem, encodeItems, newItemId } from "../../src/queue/envelope.js";
-import type { NewItem } from "../../src/queue/queues.js";
+import { itemsOf, type NewItem } from "../../src/queue/new-items.js";
 import { random, text } from "../helpers/random.js";
 
 function reference(id: string, payload: Uint8Array, headers: Record<string, string>, enqueueTimeMs: number): Buffer {
@@ -113,7 +113,7 @@ describe("encodeItems", () => {
       }));
       const ids = items.map(() => (next() < 0.1 ? "" : newItemId()));
       const t = Math.floor(next() * 2 ** 42);
-      const framed = encodeItems(ids, items, t);
+      const framed = encodeItems(ids, itemsOf(items), t);
       expect(framed.count).toBe(items.length);
       const expected = items.map((item, i) => encodeItem(ids[i], item.payload, item.headers ?? {}, t).toString("hex"));
       expect(bulkStrings(framed.bytes).map((v) => v.toString("hex"))).toEqual(expected);
