@@ -31,6 +31,7 @@ import {
   EnqueueRequestSchema,
   type EnqueueResponse,
 } from "../gen/switchyard/v1/queue_pb.js";
+import type { ItemIds } from "../queue/item-ids.js";
 import { PackedItems } from "../queue/new-items.js";
 import { lenFieldSize, mapKeys, ProtoWriter } from "../wire/proto-writer.js";
 
@@ -216,6 +217,18 @@ export function encodeEnqueueResponse({ ids }: { ids: readonly string[] }): Buff
   }
   const w = new ProtoWriter(Buffer.allocUnsafe(size));
   for (let i = 0; i < ids.length; i++) w.string(1, ids[i], sizes[i]);
+  return w.buf;
+}
+
+/** The bytes encodeEnqueueResponse writes for { ids: ids.toArray() }, written without the strings. */
+export function encodeEnqueueResponseIds(ids: ItemIds): Buffer {
+  let size = 0;
+  for (let i = 0; i < ids.count; i++) size += lenFieldSize(ids.size(i));
+  const w = new ProtoWriter(Buffer.allocUnsafe(size));
+  for (let i = 0; i < ids.count; i++) {
+    w.len(1, ids.size(i));
+    ids.write(i, w);
+  }
   return w.buf;
 }
 

@@ -12,7 +12,6 @@ import {
   DeleteQueueResponseSchema,
   DropResponseSchema,
   type EnqueueItem,
-  EnqueueResponseSchema,
   ExtendLeaseResponseSchema,
   GetQueueResponseSchema,
   GetQueueStatsResponseSchema,
@@ -35,9 +34,9 @@ import type { SettleAction } from "../redis/scripts.js";
 import type { LeaseStream } from "../queue/lease-stream.js";
 import type { NewItem, Queues } from "../queue/queues.js";
 import { checkSelection } from "../queue/admin.js";
-import { MalformedMessage, type PreEncoded } from "./adapter.js";
+import { MalformedMessage, PreEncoded } from "./adapter.js";
 import { encodeDeliveries } from "./delivery-wire.js";
-import type { EnqueueCall } from "./enqueue-wire.js";
+import { encodeEnqueueResponseIds, type EnqueueCall } from "./enqueue-wire.js";
 import { durationMs, msDuration, msTimestamp, queueMessage, queueSpec } from "./convert.js";
 import { assertWellFormed, callLogger, toStatus, unary } from "./status.js";
 import { traceOf, withTrace } from "./trace.js";
@@ -235,8 +234,8 @@ export function queueServiceHandlers(queues: Queues, log: Logger, heartbeatInter
     enqueue: unary(log, "Enqueue", async (req: EnqueueCall, call) => {
       const items = withTrace(req.items, traceOf(call.metadata));
       const wait = req.minReplicas > 0 ? { replicas: req.minReplicas, timeoutMs: durationMs("replica_timeout", req.replicaTimeout) || 1000 } : undefined;
-      const ids = await queues.enqueue(req.queue, items, durationMs("ttl", req.ttl) ?? 0, wait);
-      return create(EnqueueResponseSchema, { ids });
+      const ids = await queues.enqueueIds(req.queue, items, durationMs("ttl", req.ttl) ?? 0, wait);
+      return new PreEncoded(encodeEnqueueResponseIds(ids));
     }),
     lease: leaseHandler(queues, log, heartbeatIntervalMs),
     ack: unary(log, "Ack", async (req: AckRequest) =>

@@ -3,11 +3,11 @@
  * envelope (id, headers, enqueue time); any other value is a raw payload, as a
  * plain `LPUSH` from any Redis client writes it (SPEC Q1).
  */
-import { randomBytes } from "node:crypto";
 import { fromBinary } from "@bufbuild/protobuf";
 import { EnvelopeSchema } from "../gen/switchyard/v1/queue_pb.js";
 import { BulkStrings } from "../redis/bulk-strings.js";
 import { lenFieldSize, mapKeys, ProtoWriter, varintFieldSize } from "../wire/proto-writer.js";
+import { ItemIds } from "./item-ids.js";
 import { itemsOf, type NewItems } from "./new-items.js";
 
 const MAGIC = Buffer.from("SYE1");
@@ -22,14 +22,18 @@ export interface Item {
   enqueueTimeMs: number;
 }
 
-const idPrefix = randomBytes(6).toString("base64url");
-let idCounter = 0;
-
-/** A new item id, unique across instances: a random per-process prefix and a counter. */
+/** A new item id (see item-ids.ts). */
 export function newItemId(): string {
-  return `${idPrefix}${(++idCounter).toString(36)}`;
+  return ItemIds.next(1).get(0);
 }
 
+/** Where write() takes ids from: an enqueue's ItemIds, or one id given as text. */
+interface Ids {
+  /** Bytes of id i. */
+  size(i: number): number;
+  /** Writes id i's bytes. */
+  write(i: number, w: ProtoWriter): void;
+}
 
 /**
  * Measures item i's stored form; pushes the key, value and entry bytes of
@@ -53,9 +57,12 @@ function measure(idSize: number, items: NewItems, i: number, enqueueTimeMs: numb
 }
 
 /** Writes what measure() measured; `h` is where item i's header sizes start. Returns where the next item's start. */
-function write(w: ProtoWriter, id: string, idSize: number, items: NewItems, i: number, enqueueTimeMs: number, headerSizes: number[], h: number): number {
+function write(w: ProtoWriter, ids: Ids, idSize: number, items: NewItems, i: number, enqueueTimeMs: number, headerSizes: number[], h: number): number {
   w.raw(MAGIC);
-  if (idSize > 0) w.string(1, id, idSize);
+  if (idSize > 0) {
+    w.len(1, idSize);
+    ids.write(i, w);
+  }
   const payloadSize = items.payloadSize(i);
   if (payloadSize > 0) {
     w.len(2, payloadSize);
@@ -89,9 +96,10 @@ export function encodeItem(id: string, payload: Uint8Array, headers: Record<stri
   checkTime(enqueueTimeMs);
   const items = itemsOf([{ payload, headers }]);
   const idSize = Buffer.byteLength(id);
+  const ids: Ids = { size: () => idSize, write: (_, w) => void (w.pos += w.buf.write(id, w.pos, idSize, "utf8")) };
   const headerSizes: number[] = [];
   const w = new ProtoWriter(Buffer.allocUnsafe(measure(idSize, items, 0, enqueueTimeMs, headerSizes)));
-  write(w, id, idSize, items, 0, enqueueTimeMs, headerSizes, 0);
+  write(w, ids, idSize, items, 0, enqueueTimeMs, headerSizes, 0);
   return w.buf;
 }
 
@@ -99,14 +107,14 @@ export function encodeItem(id: string, payload: Uint8Array, headers: Record<stri
  * The stored forms of items (encodeItem's bytes for each), framed for one
  * Redis command in a single buffer: no allocation per item.
  */
-export function encodeItems(ids: readonly string[], items: NewItems, enqueueTimeMs: number): BulkStrings {
+export function encodeItems(ids: ItemIds, items: NewItems, enqueueTimeMs: number): BulkStrings {
   checkTime(enqueueTimeMs);
   const idSizes = new Array<number>(items.count);
   const sizes = new Array<number>(items.count);
   const headerSizes: number[] = [];
   let total = 0;
   for (let i = 0; i < items.count; i++) {
-    idSizes[i] = Buffer.byteLength(ids[i]);
+    idSizes[i] = ids.size(i);
     sizes[i] = measure(idSizes[i], items, i, enqueueTimeMs, headerSizes);
     total += BulkStrings.framedSize(sizes[i]);
   }
@@ -114,7 +122,7 @@ export function encodeItems(ids: readonly string[], items: NewItems, enqueueTime
   let h = 0;
   for (let i = 0; i < items.count; i++) {
     BulkStrings.begin(w, sizes[i]);
-    h = write(w, ids[i], idSizes[i], items, i, enqueueTimeMs, headerSizes, h);
+    h = write(w, ids, idSizes[i], items, i, enqueueTimeMs, headerSizes, h);
     BulkStrings.end(w);
   }
   return new BulkStrings(w.buf, items.count);

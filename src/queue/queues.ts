@@ -11,7 +11,8 @@ import type { BulkStrings } from "../redis/bulk-strings.js";
 import { pushItems, type DeadLetterAction, type SettleAction } from "../redis/scripts.js";
 import { keysOf, type QueueConfig } from "./declaration.js";
 import { QueueDispatcher, type DispatchOptions } from "./dispatcher.js";
-import { encodeItems, newItemId } from "./envelope.js";
+import { encodeItems } from "./envelope.js";
+import { ItemIds } from "./item-ids.js";
 import { itemsOf, type NewItem, type NewItems } from "./new-items.js";
 import { LeaseStream, type LeaseSink } from "./lease-stream.js";
 import { peekItems, type PeekList, type PeekedItem } from "./peek.js";
@@ -95,7 +96,7 @@ export interface QueueStatsView {
 /** A prepared enqueue: validated and encoded, not yet written. */
 interface PreparedEnqueue {
   config: QueueConfig;
-  ids: string[];
+  ids: ItemIds;
   /** The items' stored forms, framed for the push. */
   values: BulkStrings;
   ttlMs: number;
@@ -198,18 +199,18 @@ export class Queues {
     }
     const config = await this.registry.get(queue);
     const now = this.clock.now();
-    const ids = Array.from({ length: items.count }, newItemId);
+    const ids = ItemIds.next(items.count);
     return { config, ids, values: encodeItems(ids, items, now), ttlMs };
   }
 
-  private async write(p: PreparedEnqueue, wait?: ReplicaWait): Promise<string[]> {
+  private async write(p: PreparedEnqueue, wait?: ReplicaWait): Promise<ItemIds> {
     if (!wait) {
       await this.pushes.push(p.config.name, Math.ceil(p.ttlMs), p.values);
-      this.metrics.items(p.config.name, "enqueued", p.ids.length);
+      this.metrics.items(p.config.name, "enqueued", p.ids.count);
       return p.ids;
     }
     const acked = await this.push(p.config.name, Math.ceil(p.ttlMs), [p.values], wait);
-    this.metrics.items(p.config.name, "enqueued", p.ids.length);
+    this.metrics.items(p.config.name, "enqueued", p.ids.count);
     if (acked < wait.replicas) {
       throw new SwitchyardError(
         "unavailable",
@@ -225,6 +226,11 @@ export class Queues {
    * `ttlMs` > 0; with `wait`, answers only once that many replicas have them.
    */
   async enqueue(queue: string, items: readonly NewItem[] | NewItems, ttlMs = 0, wait?: ReplicaWait): Promise<string[]> {
+    return (await this.enqueueIds(queue, items, ttlMs, wait)).toArray();
+  }
+
+  /** enqueue(), resolving to the ids as ItemIds: for callers that write them out, with no string per id. */
+  async enqueueIds(queue: string, items: readonly NewItem[] | NewItems, ttlMs = 0, wait?: ReplicaWait): Promise<ItemIds> {
     if (wait && (!Number.isInteger(wait.replicas) || wait.replicas < 0 || wait.replicas > MAX_REPLICAS)) {
       throw invalid(`min_replicas must be between 0 and ${MAX_REPLICAS}`);
     }
@@ -404,7 +410,7 @@ export class Queues {
     }
     const prepared = await this.prepare(reply.queue, reply.items, reply.ttlMs);
     await this.settle(token, "c", fromStream);
-    const ids = await this.write(prepared);
+    const ids = (await this.write(prepared)).toArray();
     await this.settle(token, "a", fromStream);
     return ids;
   }

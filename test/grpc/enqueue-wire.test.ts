@@ -20,8 +20,10 @@ import {
   decodeEnqueueResponse,
   encodeEnqueueRequest,
   encodeEnqueueResponse,
+  encodeEnqueueResponseIds,
   readEnqueueRequest,
 } from "../../src/grpc/enqueue-wire.js";
+import { ItemIds } from "../../src/queue/item-ids.js";
 import { below, bytes, random, text } from "../helpers/random.js";
 
 type Next = () => number;
@@ -374,6 +376,14 @@ describe("EnqueueResponse", () => {
     for (let n = 0; n < 500; n++) {
       const r = create(EnqueueResponseSchema, { ids: ids(next) });
       expect(encodeEnqueueResponse(r).toString("hex")).toBe(Buffer.from(toBinary(EnqueueResponseSchema, r)).toString("hex"));
+    }
+  });
+
+  it("is written for an enqueue's ItemIds with the bytes of its ids as strings", () => {
+    for (const count of [0, 1, 7, 1000]) {
+      const ids = ItemIds.next(count);
+      const expected = toBinary(EnqueueResponseSchema, create(EnqueueResponseSchema, { ids: ids.toArray() }));
+      expect(encodeEnqueueResponseIds(ids).equals(Buffer.from(expected))).toBe(true);
     }
   });
 

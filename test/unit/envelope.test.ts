@@ -7,6 +7,7 @@ import { describe, expect, it } from "vitest";
 import { create, toBinary } from "@bufbuild/protobuf";
 import { EnvelopeSchema } from "../../src/gen/switchyard/v1/queue_pb.js";
 import { decodeItem, encodeItem, encodeItems, newItemId } from "../../src/queue/envelope.js";
+import { ItemIds } from "../../src/queue/item-ids.js";
 import { itemsOf, type NewItem } from "../../src/queue/new-items.js";
 import { random, text } from "../helpers/random.js";
 
@@ -111,11 +112,11 @@ describe("encodeItems", () => {
         payload: Buffer.from(Array.from({ length: Math.floor(next() ** 3 * 20_000) }, () => Math.floor(next() * 256))),
         headers: next() < 0.3 ? { [text(next, 5)]: text(next, 30), b: "1", "10": "2" } : next() < 0.5 ? ({} as Record<string, string>) : undefined,
       }));
-      const ids = items.map(() => (next() < 0.1 ? "" : newItemId()));
+      const ids = ItemIds.next(items.length);
       const t = Math.floor(next() * 2 ** 42);
       const framed = encodeItems(ids, itemsOf(items), t);
       expect(framed.count).toBe(items.length);
-      const expected = items.map((item, i) => encodeItem(ids[i], item.payload, item.headers ?? {}, t).toString("hex"));
+      const expected = items.map((item, i) => encodeItem(ids.get(i), item.payload, item.headers ?? {}, t).toString("hex"));
       expect(bulkStrings(framed.bytes).map((v) => v.toString("hex"))).toEqual(expected);
     }
   });
