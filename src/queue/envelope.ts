@@ -39,7 +39,7 @@ interface Ids {
  * Measures item i's stored form; pushes the key, value and entry bytes of
  * each of its headers onto `headerSizes` for write().
  */
-function measure(idSize: number, items: NewItems, i: number, enqueueTimeMs: number, headerSizes: number[]): number {
+function measure(idSize: number, items: NewItems, i: number, time: Buffer, headerSizes: number[]): number {
   let size = MAGIC.length;
   if (idSize > 0) size += lenFieldSize(idSize);
   const payloadSize = items.payloadSize(i);
@@ -52,12 +52,11 @@ function measure(idSize: number, items: NewItems, i: number, enqueueTimeMs: numb
     headerSizes.push(keySize, valueSize, entry);
     size += lenFieldSize(entry);
   }
-  if (enqueueTimeMs > 0) size += varintFieldSize(enqueueTimeMs);
-  return size;
+  return size + time.length;
 }
 
 /** Writes what measure() measured; `h` is where item i's header sizes start. Returns where the next item's start. */
-function write(w: ProtoWriter, ids: Ids, idSize: number, items: NewItems, i: number, enqueueTimeMs: number, headerSizes: number[], h: number): number {
+function write(w: ProtoWriter, ids: Ids, idSize: number, items: NewItems, i: number, time: Buffer, headerSizes: number[], h: number): number {
   w.raw(MAGIC);
   if (idSize > 0) {
     w.len(1, idSize);
@@ -76,12 +75,16 @@ function write(w: ProtoWriter, ids: Ids, idSize: number, items: NewItems, i: num
     w.string(2, headers[key], headerSizes[h + 1]);
     h += 3;
   }
-  if (enqueueTimeMs > 0) w.uint(4, enqueueTimeMs);
+  w.raw(time);
   return h;
 }
 
-function checkTime(enqueueTimeMs: number): void {
+/** The enqueue time field (4), the same for every item of an enqueue; nothing for 0. */
+function timeField(enqueueTimeMs: number): Buffer {
   if (!Number.isSafeInteger(enqueueTimeMs) || enqueueTimeMs < 0) throw new RangeError(`enqueue time ${enqueueTimeMs} is not a time in ms`);
+  const w = new ProtoWriter(Buffer.allocUnsafe(enqueueTimeMs > 0 ? varintFieldSize(enqueueTimeMs) : 0));
+  if (enqueueTimeMs > 0) w.uint(4, enqueueTimeMs);
+  return w.buf;
 }
 
 /**
@@ -93,13 +96,13 @@ function checkTime(enqueueTimeMs: number): void {
  * key (1) and value (2) always written, in `Object.keys` order.
  */
 export function encodeItem(id: string, payload: Uint8Array, headers: Record<string, string>, enqueueTimeMs: number): Buffer {
-  checkTime(enqueueTimeMs);
+  const time = timeField(enqueueTimeMs);
   const items = itemsOf([{ payload, headers }]);
   const idSize = Buffer.byteLength(id);
   const ids: Ids = { size: () => idSize, write: (_, w) => void (w.pos += w.buf.write(id, w.pos, idSize, "utf8")) };
   const headerSizes: number[] = [];
-  const w = new ProtoWriter(Buffer.allocUnsafe(measure(idSize, items, 0, enqueueTimeMs, headerSizes)));
-  write(w, ids, idSize, items, 0, enqueueTimeMs, headerSizes, 0);
+  const w = new ProtoWriter(Buffer.allocUnsafe(measure(idSize, items, 0, time, headerSizes)));
+  write(w, ids, idSize, items, 0, time, headerSizes, 0);
   return w.buf;
 }
 
@@ -108,21 +111,21 @@ export function encodeItem(id: string, payload: Uint8Array, headers: Record<stri
  * Redis command in a single buffer: no allocation per item.
  */
 export function encodeItems(ids: ItemIds, items: NewItems, enqueueTimeMs: number): BulkStrings {
-  checkTime(enqueueTimeMs);
+  const time = timeField(enqueueTimeMs);
   const idSizes = new Array<number>(items.count);
   const sizes = new Array<number>(items.count);
   const headerSizes: number[] = [];
   let total = 0;
   for (let i = 0; i < items.count; i++) {
     idSizes[i] = ids.size(i);
-    sizes[i] = measure(idSizes[i], items, i, enqueueTimeMs, headerSizes);
+    sizes[i] = measure(idSizes[i], items, i, time, headerSizes);
     total += BulkStrings.framedSize(sizes[i]);
   }
   const w = new ProtoWriter(Buffer.allocUnsafe(total));
   let h = 0;
   for (let i = 0; i < items.count; i++) {
     BulkStrings.begin(w, sizes[i]);
-    h = write(w, ids, idSizes[i], items, i, enqueueTimeMs, headerSizes, h);
+    h = write(w, ids, idSizes[i], items, i, time, headerSizes, h);
     BulkStrings.end(w);
   }
   return new BulkStrings(w.buf, items.count);

@@ -15,10 +15,11 @@ const CR = 13;
 const LF = 10;
 const DOLLAR = 36;
 
+/** Decimal digits of a size (below 2^31, as every value Redis takes is). */
 function decimalDigits(n: number): number {
   let digits = 1;
   while (n >= 10) {
-    n = Math.floor(n / 10);
+    n = (n / 10) | 0;
     digits++;
   }
   return digits;
@@ -56,7 +57,7 @@ export class BulkStrings {
     let pos = (w.pos += decimalDigits(size));
     do {
       buf[--pos] = 48 + (size % 10);
-      size = Math.floor(size / 10);
+      size = (size / 10) | 0;
     } while (size > 0);
     buf[w.pos++] = CR;
     buf[w.pos++] = LF;
@@ -84,9 +85,9 @@ export class FramedCommand extends Command {
     super(name, strings);
     let count = 1 + strings.length;
     for (const v of values) count += v.count;
-    let head = `*${count}\r\n$${name.length}\r\n${name}\r\n`;
-    for (const s of strings) head += `$${Buffer.byteLength(s)}\r\n${s}\r\n`;
-    this.frame = Buffer.concat([Buffer.from(head), ...values.map((v) => v.bytes)]);
+    let text = `*${count}\r\n$${name.length}\r\n${name}\r\n`;
+    for (const s of strings) text += `$${Buffer.byteLength(s)}\r\n${s}\r\n`;
+    this.frame = Buffer.concat([Buffer.from(text), ...values.map((v) => v.bytes)]);
   }
 
   override toWritable(): Buffer {

@@ -10,6 +10,8 @@ const LEN = 2;
 
 /** Bytes of `n` (a non-negative safe integer) as a varint. */
 export function varintSize(n: number): number {
+  // Lengths fit 31 bits: shifts, rather than float division, for them.
+  if (n <= 0x7fffffff) return n < 0x80 ? 1 : n < 0x4000 ? 2 : n < 0x200000 ? 3 : n < 0x10000000 ? 4 : 5;
   let size = 1;
   while (n >= 0x80) {
     n = Math.floor(n / 128);
@@ -42,11 +44,19 @@ export class ProtoWriter {
   constructor(readonly buf: Buffer) {}
 
   varint(n: number): void {
-    while (n >= 0x80) {
-      this.buf[this.pos++] = (n % 128) | 0x80;
+    const buf = this.buf;
+    let pos = this.pos;
+    while (n > 0x7fffffff) {
+      buf[pos++] = (n % 128) | 0x80;
       n = Math.floor(n / 128);
     }
-    this.buf[this.pos++] = n;
+    // 31 bits or fewer left: shifts, rather than float division.
+    while (n >= 0x80) {
+      buf[pos++] = (n & 0x7f) | 0x80;
+      n >>>= 7;
+    }
+    buf[pos++] = n;
+    this.pos = pos;
   }
 
   /** A varint field. */
@@ -75,7 +85,16 @@ export class ProtoWriter {
 
   /** Raw bytes with no tag (a prefix such as a magic number). */
   raw(b: Uint8Array): void {
+    // For the few bytes of a prefix a loop costs less than set(), a builtin call.
+    const n = b.byteLength;
+    if (n <= 16) {
+      const buf = this.buf;
+      const pos = this.pos;
+      for (let i = 0; i < n; i++) buf[pos + i] = b[i];
+      this.pos = pos + n;
+      return;
+    }
     this.buf.set(b, this.pos);
-    this.pos += b.byteLength;
+    this.pos += n;
   }
 }

@@ -19,6 +19,17 @@ describe("ItemIds", () => {
     for (let i = 0; i < ids.count; i++) expect(written(ids, i)).toBe(ids.get(i));
   });
 
+  it("writes ids past 2^31 and up to the largest safe counter, where digits carry across its two parts", () => {
+    const starts = [36 ** 5 - 3, 2 ** 31 - 2, 2 ** 32 - 1, 36 ** 6 - 2, 36 ** 10 - 1, 2 ** 40, Number.MAX_SAFE_INTEGER - 5];
+    for (const first of starts) {
+      const ids = ItemIds.from(first, 6);
+      for (let i = 0; i < ids.count; i++) {
+        expect(written(ids, i)).toBe(ids.get(i));
+        expect(ids.get(i).slice(8)).toBe((first + i).toString(36));
+      }
+    }
+  });
+
   it("gives an enqueue consecutive ids after the last ones given, each unique", () => {
     const before = newItemId();
     const ids = ItemIds.next(3);
