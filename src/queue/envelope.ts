@@ -108,9 +108,10 @@ export function encodeItem(id: string, payload: Uint8Array, headers: Record<stri
 
 /**
  * The stored forms of items (encodeItem's bytes for each), framed for one
- * Redis command in a single buffer: no allocation per item.
+ * Redis command in a single buffer (no allocation per item), behind `room`
+ * free bytes for the command's head.
  */
-export function encodeItems(ids: ItemIds, items: NewItems, enqueueTimeMs: number): BulkStrings {
+export function encodeItems(ids: ItemIds, items: NewItems, enqueueTimeMs: number, room = 0): BulkStrings {
   const time = timeField(enqueueTimeMs);
   const idSizes = new Array<number>(items.count);
   const sizes = new Array<number>(items.count);
@@ -121,14 +122,15 @@ export function encodeItems(ids: ItemIds, items: NewItems, enqueueTimeMs: number
     sizes[i] = measure(idSizes[i], items, i, time, headerSizes);
     total += BulkStrings.framedSize(sizes[i]);
   }
-  const w = new ProtoWriter(Buffer.allocUnsafe(total));
+  const w = new ProtoWriter(Buffer.allocUnsafe(room + total));
+  w.pos = room;
   let h = 0;
   for (let i = 0; i < items.count; i++) {
     BulkStrings.begin(w, sizes[i]);
     h = write(w, ids, idSizes[i], items, i, time, headerSizes, h);
     BulkStrings.end(w);
   }
-  return new BulkStrings(w.buf, items.count);
+  return new BulkStrings(w.buf, items.count, room);
 }
 
 /** Reads a stored value: an envelope when it is one, otherwise a raw payload. */

@@ -7,7 +7,7 @@ import { systemClock, type Clock } from "../clock.js";
 import type { Logger } from "../log.js";
 import { noMetrics, type Metrics } from "../metrics/hooks.js";
 import type { RedisConnection } from "../redis/connection.js";
-import type { BulkStrings } from "../redis/bulk-strings.js";
+import { FramedCommand, type BulkStrings } from "../redis/bulk-strings.js";
 import { pushItems, type DeadLetterAction, type SettleAction } from "../redis/scripts.js";
 import { keysOf, type QueueConfig } from "./declaration.js";
 import { QueueDispatcher, type DispatchOptions } from "./dispatcher.js";
@@ -200,7 +200,7 @@ export class Queues {
     const config = await this.registry.get(queue);
     const now = this.clock.now();
     const ids = ItemIds.next(items.count);
-    return { config, ids, values: encodeItems(ids, items, now), ttlMs };
+    return { config, ids, values: encodeItems(ids, items, now, FramedCommand.lpushRoom(config.name)), ttlMs };
   }
 
   private async write(p: PreparedEnqueue, wait?: ReplicaWait): Promise<ItemIds> {

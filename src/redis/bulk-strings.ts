@@ -25,12 +25,33 @@ function decimalDigits(n: number): number {
   return digits;
 }
 
-/** Values framed as RESP bulk strings, one after another in `bytes`. */
+/**
+ * Values framed as RESP bulk strings, one after another in `buffer` from
+ * `start` on. The bytes before `start` are room for the head of the command
+ * that sends them, which the first FramedCommand made of them alone takes
+ * rather than copying the values behind a head of its own.
+ */
 export class BulkStrings {
+  private roomTaken = false;
+
   constructor(
-    readonly bytes: Buffer,
+    readonly buffer: Buffer,
     readonly count: number,
+    readonly start = 0,
   ) {}
+
+  /** The framed values. */
+  get bytes(): Buffer {
+    return this.buffer.subarray(this.start);
+  }
+
+  /** `head` and the values in one buffer, written into the room in front of them if it is free and large enough. */
+  behind(head: Buffer): Buffer | undefined {
+    if (this.roomTaken || head.length > this.start) return undefined;
+    this.roomTaken = true;
+    head.copy(this.buffer, this.start - head.length);
+    return this.buffer.subarray(this.start - head.length);
+  }
 
   /** `values` framed (for values that already exist one by one). */
   static of(values: readonly Uint8Array[]): BulkStrings {
@@ -87,7 +108,14 @@ export class FramedCommand extends Command {
     for (const v of values) count += v.count;
     let text = `*${count}\r\n$${name.length}\r\n${name}\r\n`;
     for (const s of strings) text += `$${Buffer.byteLength(s)}\r\n${s}\r\n`;
-    this.frame = Buffer.concat([Buffer.from(text), ...values.map((v) => v.bytes)]);
+    const head = Buffer.from(text);
+    this.frame = (values.length === 1 ? values[0].behind(head) : undefined) ?? Buffer.concat([head, ...values.map((v) => v.bytes)]);
+  }
+
+  /** Room the head of an LPUSH onto `key` takes, whatever the number of values. */
+  static lpushRoom(key: string): number {
+    // "*<count>\r\n$5\r\nLPUSH\r\n$<key size>\r\n<key>\r\n", counts and sizes below 2^31.
+    return 1 + 10 + 2 + 4 + 5 + 2 + 1 + 10 + 2 + Buffer.byteLength(key) + 2;
   }
 
   override toWritable(): Buffer {
