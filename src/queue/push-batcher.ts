@@ -1,8 +1,9 @@
 /**
  * Coalesces the pushes onto one queue that arrive in the same event-loop turn
- * into one push (LPUSH, or push.lua with a TTL). With 100 single-item Enqueue calls in flight, many
- * reach the server in one socket read; one command for all of them spares
- * Redis and ioredis a round of work per call (issue #4, bench row 2).
+ * into one push (LPUSH, or push.lua with a TTL). With 100 single-item
+ * Enqueue calls in flight, many reach the server in one socket read; one
+ * command for all of them spares Redis and ioredis a round of work per call
+ * (issue #4, bench row 2).
  *
  * A push onto a queue with nothing open or in flight is written at once: an
  * idle queue pays no wait for a turn to end (issue #4, bench row 5, latency);
