@@ -18,21 +18,14 @@
  * holds no call open and a process that forgot close() still exits.
  */
 import * as grpc from "@grpc/grpc-js";
-import { create, type MessageInitShape } from "@bufbuild/protobuf";
-import {
-  EnqueueRequestSchema,
-  type EnqueueStreamRequest,
-  EnqueueStreamRequestSchema,
-  type EnqueueStreamResponse,
-} from "../gen/switchyard/v1/queue_pb.js";
+import type { EnqueueStreamResponse } from "../gen/switchyard/v1/queue_pb.js";
+import { PreEncoded } from "../grpc/adapter.js";
+import { encodeEnqueueStreamRequest, type EnqueueRequestFields } from "../grpc/enqueue-wire.js";
 
-/** An Enqueue request, as the unary call takes it. */
-export type EnqueueInit = MessageInitShape<typeof EnqueueRequestSchema>;
-
-type Duplex = grpc.ClientDuplexStream<EnqueueStreamRequest, EnqueueStreamResponse>;
+type Duplex = grpc.ClientDuplexStream<PreEncoded, EnqueueStreamResponse>;
 
 interface Pending {
-  request: EnqueueInit;
+  request: EnqueueRequestFields;
   sentMs: number;
   ok(ids: string[]): void;
   fail(err: grpc.ServiceError): void;
@@ -57,13 +50,13 @@ export class EnqueueStream {
     /** Opens a new EnqueueStream call. */
     private readonly open: () => Duplex,
     /** Sends one unary Enqueue (the fallback). */
-    private readonly unary: (request: EnqueueInit) => Promise<string[]>,
+    private readonly unary: (request: EnqueueRequestFields) => Promise<string[]>,
     private readonly timeoutMs: number,
     private readonly idleMs = 1000,
   ) {}
 
   /** Runs one Enqueue request; resolves to its ids. */
-  send(request: EnqueueInit): Promise<string[]> {
+  send(request: EnqueueRequestFields): Promise<string[]> {
     if (this.closed) return Promise.reject(serviceError(grpc.status.CANCELLED, "the client was closed"));
     if (this.unsupported) return this.unary(request);
     return new Promise((ok, fail) => this.write({ request, sentMs: Date.now(), ok, fail }));
@@ -78,14 +71,22 @@ export class EnqueueStream {
   }
 
   private write(p: Pending): void {
-    const stream = (this.stream ??= this.start());
     const id = this.nextId;
+    let bytes: Buffer;
+    try {
+      // Written here rather than by the serializer: grpc-js keeps what it is given until it is sent.
+      bytes = encodeEnqueueStreamRequest(id, p.request);
+    } catch (err) {
+      p.fail(serviceError(grpc.status.INTERNAL, `Request message serialization failure: ${err instanceof Error ? err.message : String(err)}`));
+      return;
+    }
     this.nextId = this.nextId >= 0xffffffff ? 1 : this.nextId + 1;
+    const stream = (this.stream ??= this.start());
     this.pending.set(id, p);
     if (this.pending.size === 1) this.armDeadline();
     clearTimeout(this.idleTimer);
     this.idleTimer = undefined;
-    stream.write(create(EnqueueStreamRequestSchema, { id, request: p.request }));
+    stream.write(new PreEncoded(bytes));
   }
 
   private start(): Duplex {

@@ -4,6 +4,16 @@
  */
 import * as grpc from "@grpc/grpc-js";
 import { fromBinary, toBinary, type DescMessage, type DescMethod, type DescService } from "@bufbuild/protobuf";
+import { EnqueueRequestSchema, EnqueueResponseSchema, EnqueueStreamResponseSchema, QueueService } from "../gen/switchyard/v1/queue_pb.js";
+import {
+  decodeEnqueueRequest,
+  decodeEnqueueResponse,
+  decodeEnqueueStreamResponse,
+  encodeEnqueueRequest,
+  encodeEnqueueResponse,
+  readEnqueueRequest,
+  readEnqueueStreamRequest,
+} from "./enqueue-wire.js";
 
 /**
  * What the deserializer hands on instead of throwing: grpc-js would turn a
@@ -24,18 +34,51 @@ export class PreEncoded {
   constructor(readonly bytes: Buffer) {}
 }
 
+/** How one message type goes to and from the wire. */
+interface Codec {
+  encode(message: never): Uint8Array;
+  decode(bytes: Uint8Array): unknown;
+}
+
+/**
+ * Codecs written by hand for the messages of hot paths (see enqueue-wire.ts),
+ * used wherever those messages are sent or read, in place of protobuf-es'
+ * generic toBinary and fromBinary: they write the same bytes, and accept and
+ * return the same messages.
+ */
+const handWritten = new Map<string, Codec>([
+  [EnqueueRequestSchema.typeName, { encode: encodeEnqueueRequest, decode: decodeEnqueueRequest }],
+  [EnqueueResponseSchema.typeName, { encode: encodeEnqueueResponse, decode: decodeEnqueueResponse }],
+  [EnqueueStreamResponseSchema.typeName, { encode: (m) => toBinary(EnqueueStreamResponseSchema, m), decode: decodeEnqueueStreamResponse }],
+]);
+
+function codec(schema: DescMessage): Codec {
+  return handWritten.get(schema.typeName) ?? { encode: (message) => toBinary(schema, message), decode: (bytes) => fromBinary(schema, bytes) };
+}
+
+/**
+ * Methods whose handlers take their request in another form than the
+ * protobuf-es message, by full method name: Enqueue's items stay packed in
+ * the request's bytes (EnqueueCall, EnqueueStreamCall: enqueue-wire.ts).
+ */
+const requestReaders = new Map<string, (bytes: Uint8Array) => unknown>([
+  [`${QueueService.typeName}.Enqueue`, readEnqueueRequest],
+  [`${QueueService.typeName}.EnqueueStream`, readEnqueueStreamRequest],
+]);
+
 function serializer(schema: DescMessage) {
+  const { encode } = codec(schema);
   return (message: unknown): Buffer => {
     if (message instanceof PreEncoded) return message.bytes;
-    const bytes = toBinary(schema, message as never);
-    return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+    const bytes = encode(message as never);
+    return Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   };
 }
 
-function lenientDeserializer(schema: DescMessage) {
+function lenientDeserializer(schema: DescMessage, decode = codec(schema).decode) {
   return (bytes: Buffer): unknown => {
     try {
-      return fromBinary(schema, bytes);
+      return decode(bytes);
     } catch (err) {
       return new MalformedMessage(schema.typeName, err instanceof Error ? err.message : String(err));
     }
@@ -43,7 +86,8 @@ function lenientDeserializer(schema: DescMessage) {
 }
 
 function strictDeserializer(schema: DescMessage) {
-  return (bytes: Buffer): unknown => fromBinary(schema, bytes);
+  const { decode } = codec(schema);
+  return (bytes: Buffer): unknown => decode(bytes);
 }
 
 function methodDefinition(method: DescMethod, typeName: string): grpc.MethodDefinition<unknown, unknown> {
@@ -53,7 +97,7 @@ function methodDefinition(method: DescMethod, typeName: string): grpc.MethodDefi
     requestStream: method.methodKind === "client_streaming" || method.methodKind === "bidi_streaming",
     responseStream: method.methodKind === "server_streaming" || method.methodKind === "bidi_streaming",
     requestSerialize: serializer(method.input),
-    requestDeserialize: lenientDeserializer(method.input),
+    requestDeserialize: lenientDeserializer(method.input, requestReaders.get(`${method.parent.typeName}.${method.name}`)),
     responseSerialize: serializer(method.output),
     responseDeserialize: strictDeserializer(method.output),
   };

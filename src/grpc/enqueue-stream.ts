@@ -17,16 +17,13 @@
 import type * as grpc from "@grpc/grpc-js";
 import { create } from "@bufbuild/protobuf";
 import { invalid, SwitchyardError } from "../errors.js";
-import {
-  type EnqueueRequest,
-  type EnqueueStreamRequest,
-  type EnqueueStreamResponse,
-  EnqueueStreamResponseSchema,
-} from "../gen/switchyard/v1/queue_pb.js";
+import { type EnqueueStreamResponse, EnqueueStreamResponseSchema } from "../gen/switchyard/v1/queue_pb.js";
 import type { Logger } from "../log.js";
+import { ItemIds } from "../queue/item-ids.js";
 import type { Queues } from "../queue/queues.js";
 import { RefusedMessage } from "./access.js";
-import { MalformedMessage } from "./adapter.js";
+import { MalformedMessage, PreEncoded } from "./adapter.js";
+import { encodeEnqueueStreamIds, type EnqueueCall, type EnqueueStreamCall } from "./enqueue-wire.js";
 import { durationMs } from "./convert.js";
 import { assertWellFormed, callLogger, toStatus } from "./status.js";
 import { traceOf, withTrace, type TraceContext } from "./trace.js";
@@ -36,17 +33,14 @@ const METHOD = "EnqueueStream";
 const MAX_IN_FLIGHT = 128;
 
 /** Runs one Enqueue request, as the unary call and the stream both do; resolves to the ids. */
-export async function runEnqueue(queues: Queues, req: EnqueueRequest, trace: TraceContext | undefined): Promise<string[]> {
-  const items = withTrace(
-    req.items.map((i) => ({ payload: i.payload, headers: i.headers })),
-    trace,
-  );
+export async function runEnqueue(queues: Queues, req: EnqueueCall, trace: TraceContext | undefined): Promise<ItemIds> {
+  const items = withTrace(req.items, trace);
   const wait = req.minReplicas > 0 ? { replicas: req.minReplicas, timeoutMs: durationMs("replica_timeout", req.replicaTimeout) || 1000 } : undefined;
-  return queues.enqueue(req.queue, items, durationMs("ttl", req.ttl) ?? 0, wait);
+  return queues.enqueueIds(req.queue, items, durationMs("ttl", req.ttl) ?? 0, wait);
 }
 
-type Incoming = EnqueueStreamRequest | MalformedMessage | RefusedMessage;
-type Duplex = grpc.ServerDuplexStream<Incoming, EnqueueStreamResponse>;
+type Incoming = EnqueueStreamCall | MalformedMessage | RefusedMessage;
+type Duplex = grpc.ServerDuplexStream<Incoming, EnqueueStreamResponse | PreEncoded>;
 
 /** The EnqueueStream handler. */
 export function enqueueStreamHandler(queues: Queues, baseLog: Logger) {
@@ -78,10 +72,10 @@ export function enqueueStreamHandler(queues: Queues, baseLog: Logger) {
       call.pause();
       endWhenAnswered();
     });
-    const answer = (id: number, outcome: { ids: string[] } | grpc.StatusObject) => {
+    const answer = (id: number, outcome: ItemIds | grpc.StatusObject) => {
       if (ended) return;
-      const response = "ids" in outcome ? { id, ids: outcome.ids } : { id, code: outcome.code, message: outcome.details };
-      call.write(create(EnqueueStreamResponseSchema, response));
+      if (outcome instanceof ItemIds) call.write(new PreEncoded(encodeEnqueueStreamIds(id, outcome)));
+      else call.write(create(EnqueueStreamResponseSchema, { id, code: outcome.code, message: outcome.details }));
     };
 
     call.on("data", (raw: Incoming) => {
@@ -89,10 +83,10 @@ export function enqueueStreamHandler(queues: Queues, baseLog: Logger) {
       if (raw instanceof RefusedMessage) {
         // A malformed message has no id to answer: like any malformed message, it ends the call.
         if (raw.message instanceof MalformedMessage) finish(raw.error);
-        else answer((raw.message as EnqueueStreamRequest).id, toStatus(raw.error, log, METHOD));
+        else answer((raw.message as EnqueueStreamCall).id, toStatus(raw.error, log, METHOD));
         return;
       }
-      let msg: EnqueueStreamRequest;
+      let msg: EnqueueStreamCall;
       try {
         msg = assertWellFormed(raw);
       } catch (err) {
@@ -103,7 +97,7 @@ export function enqueueStreamHandler(queues: Queues, baseLog: Logger) {
       const { id, request } = msg;
       (request ? runEnqueue(queues, request, trace) : Promise.reject(invalid("request is required: the EnqueueRequest to run")))
         .then(
-          (ids) => answer(id, { ids }),
+          (ids) => answer(id, ids),
           (err: unknown) => answer(id, toStatus(err, log, METHOD)),
         )
         .finally(() => {

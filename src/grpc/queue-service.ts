@@ -12,8 +12,6 @@ import {
   DeleteQueueResponseSchema,
   DropResponseSchema,
   type EnqueueItem,
-  type EnqueueRequest,
-  EnqueueResponseSchema,
   ExtendLeaseResponseSchema,
   GetQueueResponseSchema,
   GetQueueStatsResponseSchema,
@@ -36,8 +34,9 @@ import type { SettleAction } from "../redis/scripts.js";
 import type { LeaseStream } from "../queue/lease-stream.js";
 import type { NewItem, Queues } from "../queue/queues.js";
 import { checkSelection } from "../queue/admin.js";
-import { MalformedMessage, type PreEncoded } from "./adapter.js";
+import { MalformedMessage, PreEncoded } from "./adapter.js";
 import { encodeDeliveries } from "./delivery-wire.js";
+import { encodeEnqueueResponseIds, type EnqueueCall } from "./enqueue-wire.js";
 import { durationMs, msDuration, msTimestamp, queueMessage, queueSpec } from "./convert.js";
 import { assertWellFormed, callLogger, toStatus, unary } from "./status.js";
 import { traceOf } from "./trace.js";
@@ -232,8 +231,9 @@ export function queueServiceHandlers(queues: Queues, log: Logger, heartbeatInter
       const n = await queues.settleDeadLetters(req.name, "delete", checkSelection(req.ids, req.all));
       return create(DeleteDeadLettersResponseSchema, { deleted: BigInt(n) });
     }),
-    enqueue: unary(log, "Enqueue", async (req: EnqueueRequest, call) =>
-      create(EnqueueResponseSchema, { ids: await runEnqueue(queues, req, traceOf(call.metadata)) }),
+    // The request arrives read by readEnqueueRequest (adapter.ts): its items still in the request's bytes.
+    enqueue: unary(log, "Enqueue", async (req: EnqueueCall, call) =>
+      new PreEncoded(encodeEnqueueResponseIds(await runEnqueue(queues, req, traceOf(call.metadata)))),
     ),
     enqueueStream: enqueueStreamHandler(queues, log),
     lease: leaseHandler(queues, log, heartbeatIntervalMs),

@@ -6,7 +6,7 @@
  * OpenTelemetry preloaded (README, "Tracing"), its gRPC instrumentation does.
  */
 import type * as grpc from "@grpc/grpc-js";
-import type { NewItem } from "../queue/queues.js";
+import { itemsOf, type NewItem, type NewItems } from "../queue/new-items.js";
 
 /** The W3C trace context header (and metadata key). */
 export const TRACEPARENT = "traceparent";
@@ -37,13 +37,44 @@ export function traceOf(metadata: grpc.Metadata): TraceContext | undefined {
   return { traceparent: parent!, tracestate: state && state.length <= MAX_TRACESTATE ? state : undefined };
 }
 
+/** Items with `trace` added to the headers of every one without a traceparent of its own. */
+class TracedItems implements NewItems {
+  private readonly traced: Readonly<Record<string, string>>[] = [];
+
+  constructor(
+    private readonly items: NewItems,
+    trace: TraceContext,
+  ) {
+    for (let i = 0; i < items.count; i++) {
+      const own = items.headers(i);
+      if (own[TRACEPARENT]) {
+        this.traced.push(own);
+        continue;
+      }
+      const headers: Record<string, string> = { ...own, [TRACEPARENT]: trace.traceparent };
+      if (trace.tracestate) headers[TRACESTATE] = trace.tracestate;
+      this.traced.push(headers);
+    }
+  }
+
+  get count(): number {
+    return this.items.count;
+  }
+
+  payloadSize(i: number): number {
+    return this.items.payloadSize(i);
+  }
+
+  copyPayload(i: number, target: Uint8Array, pos: number): void {
+    this.items.copyPayload(i, target, pos);
+  }
+
+  headers(i: number): Readonly<Record<string, string>> {
+    return this.traced[i];
+  }
+}
+
 /** Adds `trace` to the headers of every item without a traceparent of its own. */
-export function withTrace(items: NewItem[], trace: TraceContext | undefined): NewItem[] {
-  if (!trace) return items;
-  return items.map((item) => {
-    if (item.headers?.[TRACEPARENT]) return item;
-    const headers: Record<string, string> = { ...item.headers, [TRACEPARENT]: trace.traceparent };
-    if (trace.tracestate) headers[TRACESTATE] = trace.tracestate;
-    return { ...item, headers };
-  });
+export function withTrace(items: readonly NewItem[] | NewItems, trace: TraceContext | undefined): NewItems {
+  return trace ? new TracedItems(itemsOf(items), trace) : itemsOf(items);
 }

@@ -3,10 +3,12 @@
  * envelope (id, headers, enqueue time); any other value is a raw payload, as a
  * plain `LPUSH` from any Redis client writes it (SPEC Q1).
  */
-import { randomBytes } from "node:crypto";
 import { fromBinary } from "@bufbuild/protobuf";
 import { EnvelopeSchema } from "../gen/switchyard/v1/queue_pb.js";
-import { lenFieldSize, ProtoWriter, varintFieldSize } from "../wire/proto-writer.js";
+import { BulkStrings } from "../redis/bulk-strings.js";
+import { lenFieldSize, mapKeys, ProtoWriter, varintFieldSize } from "../wire/proto-writer.js";
+import { ItemIds } from "./item-ids.js";
+import { itemsOf, type NewItems } from "./new-items.js";
 
 const MAGIC = Buffer.from("SYE1");
 
@@ -20,14 +22,70 @@ export interface Item {
   enqueueTimeMs: number;
 }
 
-const idPrefix = randomBytes(6).toString("base64url");
-let idCounter = 0;
-
-/** A new item id, unique across instances: a random per-process prefix and a counter. */
+/** A new item id (see item-ids.ts). */
 export function newItemId(): string {
-  return `${idPrefix}${(++idCounter).toString(36)}`;
+  return ItemIds.next(1).get(0);
 }
 
+/** Where write() takes ids from: an enqueue's ItemIds, or one id given as text. */
+interface Ids {
+  /** Bytes of id i. */
+  size(i: number): number;
+  /** Writes id i's bytes. */
+  write(i: number, w: ProtoWriter): void;
+}
+
+/**
+ * Measures item i's stored form; pushes the key, value and entry bytes of
+ * each of its headers onto `headerSizes` for write().
+ */
+function measure(idSize: number, items: NewItems, i: number, time: Buffer, headerSizes: number[]): number {
+  let size = MAGIC.length;
+  if (idSize > 0) size += lenFieldSize(idSize);
+  const payloadSize = items.payloadSize(i);
+  if (payloadSize > 0) size += lenFieldSize(payloadSize);
+  const headers = items.headers(i);
+  for (const key of mapKeys(headers)) {
+    const keySize = Buffer.byteLength(key);
+    const valueSize = Buffer.byteLength(headers[key]);
+    const entry = lenFieldSize(keySize) + lenFieldSize(valueSize);
+    headerSizes.push(keySize, valueSize, entry);
+    size += lenFieldSize(entry);
+  }
+  return size + time.length;
+}
+
+/** Writes what measure() measured; `h` is where item i's header sizes start. Returns where the next item's start. */
+function write(w: ProtoWriter, ids: Ids, idSize: number, items: NewItems, i: number, time: Buffer, headerSizes: number[], h: number): number {
+  w.raw(MAGIC);
+  if (idSize > 0) {
+    w.len(1, idSize);
+    ids.write(i, w);
+  }
+  const payloadSize = items.payloadSize(i);
+  if (payloadSize > 0) {
+    w.len(2, payloadSize);
+    items.copyPayload(i, w.buf, w.pos);
+    w.pos += payloadSize;
+  }
+  const headers = items.headers(i);
+  for (const key of mapKeys(headers)) {
+    w.len(3, headerSizes[h + 2]); // a map entry: key 1, value 2
+    w.string(1, key, headerSizes[h]);
+    w.string(2, headers[key], headerSizes[h + 1]);
+    h += 3;
+  }
+  w.raw(time);
+  return h;
+}
+
+/** The enqueue time field (4), the same for every item of an enqueue; nothing for 0. */
+function timeField(enqueueTimeMs: number): Buffer {
+  if (!Number.isSafeInteger(enqueueTimeMs) || enqueueTimeMs < 0) throw new RangeError(`enqueue time ${enqueueTimeMs} is not a time in ms`);
+  const w = new ProtoWriter(Buffer.allocUnsafe(enqueueTimeMs > 0 ? varintFieldSize(enqueueTimeMs) : 0));
+  if (enqueueTimeMs > 0) w.uint(4, enqueueTimeMs);
+  return w.buf;
+}
 
 /**
  * The stored form of an item: "SYE1" and the protobuf encoding of an
@@ -38,34 +96,41 @@ export function newItemId(): string {
  * key (1) and value (2) always written, in `Object.keys` order.
  */
 export function encodeItem(id: string, payload: Uint8Array, headers: Record<string, string>, enqueueTimeMs: number): Buffer {
-  if (!Number.isSafeInteger(enqueueTimeMs) || enqueueTimeMs < 0) throw new RangeError(`enqueue time ${enqueueTimeMs} is not a time in ms`);
-  const idLength = Buffer.byteLength(id);
-  const keys = Object.keys(headers);
-  // Per header: key bytes, value bytes, entry bytes.
+  const time = timeField(enqueueTimeMs);
+  const items = itemsOf([{ payload, headers }]);
+  const idSize = Buffer.byteLength(id);
+  const ids: Ids = { size: () => idSize, write: (_, w) => void (w.pos += w.buf.write(id, w.pos, idSize, "utf8")) };
   const headerSizes: number[] = [];
-  let size = MAGIC.length;
-  if (idLength > 0) size += lenFieldSize(idLength);
-  if (payload.byteLength > 0) size += lenFieldSize(payload.byteLength);
-  for (const key of keys) {
-    const keyLength = Buffer.byteLength(key);
-    const valueLength = Buffer.byteLength(headers[key]);
-    const entry = lenFieldSize(keyLength) + lenFieldSize(valueLength);
-    headerSizes.push(keyLength, valueLength, entry);
-    size += lenFieldSize(entry);
-  }
-  if (enqueueTimeMs > 0) size += varintFieldSize(enqueueTimeMs);
-
-  const w = new ProtoWriter(Buffer.allocUnsafe(size));
-  w.raw(MAGIC);
-  if (idLength > 0) w.string(1, id, idLength);
-  if (payload.byteLength > 0) w.bytes(2, payload);
-  for (let i = 0; i < keys.length; i++) {
-    w.len(3, headerSizes[3 * i + 2]); // a map entry: key 1, value 2
-    w.string(1, keys[i], headerSizes[3 * i]);
-    w.string(2, headers[keys[i]], headerSizes[3 * i + 1]);
-  }
-  if (enqueueTimeMs > 0) w.uint(4, enqueueTimeMs);
+  const w = new ProtoWriter(Buffer.allocUnsafe(measure(idSize, items, 0, time, headerSizes)));
+  write(w, ids, idSize, items, 0, time, headerSizes, 0);
   return w.buf;
+}
+
+/**
+ * The stored forms of items (encodeItem's bytes for each), framed for one
+ * Redis command in a single buffer (no allocation per item), behind `room`
+ * free bytes for the command's head.
+ */
+export function encodeItems(ids: ItemIds, items: NewItems, enqueueTimeMs: number, room = 0): BulkStrings {
+  const time = timeField(enqueueTimeMs);
+  const idSizes = new Array<number>(items.count);
+  const sizes = new Array<number>(items.count);
+  const headerSizes: number[] = [];
+  let total = 0;
+  for (let i = 0; i < items.count; i++) {
+    idSizes[i] = ids.size(i);
+    sizes[i] = measure(idSizes[i], items, i, time, headerSizes);
+    total += BulkStrings.framedSize(sizes[i]);
+  }
+  const w = new ProtoWriter(Buffer.allocUnsafe(room + total));
+  w.pos = room;
+  let h = 0;
+  for (let i = 0; i < items.count; i++) {
+    BulkStrings.begin(w, sizes[i]);
+    h = write(w, ids, idSizes[i], items, i, time, headerSizes, h);
+    BulkStrings.end(w);
+  }
+  return new BulkStrings(w.buf, items.count, room);
 }
 
 /** Reads a stored value: an envelope when it is one, otherwise a raw payload. */

@@ -1,8 +1,9 @@
 /**
  * Coalesces the pushes onto one queue that arrive in the same event-loop turn
- * into one push.lua call. With 100 single-item Enqueue calls in flight, many
- * reach the server in one socket read; one script call for all of them spares
- * Redis and ioredis a round of work per call (issue #4, bench row 2).
+ * into one push (LPUSH, or push.lua with a TTL). With 100 single-item
+ * Enqueue calls in flight, many reach the server in one socket read; one
+ * command for all of them spares Redis and ioredis a round of work per call
+ * (issue #4, bench row 2).
  *
  * A push onto a queue with nothing open or in flight is written at once: an
  * idle queue pays no wait for a turn to end (issue #4, bench row 5, latency);
@@ -15,12 +16,15 @@
  * joins a batch; what can still fail is the push itself (the key is not a list,
  * Redis is gone), and that would have failed each of the calls alone too.
  */
+import type { BulkStrings } from "../redis/bulk-strings.js";
 
 /** Writes `values` (oldest first) onto `queue`, resetting its expiry when `ttlMs` > 0. */
-export type Push = (queue: string, ttlMs: number, values: Buffer[]) => Promise<unknown>;
+export type Push = (queue: string, ttlMs: number, values: BulkStrings[]) => Promise<unknown>;
 
 interface Batch {
-  values: Buffer[];
+  /** Each caller's values, in call order. */
+  values: BulkStrings[];
+  count: number;
   /** The last non-zero ttl among the batch's calls: the expiry their pushes one by one would leave. */
   ttlMs: number;
   settle: { ok: () => void; fail: (err: unknown) => void }[];
@@ -39,25 +43,26 @@ export class PushBatcher {
   ) {}
 
   /** Pushes `values` onto `queue` with the other pushes to it in this turn; resolves once they are written. */
-  push(queue: string, ttlMs: number, values: Buffer[]): Promise<void> {
+  push(queue: string, ttlMs: number, values: BulkStrings): Promise<void> {
     let batch = this.open.get(queue);
-    if (batch && batch.values.length + values.length > this.maxItems) {
+    if (batch && batch.count + values.count > this.maxItems) {
       this.send(queue, batch);
       batch = undefined;
     }
     if (!batch && !this.busy.get(queue)) {
-      const alone: Batch = { values, ttlMs, settle: [], sent: false };
+      const alone: Batch = { values: [values], count: values.count, ttlMs, settle: [], sent: false };
       const done = new Promise<void>((ok, fail) => alone.settle.push({ ok, fail }));
       this.send(queue, alone);
       return done;
     }
     if (!batch) {
-      const fresh: Batch = { values: [], ttlMs: 0, settle: [], sent: false };
+      const fresh: Batch = { values: [], count: 0, ttlMs: 0, settle: [], sent: false };
       this.open.set(queue, fresh);
       setImmediate(() => this.send(queue, fresh));
       batch = fresh;
     }
-    for (const value of values) batch.values.push(value);
+    batch.values.push(values);
+    batch.count += values.count;
     if (ttlMs > 0) batch.ttlMs = ttlMs;
     const open = batch;
     return new Promise((ok, fail) => open.settle.push({ ok, fail }));

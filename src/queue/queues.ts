@@ -7,10 +7,13 @@ import { systemClock, type Clock } from "../clock.js";
 import type { Logger } from "../log.js";
 import { noMetrics, type Metrics } from "../metrics/hooks.js";
 import type { RedisConnection } from "../redis/connection.js";
+import { FramedCommand, type BulkStrings } from "../redis/bulk-strings.js";
 import { pushItems, type DeadLetterAction, type SettleAction } from "../redis/scripts.js";
 import { keysOf, type QueueConfig } from "./declaration.js";
 import { QueueDispatcher, type DispatchOptions } from "./dispatcher.js";
-import { encodeItem, newItemId } from "./envelope.js";
+import { encodeItems } from "./envelope.js";
+import { ItemIds } from "./item-ids.js";
+import { itemsOf, type NewItem, type NewItems } from "./new-items.js";
 import { LeaseStream, type LeaseSink } from "./lease-stream.js";
 import { peekItems, type PeekList, type PeekedItem } from "./peek.js";
 import { purgeReady, settleDeadLetterSelection, type DeadLetterSelection } from "./admin.js";
@@ -29,11 +32,7 @@ export interface QueueOptions extends DispatchOptions {
   watchdogIntervalMs: number;
 }
 
-/** An item to enqueue. */
-export interface NewItem {
-  payload: Uint8Array;
-  headers?: Record<string, string>;
-}
+export type { NewItem, NewItems } from "./new-items.js";
 
 /** More replicas than any Redis deployment has; WAIT for more could only time out. */
 const MAX_REPLICAS = 64;
@@ -97,8 +96,9 @@ export interface QueueStatsView {
 /** A prepared enqueue: validated and encoded, not yet written. */
 interface PreparedEnqueue {
   config: QueueConfig;
-  ids: string[];
-  values: Buffer[];
+  ids: ItemIds;
+  /** The items' stored forms, framed for the push. */
+  values: BulkStrings;
   ttlMs: number;
 }
 
@@ -200,35 +200,36 @@ export class Queues {
     for (const stream of this.streams) if (stream.queue === name) stream.sink.fail(gone);
   }
 
-  private async prepare(queue: string, items: readonly NewItem[], ttlMs: number): Promise<PreparedEnqueue> {
-    if (items.length === 0) throw invalid("items must not be empty");
-    if (items.length > this.options.maxItemsPerEnqueue) {
-      throw invalid(`${items.length} items in one Enqueue; send at most ${this.options.maxItemsPerEnqueue} per call (SWITCHYARD_MAX_ITEMS_PER_ENQUEUE)`);
+  private async prepare(queue: string, given: readonly NewItem[] | NewItems, ttlMs: number): Promise<PreparedEnqueue> {
+    const items = itemsOf(given);
+    if (items.count === 0) throw invalid("items must not be empty");
+    if (items.count > this.options.maxItemsPerEnqueue) {
+      throw invalid(`${items.count} items in one Enqueue; send at most ${this.options.maxItemsPerEnqueue} per call (SWITCHYARD_MAX_ITEMS_PER_ENQUEUE)`);
     }
     if (!Number.isFinite(ttlMs) || ttlMs < 0) throw invalid("ttl must be a positive duration");
-    items.forEach((item, i) => {
-      if (item.payload.byteLength > this.options.maxPayloadBytes) {
+    for (let i = 0; i < items.count; i++) {
+      const size = items.payloadSize(i);
+      if (size > this.options.maxPayloadBytes) {
         throw new SwitchyardError(
           "resource_exhausted",
-          `item ${i} has a payload of ${item.payload.byteLength} bytes; the limit is ${this.options.maxPayloadBytes} (SWITCHYARD_MAX_PAYLOAD_BYTES)`,
+          `item ${i} has a payload of ${size} bytes; the limit is ${this.options.maxPayloadBytes} (SWITCHYARD_MAX_PAYLOAD_BYTES)`,
         );
       }
-    });
+    }
     const config = await this.registry.get(queue);
     const now = this.clock.now();
-    const ids = items.map(() => newItemId());
-    const values = items.map((item, i) => encodeItem(ids[i], item.payload, item.headers ?? {}, now));
-    return { config, ids, values, ttlMs };
+    const ids = ItemIds.next(items.count);
+    return { config, ids, values: encodeItems(ids, items, now, FramedCommand.lpushRoom(config.name)), ttlMs };
   }
 
-  private async write(p: PreparedEnqueue, wait?: ReplicaWait): Promise<string[]> {
+  private async write(p: PreparedEnqueue, wait?: ReplicaWait): Promise<ItemIds> {
     if (!wait) {
       await this.pushes.push(p.config.name, Math.ceil(p.ttlMs), p.values);
-      this.metrics.items(p.config.name, "enqueued", p.values.length);
+      this.metrics.items(p.config.name, "enqueued", p.ids.count);
       return p.ids;
     }
-    const acked = await this.push(p.config.name, Math.ceil(p.ttlMs), p.values, wait);
-    this.metrics.items(p.config.name, "enqueued", p.values.length);
+    const acked = await this.push(p.config.name, Math.ceil(p.ttlMs), [p.values], wait);
+    this.metrics.items(p.config.name, "enqueued", p.ids.count);
     if (acked < wait.replicas) {
       throw new SwitchyardError(
         "unavailable",
@@ -243,7 +244,12 @@ export class Queues {
    * Pushes items onto a declared queue (LPUSH), resetting its expiry when
    * `ttlMs` > 0; with `wait`, answers only once that many replicas have them.
    */
-  async enqueue(queue: string, items: readonly NewItem[], ttlMs = 0, wait?: ReplicaWait): Promise<string[]> {
+  async enqueue(queue: string, items: readonly NewItem[] | NewItems, ttlMs = 0, wait?: ReplicaWait): Promise<string[]> {
+    return (await this.enqueueIds(queue, items, ttlMs, wait)).toArray();
+  }
+
+  /** enqueue(), resolving to the ids as ItemIds: for callers that write them out, with no string per id. */
+  async enqueueIds(queue: string, items: readonly NewItem[] | NewItems, ttlMs = 0, wait?: ReplicaWait): Promise<ItemIds> {
     if (wait && (!Number.isInteger(wait.replicas) || wait.replicas < 0 || wait.replicas > MAX_REPLICAS)) {
       throw invalid(`min_replicas must be between 0 and ${MAX_REPLICAS}`);
     }
@@ -423,7 +429,7 @@ export class Queues {
     }
     const prepared = await this.prepare(reply.queue, reply.items, reply.ttlMs);
     await this.settle(token, "c", fromStream);
-    const ids = await this.write(prepared);
+    const ids = (await this.write(prepared)).toArray();
     await this.settle(token, "a", fromStream);
     return ids;
   }
@@ -433,8 +439,8 @@ export class Queues {
     return peekItems(this.redis.client, await this.registry.get(name), list, limit);
   }
 
-  /** push.lua for `queue`, and a waiting pump of this instance leases right behind it. */
-  private push(queue: string, ttlMs: number, values: Buffer[], wait?: ReplicaWait): Promise<number> {
+  /** Pushes onto `queue`, and a waiting pump of this instance leases right behind it. */
+  private push(queue: string, ttlMs: number, values: BulkStrings[], wait?: ReplicaWait): Promise<number> {
     const pushed = pushItems(this.redis.client, queue, ttlMs, values, wait);
     this.dispatchers.get(queue)?.pushed(); // after the push is sent, so the lease reaches Redis after it
     return pushed;

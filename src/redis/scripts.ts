@@ -7,12 +7,15 @@ import { readFileSync } from "node:fs";
 import type { RedisClient } from "./connection.js";
 import type { QueueKeys, SystemKeys } from "./keys.js";
 import { SwitchyardError } from "../errors.js";
+import { FramedCommand, type BulkStrings } from "./bulk-strings.js";
 
 const scriptDir = new URL("./scripts/", import.meta.url);
 const load = (name: string) => readFileSync(new URL(`${name}.lua`, scriptDir), "utf8");
 
+/** Sent as EVAL by pushItems rather than registered (see there). */
+const pushLua = load("push");
+
 const definitions = {
-  syPush: { numberOfKeys: 1, lua: load("push") },
   syLease: { numberOfKeys: 6, lua: load("lease") },
   sySettle: { numberOfKeys: 7, lua: load("settle") },
   syRecover: { numberOfKeys: 6, lua: load("recover") },
@@ -40,31 +43,47 @@ function call(client: RedisClient, name: ScriptName | `${ScriptName}Buffer`, arg
 }
 
 /**
- * push.lua: LPUSHes `values` and resets the expiry when `ttlMs` > 0;
- * FAILED_PRECONDITION on a non-list key. With `wait`, WAIT follows on the same
- * connection (pipelined, so on a cluster it reaches the queue's master) and
- * resolves to how many replicas acknowledged.
+ * Pushes `values` (oldest first) onto `key`: a plain LPUSH, or with `ttlMs` >
+ * 0 push.lua, which also resets the key's expiry. Either refuses a key that
+ * is not a list and changes nothing: FAILED_PRECONDITION. With `wait`, WAIT
+ * follows on the same connection (pipelined, so on a cluster it reaches the
+ * queue's master) and it resolves to how many replicas acknowledged.
+ *
+ * The values go out framed as they are (FramedCommand); push.lua goes as EVAL
+ * with its text, which Redis hashes to find it compiled, because an EVALSHA
+ * refused with NOSCRIPT could not be sent again with the pipeline's WAIT.
  */
 export async function pushItems(
-  client: RedisClient, key: string, ttlMs: number, values: Buffer[], wait?: { replicas: number; timeoutMs: number },
+  client: RedisClient, key: string, ttlMs: number, values: readonly BulkStrings[], wait?: { replicas: number; timeoutMs: number },
 ): Promise<number> {
+  const push = ttlMs > 0 ? new FramedCommand("eval", [pushLua, 1, key, ttlMs], values) : new FramedCommand("lpush", [key], values);
   try {
-    if (!wait) return (await call(client, "syPush", [key, ttlMs, ...values])) as number;
-    const pipeline = client.pipeline() as unknown as Record<string, Invoke> & { wait(n: number, ms: number): unknown; exec(): Promise<[Error | null, unknown][]> };
-    pipeline.syPush(key, ttlMs, ...values);
+    if (!wait) {
+      client.sendCommand(push);
+      return (await push.promise) as number;
+    }
+    const pipeline = client.pipeline() as unknown as { sendCommand(c: FramedCommand): unknown; wait(n: number, ms: number): unknown; exec(): Promise<[Error | null, unknown][]> };
+    pipeline.sendCommand(push);
     pipeline.wait(wait.replicas, wait.timeoutMs);
     const [[pushError], [waitError, acked]] = await pipeline.exec();
     if (pushError) throw pushError;
     if (waitError) throw waitError;
     return acked as number;
   } catch (err) {
-    const m = err instanceof Error ? /SYWRONGTYPE (\w+)/.exec(err.message) : null;
-    if (!m) throw err;
-    throw new SwitchyardError(
-      "failed_precondition",
-      `key "${key}" holds a ${m[1]}, not a list; delete or rename it before using it as a queue`,
-    );
+    throw await notAList(client, key, err);
   }
+}
+
+/** FAILED_PRECONDITION for a push refused because `key` is not a list; `err` itself otherwise. */
+async function notAList(client: RedisClient, key: string, err: unknown): Promise<unknown> {
+  const message = err instanceof Error ? err.message : "";
+  // push.lua names the type; a plain LPUSH only says WRONGTYPE, so ask.
+  const type = /SYWRONGTYPE (\w+)/.exec(message)?.[1] ?? (message.startsWith("WRONGTYPE") ? await client.type(key).catch(() => "value of another type") : undefined);
+  if (!type) return err;
+  return new SwitchyardError(
+    "failed_precondition",
+    `key "${key}" holds a ${type}, not a list; delete or rename it before using it as a queue`,
+  );
 }
 
 /** dead-letters.lua: what happens to the chosen dead letters. */

@@ -10,6 +10,8 @@ const LEN = 2;
 
 /** Bytes of `n` (a non-negative safe integer) as a varint. */
 export function varintSize(n: number): number {
+  // Lengths fit 31 bits: shifts, rather than float division, for them.
+  if (n <= 0x7fffffff) return n < 0x80 ? 1 : n < 0x4000 ? 2 : n < 0x200000 ? 3 : n < 0x10000000 ? 4 : 5;
   let size = 1;
   while (n >= 0x80) {
     n = Math.floor(n / 128);
@@ -24,17 +26,37 @@ export const lenFieldSize = (bodySize: number) => 1 + varintSize(bodySize) + bod
 /** A varint field's size (fields 1–15): tag and value. */
 export const varintFieldSize = (n: number) => 1 + varintSize(n);
 
+const NO_KEYS: readonly string[] = [];
+
+/**
+ * The keys of a map field's record in the order protobuf-es writes its
+ * entries (Object.keys), without allocating for an empty record.
+ */
+export function mapKeys(record: Record<string, unknown>): readonly string[] {
+  // for-in sees every key Object.keys does (and inherited ones): if it sees none, there are none.
+  for (const _ in record) return Object.keys(record);
+  return NO_KEYS;
+}
+
 /** Writes fields 1–15 into a buffer measured beforehand. */
 export class ProtoWriter {
   pos = 0;
   constructor(readonly buf: Buffer) {}
 
   varint(n: number): void {
-    while (n >= 0x80) {
-      this.buf[this.pos++] = (n % 128) | 0x80;
+    const buf = this.buf;
+    let pos = this.pos;
+    while (n > 0x7fffffff) {
+      buf[pos++] = (n % 128) | 0x80;
       n = Math.floor(n / 128);
     }
-    this.buf[this.pos++] = n;
+    // 31 bits or fewer left: shifts, rather than float division.
+    while (n >= 0x80) {
+      buf[pos++] = (n & 0x7f) | 0x80;
+      n >>>= 7;
+    }
+    buf[pos++] = n;
+    this.pos = pos;
   }
 
   /** A varint field. */
@@ -63,7 +85,16 @@ export class ProtoWriter {
 
   /** Raw bytes with no tag (a prefix such as a magic number). */
   raw(b: Uint8Array): void {
+    // For the few bytes of a prefix a loop costs less than set(), a builtin call.
+    const n = b.byteLength;
+    if (n <= 16) {
+      const buf = this.buf;
+      const pos = this.pos;
+      for (let i = 0; i < n; i++) buf[pos + i] = b[i];
+      this.pos = pos + n;
+      return;
+    }
     this.buf.set(b, this.pos);
-    this.pos += b.byteLength;
+    this.pos += n;
   }
 }

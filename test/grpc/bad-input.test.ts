@@ -8,7 +8,8 @@ import * as grpc from "@grpc/grpc-js";
 import { create, toBinary } from "@bufbuild/protobuf";
 import { startRedis, type TestRedis } from "../helpers/redis.js";
 import { startSwitchyard, type TestSwitchyard } from "../helpers/switchyard.js";
-import { EnqueueRequestSchema, LeaseRequestSchema, QueueMode, type Delivery } from "../../src/gen/switchyard/v1/queue_pb.js";
+import { BinaryWriter, WireType } from "@bufbuild/protobuf/wire";
+import { EnqueueRequestSchema, LeaseRequestSchema, QueueList, QueueMode, type Delivery } from "../../src/gen/switchyard/v1/queue_pb.js";
 import type { LeaseSession } from "../../src/client/client.js";
 
 const QUEUES_HASH = "{switchyard}:queues";
@@ -418,6 +419,33 @@ describe("malformed messages", () => {
     await sy.client.createQueue({ name: "{after-garbage}", mode: QueueMode.RELIABLE });
     expect(await sy.client.enqueue("{after-garbage}", ["fine"])).toHaveLength(1);
     expect(await redis.plain.llen("{after-garbage}")).toBe(1);
+  });
+
+  it("a truncated Enqueue, or one with invalid UTF-8 in its queue name, is INVALID_ARGUMENT saying why, and stores nothing", async () => {
+    await sy.client.createQueue({ name: "{cut-short}", mode: QueueMode.RELIABLE });
+    const before = await snapshot();
+    const whole = Buffer.from(toBinary(EnqueueRequestSchema, create(EnqueueRequestSchema, { queue: "{cut-short}", items: [{ payload: Buffer.from("p") }] })));
+    let status = await rawUnary(raw, `${SERVICE}/Enqueue`, whole.subarray(0, whole.length - 1));
+    expect(status.code).toBe(grpc.status.INVALID_ARGUMENT);
+    expect(status.details).toBe("malformed switchyard.v1.EnqueueRequest: premature EOF");
+    status = await rawUnary(raw, `${SERVICE}/Enqueue`, Buffer.from([0x0a, 0x02, 0x71, 0xff]));
+    expect(status.code).toBe(grpc.status.INVALID_ARGUMENT);
+    expect(status.details).toBe("malformed switchyard.v1.EnqueueRequest: The encoded data was not valid for encoding utf-8");
+    expect(await snapshot()).toBe(before);
+  });
+
+  it("an Enqueue with its fields out of order and unknown fields between them is served", async () => {
+    await sy.client.createQueue({ name: "{loose}", mode: QueueMode.RELIABLE });
+    const w = new BinaryWriter();
+    w.tag(2, WireType.LengthDelimited).fork().tag(9, WireType.Varint).uint32(1).tag(1, WireType.LengthDelimited).bytes(Buffer.from("one")).join();
+    w.tag(99, WireType.StartGroup).tag(1, WireType.Bit64).fixed64(3n).tag(99, WireType.EndGroup);
+    w.tag(1, WireType.LengthDelimited).string("{loose}");
+    w.tag(2, WireType.LengthDelimited).fork().tag(1, WireType.LengthDelimited).bytes(Buffer.from("two")).join();
+    w.tag(7, WireType.Bit32).fixed32(5);
+    const status = await rawUnary(raw, `${SERVICE}/Enqueue`, Buffer.from(w.finish()));
+    expect(status.code, status.details).toBe(grpc.status.OK);
+    const page = await sy.client.peekQueue("{loose}", QueueList.READY, 10);
+    expect(page.items.map((i) => Buffer.from(i.payload).toString())).toEqual(["one", "two"]);
   });
 
   it("garbage bytes to the health service are INVALID_ARGUMENT, for Check and for Watch", async () => {

@@ -9,6 +9,7 @@ import { ManualClock } from "../../src/clock.js";
 import { createLogger } from "../../src/log.js";
 import { connectRedis, type RedisConnection } from "../../src/redis/connection.js";
 import { pushItems } from "../../src/redis/scripts.js";
+import { BulkStrings } from "../../src/redis/bulk-strings.js";
 import { validateQueueSpec } from "../../src/queue/declaration.js";
 import { QueueDispatcher } from "../../src/queue/dispatcher.js";
 import { LeaseStream, type Delivery } from "../../src/queue/lease-stream.js";
@@ -28,10 +29,10 @@ afterAll(async () => {
   await redis.stop();
 });
 
-/** Script calls Redis has run (EVALSHA, and EVAL for a script's first call). */
+/** Pushes and script calls Redis has run (LPUSH; EVALSHA, and EVAL for a script's first call). */
 async function scriptCalls(): Promise<number> {
   const stats = await redis.plain.info("commandstats");
-  return [...stats.matchAll(/cmdstat_eval(?:sha)?:calls=(\d+)/g)].reduce((n, m) => n + Number(m[1]), 0);
+  return [...stats.matchAll(/cmdstat_(?:eval|evalsha|lpush):calls=(\d+)/g)].reduce((n, m) => n + Number(m[1]), 0);
 }
 
 describe("a pump that took fewer items than it asked for", () => {
@@ -47,12 +48,12 @@ describe("a pump that took fewer items than it asked for", () => {
 
     for (const [round, payloads] of [["a", "b"], ["c"]].entries()) {
       const before = await scriptCalls();
-      const push = pushItems(conn.client, config.name, 0, payloads.map((p) => Buffer.from(p)));
+      const push = pushItems(conn.client, config.name, 0, [BulkStrings.of(payloads.map((p) => Buffer.from(p)))]);
       dispatcher.pushed();
       await push;
       await expect.poll(() => delivered.length).toBe(round === 0 ? 2 : 3);
       await expect.poll(blocked).toBe("1"); // parked again
-      // push.lua and one lease.lua that took the items; no second lease call finding the queue empty.
+      // The push and one lease.lua that took the items; no second lease call finding the queue empty.
       expect(await scriptCalls(), `round ${round}`).toBe(before + 2);
     }
     expect(delivered.map((d) => Buffer.from(d.item.payload).toString())).toEqual(["a", "b", "c"]);

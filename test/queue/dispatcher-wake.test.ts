@@ -9,6 +9,7 @@ import { ManualClock } from "../../src/clock.js";
 import { createLogger } from "../../src/log.js";
 import { connectRedis, type RedisConnection } from "../../src/redis/connection.js";
 import { pushItems } from "../../src/redis/scripts.js";
+import { BulkStrings } from "../../src/redis/bulk-strings.js";
 import { validateQueueSpec } from "../../src/queue/declaration.js";
 import { QueueDispatcher } from "../../src/queue/dispatcher.js";
 import { LeaseStream, type Delivery } from "../../src/queue/lease-stream.js";
@@ -42,7 +43,7 @@ describe("QueueDispatcher.pushed", () => {
     // The pump is parked on the other Redis (timeout 0: it never returns by itself).
     await expect.poll(async () => (await elsewhere.plain.info("clients")).match(/blocked_clients:(\d+)/)?.[1]).toBe("1");
 
-    const push = pushItems(main.client, config.name, 0, [Buffer.from("first"), Buffer.from("second")]);
+    const push = pushItems(main.client, config.name, 0, [BulkStrings.of([Buffer.from("first"), Buffer.from("second")])]);
     dispatcher.pushed();
     await push;
     await expect.poll(() => delivered.length).toBe(2);

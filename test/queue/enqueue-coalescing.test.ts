@@ -1,6 +1,6 @@
 /**
  * Enqueues to one queue that arrive in the same event-loop turn share one
- * push.lua call (src/queue/push-batcher.ts). Each call must still land exactly
+ * push (src/queue/push-batcher.ts). Each call must still land exactly
  * once, in its own order, with its own ids, and a refused call must not touch
  * the others.
  */
@@ -22,10 +22,10 @@ async function contents(queue: string): Promise<{ payload: string; id: string }[
   });
 }
 
-/** Script calls Redis has run so far (push.lua arrives as EVALSHA, or EVAL the first time). */
-async function scriptCalls(key: string): Promise<number> {
+/** Pushes Redis has run so far: LPUSH, or push.lua (EVAL) for pushes with a ttl. */
+async function pushCalls(key: string): Promise<number> {
   const stats = (await t.redis.nodeFor(key).info("commandstats")) as string;
-  return [...stats.matchAll(/^cmdstat_(?:evalsha|eval):calls=(\d+)/gm)].reduce((n, m) => n + Number(m[1]), 0);
+  return [...stats.matchAll(/^cmdstat_(?:lpush|evalsha|eval):calls=(\d+)/gm)].reduce((n, m) => n + Number(m[1]), 0);
 }
 
 async function declare(...names: string[]): Promise<void> {
@@ -56,24 +56,24 @@ describe("enqueue coalescing", () => {
     }
   });
 
-  it("pushes the first call to an idle queue at once and the rest of its turn with one script call, never more than an Enqueue's item limit", async () => {
+  it("pushes the first call to an idle queue at once and the rest of its turn with one push, never more than an Enqueue's item limit", async () => {
     await declare("{co-one}", "{co-cap}");
     const { queues } = t.sy.app;
     const item = (s: string) => ({ payload: Buffer.from(s) });
 
-    const before = await scriptCalls("{co-one}");
+    const before = await pushCalls("{co-one}");
     await Promise.all([
       queues.enqueue("{co-one}", [item("a")]),
       queues.enqueue("{co-one}", [item("b"), item("c")]),
       queues.enqueue("{co-one}", [item("d")]),
     ]);
-    expect((await scriptCalls("{co-one}")) - before).toBe(2);
+    expect((await pushCalls("{co-one}")) - before).toBe(2);
     expect((await contents("{co-one}")).map((s) => s.payload)).toEqual(["a", "b", "c", "d"]);
 
     // 3 + 3 items exceed MAX_ITEMS (5): each call goes in a push of its own.
-    const beforeCap = await scriptCalls("{co-cap}");
+    const beforeCap = await pushCalls("{co-cap}");
     await Promise.all(["p", "q", "r"].map((k) => queues.enqueue("{co-cap}", [item(`${k}1`), item(`${k}2`), item(`${k}3`)])));
-    expect((await scriptCalls("{co-cap}")) - beforeCap).toBe(3);
+    expect((await pushCalls("{co-cap}")) - beforeCap).toBe(3);
     expect((await contents("{co-cap}")).map((s) => s.payload)).toEqual(["p1", "p2", "p3", "q1", "q2", "q3", "r1", "r2", "r3"]);
   });
 

@@ -19,6 +19,7 @@ import {
 import { SwitchyardClient } from "../../src/client/client.js";
 import { tokenHash } from "../../src/auth/authenticator.js";
 import { serviceDefinition } from "../../src/grpc/adapter.js";
+import type { EnqueueCall } from "../../src/grpc/enqueue-wire.js";
 import { delta, scrape } from "../helpers/http.js";
 import { startRedis, type TestRedis } from "../helpers/redis.js";
 import { startSwitchyard, type TestSwitchyard } from "../helpers/switchyard.js";
@@ -212,11 +213,11 @@ describe("the TS client on EnqueueStream", () => {
     const env = { SWITCHYARD_AUTH_TOKENS: JSON.stringify([{ name: "admin", sha256: tokenHash(ADMIN), scopes: ["*"] }]) };
     const other = await startSwitchyard(redis, { token: ADMIN, env });
     const client = new SwitchyardClient(other.address, { token: ADMIN });
-    // Connections whose script waits for the paused writes: the server has read the request.
+    // Connections whose push waits for the paused writes: the server has read the request.
     const waitingScripts = async () =>
       String(await redis.nodeFor("{orders}").call("CLIENT", "LIST"))
         .split("\n")
-        .filter((line) => / flags=\S*b/.test(line) && / cmd=evalsha/.test(line)).length;
+        .filter((line) => / flags=\S*b/.test(line) && / cmd=(?:lpush|eval|evalsha) /.test(line)).length;
     try {
       await client.enqueue("{orders}", ["before"]);
       // Redis holds writes: "read" is read by the server and waits for Redis.
@@ -246,9 +247,10 @@ describe("the TS client on EnqueueStream", () => {
     const old = new grpc.Server();
     let unaryCalls = 0;
     old.addService(serviceDefinition(QueueService), {
-      enqueue: (call: grpc.ServerUnaryCall<{ queue: string; items: { payload: Uint8Array }[] }, unknown>, done: grpc.sendUnaryData<unknown>) => {
+      enqueue: (call: grpc.ServerUnaryCall<EnqueueCall, unknown>, done: grpc.sendUnaryData<unknown>) => {
         unaryCalls++;
-        upstream.enqueue(call.request.queue, call.request.items.map((i) => i.payload)).then(
+        const { queue, items } = call.request;
+        upstream.enqueue(queue, Array.from({ length: items.count }, (_, i) => items.payload(i))).then(
           (ids) => done(null, create(EnqueueResponseSchema, { ids })),
           (err: grpc.ServiceError) => done(err),
         );

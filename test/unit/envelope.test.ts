@@ -6,7 +6,10 @@
 import { describe, expect, it } from "vitest";
 import { create, toBinary } from "@bufbuild/protobuf";
 import { EnvelopeSchema } from "../../src/gen/switchyard/v1/queue_pb.js";
-import { decodeItem, encodeItem, newItemId } from "../../src/queue/envelope.js";
+import { decodeItem, encodeItem, encodeItems, newItemId } from "../../src/queue/envelope.js";
+import { ItemIds } from "../../src/queue/item-ids.js";
+import { itemsOf, type NewItem } from "../../src/queue/new-items.js";
+import { random, text } from "../helpers/random.js";
 
 function reference(id: string, payload: Uint8Array, headers: Record<string, string>, enqueueTimeMs: number): Buffer {
   const body = toBinary(EnvelopeSchema, create(EnvelopeSchema, { id, payload, headers, enqueueTimeMs: BigInt(enqueueTimeMs) }));
@@ -15,23 +18,6 @@ function reference(id: string, payload: Uint8Array, headers: Record<string, stri
 
 function expectSameBytes(id: string, payload: Uint8Array, headers: Record<string, string>, enqueueTimeMs: number): void {
   expect(encodeItem(id, payload, headers, enqueueTimeMs).toString("hex")).toBe(reference(id, payload, headers, enqueueTimeMs).toString("hex"));
-}
-
-/** A seeded generator (mulberry32), so a failure reproduces. */
-function random(seed: number): () => number {
-  return () => {
-    seed = (seed + 0x6d2b79f5) | 0;
-    let t = Math.imul(seed ^ (seed >>> 15), seed | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
-const alphabet = ["a", "Z", "0", "-", " ", "é", "ß", "中", "文", "😀", "\u0000", "\u007f", "\u0080", "\u07ff", "\u0800", "\uffff"];
-
-function text(next: () => number, maxLength: number): string {
-  const length = Math.floor(next() * (maxLength + 1));
-  return Array.from({ length }, () => alphabet[Math.floor(next() * alphabet.length)]).join("");
 }
 
 describe("encodeItem", () => {
@@ -100,5 +86,38 @@ describe("encodeItem", () => {
   it("refuses an enqueue time that is not a non-negative integer", () => {
     expect(() => encodeItem("id", Buffer.from("p"), {}, -1)).toThrow(RangeError);
     expect(() => encodeItem("id", Buffer.from("p"), {}, 1.5)).toThrow(RangeError);
+  });
+});
+
+describe("encodeItems", () => {
+  /** Splits RESP bulk strings ("$<size>\r\n<bytes>\r\n" each) back into values. */
+  function bulkStrings(bytes: Buffer): Buffer[] {
+    const values: Buffer[] = [];
+    let pos = 0;
+    while (pos < bytes.length) {
+      expect(String.fromCharCode(bytes[pos])).toBe("$");
+      const head = bytes.indexOf("\r\n", pos);
+      const size = Number(bytes.toString("latin1", pos + 1, head));
+      values.push(bytes.subarray(head + 2, head + 2 + size));
+      expect(bytes.toString("latin1", head + 2 + size, head + 4 + size)).toBe("\r\n");
+      pos = head + 4 + size;
+    }
+    return values;
+  }
+
+  it("frames each item's encodeItem bytes as a RESP bulk string, in order, in one buffer", () => {
+    const next = random(43);
+    for (let n = 0; n < 200; n++) {
+      const items: NewItem[] = Array.from({ length: Math.floor(next() * 20) }, () => ({
+        payload: Buffer.from(Array.from({ length: Math.floor(next() ** 3 * 20_000) }, () => Math.floor(next() * 256))),
+        headers: next() < 0.3 ? { [text(next, 5)]: text(next, 30), b: "1", "10": "2" } : next() < 0.5 ? ({} as Record<string, string>) : undefined,
+      }));
+      const ids = ItemIds.next(items.length);
+      const t = Math.floor(next() * 2 ** 42);
+      const framed = encodeItems(ids, itemsOf(items), t);
+      expect(framed.count).toBe(items.length);
+      const expected = items.map((item, i) => encodeItem(ids.get(i), item.payload, item.headers ?? {}, t).toString("hex"));
+      expect(bulkStrings(framed.bytes).map((v) => v.toString("hex"))).toEqual(expected);
+    }
   });
 });

@@ -1,7 +1,8 @@
 --[[
-  Enqueues: LPUSHes the values onto the queue list and, with a publish TTL,
+  Enqueues with a publish TTL: LPUSHes the values onto the queue list and
   resets the key's expiry (seed 000: every push resets it). Refuses, changing
-  nothing, when the key holds something other than a list.
+  nothing, when the key holds something other than a list. (Without a TTL a
+  plain LPUSH does the same, refusal included, at a fraction of the cost.)
   KEYS[1] queue list
   ARGV[1] ttl (ms, 0: leave the expiry alone)   ARGV[2..] values, oldest first
   Returns: the list's new length, or an error "SYWRONGTYPE <type>".

@@ -1,0 +1,407 @@
+/**
+ * The wire forms of Enqueue, read and written by hand: every enqueued item
+ * passes through them on the client and on the server, and protobuf-es'
+ * generic create + toBinary and fromBinary build a message object (and a
+ * headers map) per item on each side (issue #4, bench row 6).
+ *
+ *   EnqueueRequest   1 queue  2 items: repeated EnqueueItem  3 ttl: Duration
+ *                    4 min_replicas  5 replica_timeout: Duration
+ *   EnqueueItem      1 payload  2 headers (map entries: 1 key, 2 value)
+ *   Duration         1 seconds (int64)  2 nanos (int32)
+ *   EnqueueResponse  1 ids: repeated string
+ *
+ * The encoders write exactly protobuf-es' bytes: fields in number order,
+ * fields at their default left out, each header an entry with its key and
+ * value, in Object.keys order. The readers accept exactly what fromBinary
+ * accepts and give the same fields, except that unknown fields are skipped
+ * rather than kept: readEnqueueRequest leaves the items packed in the
+ * request's bytes (what the server's Enqueue takes), decodeEnqueueRequest
+ * makes the protobuf-es message of them. To read alike they use protobuf-es'
+ * own BinaryReader the way fromBinary does: the field number alone decides
+ * how a field is read (its wire type is not checked), the last of a repeated
+ * scalar wins, a repeated message field merges, strings must be valid UTF-8,
+ * and a malformed input throws. test/grpc/enqueue-wire.test.ts compares them
+ * with protobuf-es on generated, mangled and truncated input.
+ */
+import { create, toBinary } from "@bufbuild/protobuf";
+import { BinaryReader, getTextEncoding } from "@bufbuild/protobuf/wire";
+import type { Duration } from "@bufbuild/protobuf/wkt";
+import {
+  type EnqueueRequest,
+  EnqueueRequestSchema,
+  type EnqueueResponse,
+  type EnqueueStreamResponse,
+} from "../gen/switchyard/v1/queue_pb.js";
+import type { ItemIds } from "../queue/item-ids.js";
+import { PackedItems } from "../queue/new-items.js";
+import { lenFieldSize, mapKeys, ProtoWriter, varintFieldSize } from "../wire/proto-writer.js";
+
+/**
+ * fromBinary's recursion limit: a message read at depth d may skip unknown
+ * groups nested up to this less d deep (the request is at depth 1, an item
+ * or a duration at 2).
+ */
+const RECURSION_LIMIT = 100;
+
+/** The one-byte tags of the fields every item has: (field << 3) | wire type LEN. */
+const ITEM_TAG = (2 << 3) | 2;
+const PAYLOAD_TAG = (1 << 3) | 2;
+const ID_TAG = (1 << 3) | 2;
+/** EnqueueStreamResponse's ids. */
+const STREAM_ID_TAG = (4 << 3) | 2;
+
+/**
+ * protobuf-es' reader with two shortcuts for what every item has, which
+ * spare the allocations of tag() (an array) and of string() (an array of
+ * char codes) and read the same.
+ */
+class Reader extends BinaryReader {
+  /** The whole input as Latin-1 text (one char per byte), made at the first strictString(). */
+  private text?: string;
+
+  constructor(private readonly input: Uint8Array) {
+    super(input);
+  }
+
+  /** Consumes the next tag when it is the single byte `tag` (a field 1–15); tag() would read the same. */
+  skipTag(tag: number): boolean {
+    if (this.input[this.pos] !== tag) return false;
+    this.pos++;
+    return true;
+  }
+
+  /**
+   * string(true): the same string, or the same error. An ASCII string is cut
+   * from the input decoded once as Latin-1, which for a message of many short
+   * strings (a thousand ids) costs less than decoding each on its own.
+   */
+  strictString(): string {
+    const length = this.uint32();
+    const start = this.pos;
+    this.pos += length;
+    if (this.pos > this.len) throw new RangeError("premature EOF"); // as string() checks
+    for (let i = start; i < this.pos; i++) {
+      if (this.input[i] > 0x7f) return getTextEncoding().decodeUtf8(this.input.subarray(start, this.pos), true);
+    }
+    this.text ??= Buffer.from(this.input.buffer, this.input.byteOffset, this.input.byteLength).toString("latin1");
+    return this.text.substring(start, this.pos);
+  }
+
+  /** bytes(), but where the bytes start (they end at pos) rather than a view of them. */
+  bytesStart(): number {
+    const length = this.uint32();
+    const start = this.pos;
+    this.pos += length;
+    if (this.pos > this.len) throw new RangeError("premature EOF"); // as bytes() checks
+    return start;
+  }
+
+  /** The end of the message whose length comes next. */
+  messageEnd(): number {
+    const length = this.uint32();
+    return this.pos + length;
+  }
+}
+
+/**
+ * Reads a Duration into `into` (a repeated message field merges) or a new one.
+ * `depth`: how deep the request holding it is (1: the message itself).
+ */
+function readDuration(r: Reader, into: Duration | undefined, depth: number): Duration {
+  const d: Duration = into ?? { $typeName: "google.protobuf.Duration", seconds: 0n, nanos: 0 };
+  const end = r.messageEnd();
+  while (r.pos < end) {
+    const [no, wireType] = r.tag();
+    if (no === 1) d.seconds = r.int64() as bigint;
+    else if (no === 2) d.nanos = r.int32();
+    else r.skip(wireType, no, RECURSION_LIMIT - depth - 1);
+  }
+  return d;
+}
+
+/** Reads one map entry into `headers`: a missing key or value is "", a repeated key's last value wins. */
+function readHeader(r: Reader, headers: Record<string, string>, depth: number): void {
+  let key = "";
+  let value = "";
+  const end = r.messageEnd();
+  while (r.pos < end) {
+    const [no, wireType] = r.tag();
+    if (no === 1) key = r.string(true);
+    else if (no === 2) value = r.string(true);
+    else r.skip(wireType, no, RECURSION_LIMIT - depth - 1);
+  }
+  // "__proto__" is a header like any other, not the object's prototype.
+  if (key === "__proto__") Object.defineProperty(headers, key, { value, writable: true, enumerable: true, configurable: true });
+  else headers[key] = value;
+}
+
+/** Reads an item into `items`: its last payload, its headers in the order given. */
+function readItem(r: Reader, items: PackedItems, depth: number): void {
+  let start = -1;
+  let end = 0;
+  let headers: Record<string, string> | undefined;
+  const stop = r.messageEnd();
+  while (r.pos < stop) {
+    if (r.skipTag(PAYLOAD_TAG)) {
+      start = r.bytesStart();
+      end = r.pos;
+      continue;
+    }
+    const [no, wireType] = r.tag();
+    if (no === 1) {
+      start = r.bytesStart();
+      end = r.pos;
+    } else if (no === 2) readHeader(r, (headers ??= {}), depth);
+    else r.skip(wireType, no, RECURSION_LIMIT - depth - 1);
+  }
+  items.add(start, end, headers);
+}
+
+/** An Enqueue request as the server reads it: its items packed, left in the request's bytes. */
+export interface EnqueueCall {
+  queue: string;
+  items: PackedItems;
+  ttl?: Duration;
+  minReplicas: number;
+  replicaTimeout?: Duration;
+}
+
+/**
+ * Reads an EnqueueRequest as fromBinary would (the same fields, or the same
+ * kind of error), but leaves the items in `bytes`: no object, view or headers
+ * map per item unless it has headers.
+ */
+export function readEnqueueRequest(bytes: Uint8Array): EnqueueCall {
+  const request: EnqueueCall = { queue: "", items: new PackedItems(bytes), minReplicas: 0 };
+  readRequestFields(new Reader(bytes), request, bytes.byteLength, 1);
+  return request;
+}
+
+/**
+ * Reads an EnqueueRequest's fields up to `end` into `request` (a second
+ * request field merges into the first, as fromBinary merges), on the reader
+ * of the whole input, as fromBinary reads a message field. `depth`: how deep
+ * the request is (1 on its own, 2 in an EnqueueStreamRequest).
+ */
+function readRequestFields(r: Reader, request: EnqueueCall, end: number, depth: number): void {
+  while (r.pos < end) {
+    if (r.skipTag(ITEM_TAG)) {
+      readItem(r, request.items, depth);
+      continue;
+    }
+    const [no, wireType] = r.tag();
+    switch (no) {
+      case 1:
+        request.queue = r.string(true);
+        break;
+      case 2:
+        readItem(r, request.items, depth);
+        break;
+      case 3:
+        request.ttl = readDuration(r, request.ttl, depth);
+        break;
+      case 4:
+        request.minReplicas = r.uint32();
+        break;
+      case 5:
+        request.replicaTimeout = readDuration(r, request.replicaTimeout, depth);
+        break;
+      default:
+        r.skip(wireType, no, RECURSION_LIMIT - depth);
+    }
+  }
+}
+
+/**
+ * fromBinary(EnqueueRequestSchema, bytes), by hand: the same message, or the
+ * same kind of error. Payloads are views of `bytes`, as fromBinary's are.
+ */
+export function decodeEnqueueRequest(bytes: Uint8Array): EnqueueRequest {
+  const { queue, items, ttl, minReplicas, replicaTimeout } = readEnqueueRequest(bytes);
+  const request: EnqueueRequest = { $typeName: "switchyard.v1.EnqueueRequest", queue, items: [], minReplicas };
+  if (ttl) request.ttl = ttl;
+  if (replicaTimeout) request.replicaTimeout = replicaTimeout;
+  for (let i = 0; i < items.count; i++) {
+    request.items.push({ $typeName: "switchyard.v1.EnqueueItem", payload: items.payload(i), headers: items.givenHeaders(i) ?? {} });
+  }
+  return request;
+}
+
+/** toBinary(EnqueueResponseSchema, response), by hand: the same bytes. */
+export function encodeEnqueueResponse({ ids }: { ids: readonly string[] }): Buffer {
+  const sizes = new Array<number>(ids.length);
+  let size = 0;
+  for (let i = 0; i < ids.length; i++) {
+    sizes[i] = Buffer.byteLength(ids[i]);
+    size += lenFieldSize(sizes[i]);
+  }
+  const w = new ProtoWriter(Buffer.allocUnsafe(size));
+  for (let i = 0; i < ids.length; i++) w.string(1, ids[i], sizes[i]);
+  return w.buf;
+}
+
+/** The bytes encodeEnqueueResponse writes for { ids: ids.toArray() }, written without the strings. */
+export function encodeEnqueueResponseIds(ids: ItemIds): Buffer {
+  let size = 0;
+  for (let i = 0; i < ids.count; i++) size += lenFieldSize(ids.size(i));
+  const w = new ProtoWriter(Buffer.allocUnsafe(size));
+  for (let i = 0; i < ids.count; i++) {
+    w.len(1, ids.size(i));
+    ids.write(i, w);
+  }
+  return w.buf;
+}
+
+/** fromBinary(EnqueueResponseSchema, bytes), by hand: the same message, or the same kind of error. */
+export function decodeEnqueueResponse(bytes: Uint8Array): EnqueueResponse {
+  const r = new Reader(bytes);
+  const ids: string[] = [];
+  while (r.pos < bytes.byteLength) {
+    if (r.skipTag(ID_TAG)) {
+      ids.push(r.strictString());
+      continue;
+    }
+    const [no, wireType] = r.tag();
+    if (no === 1) ids.push(r.strictString());
+    else r.skip(wireType, no, RECURSION_LIMIT - 1);
+  }
+  return { $typeName: "switchyard.v1.EnqueueResponse", ids };
+}
+
+/** The fields of an EnqueueRequest to write; items need no $typeName. */
+export interface EnqueueRequestFields {
+  queue: string;
+  items: readonly { payload: Uint8Array; headers?: Record<string, string> }[];
+  ttl?: Duration;
+  minReplicas?: number;
+  replicaTimeout?: Duration;
+}
+
+/** toBinary(EnqueueRequestSchema, create(EnqueueRequestSchema, request)), by hand: the same bytes. */
+export function encodeEnqueueRequest(request: EnqueueRequestFields): Buffer {
+  const { queue, items, ttl, minReplicas, replicaTimeout } = request;
+  // The fields after the items are rare and small: protobuf-es writes them, range checks included.
+  const tail = ttl || minReplicas || replicaTimeout ? toBinary(EnqueueRequestSchema, create(EnqueueRequestSchema, { ttl, minReplicas, replicaTimeout })) : undefined;
+  const queueSize = Buffer.byteLength(queue);
+  const itemSizes = new Array<number>(items.length);
+  // Key bytes, value bytes and entry bytes of every header of every item, in writing order.
+  const headerSizes: number[] = [];
+  let size = (queueSize > 0 ? lenFieldSize(queueSize) : 0) + (tail?.byteLength ?? 0);
+  for (let i = 0; i < items.length; i++) {
+    const { payload, headers } = items[i];
+    let itemSize = payload.byteLength > 0 ? lenFieldSize(payload.byteLength) : 0;
+    if (headers) {
+      for (const key of mapKeys(headers)) {
+        const keySize = Buffer.byteLength(key);
+        const valueSize = Buffer.byteLength(headers[key]);
+        const entry = lenFieldSize(keySize) + lenFieldSize(valueSize);
+        headerSizes.push(keySize, valueSize, entry);
+        itemSize += lenFieldSize(entry);
+      }
+    }
+    itemSizes[i] = itemSize;
+    size += lenFieldSize(itemSize);
+  }
+  const w = new ProtoWriter(Buffer.allocUnsafe(size));
+  if (queueSize > 0) w.string(1, queue, queueSize);
+  let h = 0;
+  for (let i = 0; i < items.length; i++) {
+    const { payload, headers } = items[i];
+    w.len(2, itemSizes[i]);
+    if (payload.byteLength > 0) w.bytes(1, payload);
+    if (headers) {
+      for (const key of mapKeys(headers)) {
+        w.len(2, headerSizes[h + 2]);
+        w.string(1, key, headerSizes[h]);
+        w.string(2, headers[key], headerSizes[h + 1]);
+        h += 3;
+      }
+    }
+  }
+  if (tail) w.raw(tail);
+  return w.buf;
+}
+
+/*
+ * EnqueueStream's messages (the request wraps an EnqueueRequest):
+ *
+ *   EnqueueStreamRequest   1 id (uint32)  2 request: EnqueueRequest
+ *   EnqueueStreamResponse  1 id (uint32)  2 code (int32)  3 message  4 ids: repeated string
+ */
+
+/** An EnqueueStream request as the server reads it: the request's items packed, as readEnqueueRequest leaves them. */
+export interface EnqueueStreamCall {
+  id: number;
+  request?: EnqueueCall;
+}
+
+/**
+ * Reads an EnqueueStreamRequest as fromBinary would (the same fields, or the
+ * same kind of error), its request as readEnqueueRequest does: items packed
+ * in `bytes`. A request field given more than once merges, as fromBinary does.
+ */
+export function readEnqueueStreamRequest(bytes: Uint8Array): EnqueueStreamCall {
+  const r = new Reader(bytes);
+  const call: EnqueueStreamCall = { id: 0 };
+  while (r.pos < bytes.byteLength) {
+    const [no, wireType] = r.tag();
+    if (no === 1) call.id = r.uint32();
+    else if (no === 2) {
+      call.request ??= { queue: "", items: new PackedItems(bytes), minReplicas: 0 };
+      readRequestFields(r, call.request, r.messageEnd(), 2);
+    } else r.skip(wireType, no, RECURSION_LIMIT - 1);
+  }
+  return call;
+}
+
+/** toBinary(EnqueueStreamRequestSchema, { id, request }), by hand: the same bytes (the request as encodeEnqueueRequest writes it). */
+export function encodeEnqueueStreamRequest(id: number, request: EnqueueRequestFields): Buffer {
+  const body = encodeEnqueueRequest(request);
+  const w = new ProtoWriter(Buffer.allocUnsafe((id ? varintFieldSize(id) : 0) + lenFieldSize(body.byteLength) - body.byteLength));
+  if (id) w.uint(1, id);
+  w.len(2, body.byteLength);
+  return Buffer.concat([w.buf, body]);
+}
+
+/** toBinary(EnqueueStreamResponseSchema, { id, ids: ids.toArray() }), by hand and without the strings. */
+export function encodeEnqueueStreamIds(id: number, ids: ItemIds): Buffer {
+  let size = id ? varintFieldSize(id) : 0;
+  for (let i = 0; i < ids.count; i++) size += lenFieldSize(ids.size(i));
+  const w = new ProtoWriter(Buffer.allocUnsafe(size));
+  if (id) w.uint(1, id);
+  for (let i = 0; i < ids.count; i++) {
+    w.len(4, ids.size(i));
+    ids.write(i, w);
+  }
+  return w.buf;
+}
+
+/** fromBinary(EnqueueStreamResponseSchema, bytes), by hand: the same message, or the same kind of error. */
+export function decodeEnqueueStreamResponse(bytes: Uint8Array): EnqueueStreamResponse {
+  const r = new Reader(bytes);
+  const response: EnqueueStreamResponse = { $typeName: "switchyard.v1.EnqueueStreamResponse", id: 0, code: 0, message: "", ids: [] };
+  while (r.pos < bytes.byteLength) {
+    if (r.skipTag(STREAM_ID_TAG)) {
+      response.ids.push(r.strictString());
+      continue;
+    }
+    const [no, wireType] = r.tag();
+    switch (no) {
+      case 1:
+        response.id = r.uint32();
+        break;
+      case 2:
+        response.code = r.int32();
+        break;
+      case 3:
+        response.message = r.string(true);
+        break;
+      case 4:
+        response.ids.push(r.strictString());
+        break;
+      default:
+        r.skip(wireType, no, RECURSION_LIMIT - 1);
+    }
+  }
+  return response;
+}
