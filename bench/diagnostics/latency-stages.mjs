@@ -1,5 +1,6 @@
 // Diagnostic: where the time of one enqueue→delivery goes (bench row 5 shape).
 // Wraps domain methods to stamp each stage on this process's clock.
+//   node bench/diagnostics/latency-stages.mjs [ITEMS]   (after npm run bench has built dist/ and dist-bench/)
 import { performance } from "node:perf_hooks";
 import { startBenchRedis, startBenchApp } from "../../dist-bench/env.js";
 import { runWorker } from "../../dist/client/worker.js";
@@ -14,9 +15,9 @@ const now = () => performance.now();
 const st = { sent: [], srv: [], srvDone: [], dist: [], got: [] };
 for (const k in st) st[k] = new Float64Array(N);
 let cur = -1;
-const origEnq = Queues.prototype.enqueue;
-Queues.prototype.enqueue = function (q, items, ...rest) {
-  const seq = seqOf(items[0].payload); st.srv[seq] = now(); cur = seq;
+const origEnq = Queues.prototype.enqueueIds;
+Queues.prototype.enqueueIds = function (q, items, ...rest) {
+  const seq = seqOf(Array.isArray(items) ? items[0].payload : items.payload(0)); st.srv[seq] = now(); cur = seq;
   const p = origEnq.call(this, q, items, ...rest);
   p.then(() => (st.srvDone[seq] = now()));
   return p;
