@@ -33,11 +33,6 @@ export interface LeaseSink {
 export class LeaseStream {
   /** Token → delivery, for every item this stream holds and has not settled. */
   readonly held = new Map<string, LeaseRef>();
-  /**
-   * Held tokens whose ack, retry or drop is on its way to Redis: the worker is
-   * done with them, so they no longer count against its credit.
-   */
-  readonly settling = new Set<string>();
   closed = false;
   lastSendMs: number;
 
@@ -56,6 +51,6 @@ export class LeaseStream {
 
   /** How many more items this stream may take now. */
   free(): number {
-    return this.closed ? 0 : Math.max(0, this.credit - this.held.size + this.settling.size);
+    return this.closed ? 0 : Math.max(0, this.credit - this.held.size);
   }
 }

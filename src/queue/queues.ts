@@ -320,27 +320,10 @@ export class Queues {
     });
   }
 
-  /**
-   * Frees the credit of a held delivery whose ack, retry or drop is being sent,
-   * so the next lease goes to Redis right behind the settle instead of after
-   * its reply (a worker with credit 1 waited a round trip per item). The
-   * delivery stays held until release(), so a stream that ends meanwhile still
-   * returns it (fenced: a settle that landed first wins). The returned undo
-   * counts it against the credit again, for a settle Redis never got.
-   */
-  private settling(token: string, ownStream?: LeaseStream): () => void {
-    const stream = ownStream?.held.has(token) ? ownStream : this.holders.get(token);
-    if (!stream || stream.settling.has(token)) return () => undefined;
-    stream.settling.add(token);
-    this.dispatchers.get(stream.queue)?.kick();
-    return () => stream.settling.delete(token);
-  }
-
   /** Marks a delivery as no longer held by its stream, freeing a unit of credit. */
   private release(token: string, ownStream?: LeaseStream): void {
     const stream = ownStream?.held.has(token) ? ownStream : this.holders.get(token);
     if (!stream || !stream.held.delete(token)) return;
-    stream.settling.delete(token);
     this.holders.delete(token);
     this.dispatchers.get(stream.queue)?.kick();
     this.onRelease?.();
@@ -376,14 +359,7 @@ export class Queues {
       if (action === "a" || action === "d") this.metrics.items(config.name, action === "a" ? "acked" : "dropped");
       return { deadLettered: false };
     }
-    const undo = action === "x" || action === "c" ? undefined : this.settling(token, fromStream);
-    let code: number;
-    try {
-      code = await this.settler.settle(config, { action, sha: ref.sha, fence: ref.fence });
-    } catch (err) {
-      undo?.();
-      throw err;
-    }
+    const code = await this.settler.settle(config, { action, sha: ref.sha, fence: ref.fence });
     if ((action !== "x" && action !== "c") || code < 0) this.release(token, fromStream);
     if (code < 0) throw settleError(code, action, ref);
     return {
@@ -432,14 +408,7 @@ export class Queues {
         }
       }
       if (popped > 0) this.metrics.items(config.name, "acked", popped);
-      const undo = settles.map(({ token }) => this.settling(token, fromStream));
-      let codes: number[];
-      try {
-        codes = await this.settler.settleMany(config, settles.map(({ ref }) => ({ action: "a", sha: ref.sha, fence: ref.fence })));
-      } catch (err) {
-        for (const u of undo) u();
-        throw err;
-      }
+      const codes = await this.settler.settleMany(config, settles.map(({ ref }) => ({ action: "a", sha: ref.sha, fence: ref.fence })));
       settles.forEach(({ token, ref }, i) => {
         this.release(token, fromStream);
         if (codes[i] < 0) failures.push({ token, error: settleError(codes[i], "a", ref) });
