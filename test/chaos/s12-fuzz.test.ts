@@ -209,7 +209,8 @@ async function snapshot(redis: Redis): Promise<Map<string, KeyState>> {
             : type === "string"
               ? (v as Buffer).toString("base64")
               : JSON.stringify(v);
-    out.set(key, { dump: `${type}|${content}|${pttl > 0 ? "ttl" : pttl}`, content });
+    // Any expiry reads the same: PTTL counts down, and reads 0 in a key's last millisecond.
+    out.set(key, { dump: `${type}|${content}|${pttl >= 0 ? "ttl" : pttl}`, content });
   });
   return out;
 }
