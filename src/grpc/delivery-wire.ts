@@ -12,7 +12,7 @@
  *                  6 enqueue_time (Timestamp: 1 seconds, 2 nanos)  7 delivery_count  8 queue
  */
 import type { Delivery } from "../queue/lease-stream.js";
-import { lenFieldSize as lenField, ProtoWriter as Writer, varintFieldSize } from "../wire/proto-writer.js";
+import { lenFieldSize as lenField, measureStringMap, ProtoWriter as Writer, varintFieldSize } from "../wire/proto-writer.js";
 import { PreEncoded } from "./adapter.js";
 
 /** Sizes of one delivery's parts, measured once and used to write it. */
@@ -20,7 +20,8 @@ interface Measured {
   d: Delivery;
   token: number;
   id: number;
-  headers: [string, number, string, number, number][];
+  /** Key, value and entry bytes of each header (measureStringMap). */
+  headers: number[];
   seconds: number;
   nanos: number;
   time: number;
@@ -33,15 +34,8 @@ function measure(d: Delivery, queueSize: number): Measured {
   const id = Buffer.byteLength(item.id);
   let size = lenField(token) + (id ? lenField(id) : 0) + (item.payload.byteLength ? lenField(item.payload.byteLength) : 0);
   if (d.fence) size += varintFieldSize(d.fence);
-  const headers: Measured["headers"] = [];
-  for (const key in item.headers) {
-    const value = item.headers[key];
-    const k = Buffer.byteLength(key);
-    const v = Buffer.byteLength(value);
-    const entry = lenField(k) + lenField(v);
-    headers.push([key, k, value, v, entry]);
-    size += lenField(entry);
-  }
+  const headers: number[] = [];
+  size += measureStringMap(item.headers, headers);
   const seconds = Math.floor(item.enqueueTimeMs / 1000);
   const nanos = (item.enqueueTimeMs % 1000) * 1_000_000;
   const time = item.enqueueTimeMs ? (seconds ? varintFieldSize(seconds) : 0) + (nanos ? varintFieldSize(nanos) : 0) : 0;
@@ -58,11 +52,7 @@ function write(w: Writer, m: Measured, queueSize: number): void {
   if (d.fence) w.uint(2, d.fence);
   if (m.id) w.string(3, item.id, m.id);
   if (item.payload.byteLength) w.bytes(4, item.payload);
-  for (const [key, k, value, v, entry] of m.headers) {
-    w.len(5, entry);
-    w.string(1, key, k);
-    w.string(2, value, v);
-  }
+  w.stringMap(5, item.headers, m.headers, 0);
   if (item.enqueueTimeMs) {
     w.len(6, m.time);
     if (m.seconds) w.uint(1, m.seconds);

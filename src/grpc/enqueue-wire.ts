@@ -34,7 +34,7 @@ import {
 } from "../gen/switchyard/v1/queue_pb.js";
 import type { ItemIds } from "../queue/item-ids.js";
 import { PackedItems } from "../queue/new-items.js";
-import { lenFieldSize, mapKeys, ProtoWriter, varintFieldSize } from "../wire/proto-writer.js";
+import { lenFieldSize, measureStringMap, ProtoWriter, varintFieldSize } from "../wire/proto-writer.js";
 
 /**
  * fromBinary's recursion limit: a message read at depth d may skip unknown
@@ -242,11 +242,20 @@ export function encodeEnqueueResponse({ ids }: { ids: readonly string[] }): Buff
 
 /** The bytes encodeEnqueueResponse writes for { ids: ids.toArray() }, written without the strings. */
 export function encodeEnqueueResponseIds(ids: ItemIds): Buffer {
-  let size = 0;
+  return idsMessage(0, 1, ids);
+}
+
+/**
+ * A message of a uint32 `id` in field 1 (left out when 0: EnqueueResponse has
+ * none) and `ids` as repeated string field `idsField`, written without the strings.
+ */
+function idsMessage(id: number, idsField: number, ids: ItemIds): Buffer {
+  let size = id ? varintFieldSize(id) : 0;
   for (let i = 0; i < ids.count; i++) size += lenFieldSize(ids.size(i));
   const w = new ProtoWriter(Buffer.allocUnsafe(size));
+  if (id) w.uint(1, id);
   for (let i = 0; i < ids.count; i++) {
-    w.len(1, ids.size(i));
+    w.len(idsField, ids.size(i));
     ids.write(i, w);
   }
   return w.buf;
@@ -290,15 +299,7 @@ export function encodeEnqueueRequest(request: EnqueueRequestFields): Buffer {
   for (let i = 0; i < items.length; i++) {
     const { payload, headers } = items[i];
     let itemSize = payload.byteLength > 0 ? lenFieldSize(payload.byteLength) : 0;
-    if (headers) {
-      for (const key of mapKeys(headers)) {
-        const keySize = Buffer.byteLength(key);
-        const valueSize = Buffer.byteLength(headers[key]);
-        const entry = lenFieldSize(keySize) + lenFieldSize(valueSize);
-        headerSizes.push(keySize, valueSize, entry);
-        itemSize += lenFieldSize(entry);
-      }
-    }
+    if (headers) itemSize += measureStringMap(headers, headerSizes);
     itemSizes[i] = itemSize;
     size += lenFieldSize(itemSize);
   }
@@ -309,14 +310,7 @@ export function encodeEnqueueRequest(request: EnqueueRequestFields): Buffer {
     const { payload, headers } = items[i];
     w.len(2, itemSizes[i]);
     if (payload.byteLength > 0) w.bytes(1, payload);
-    if (headers) {
-      for (const key of mapKeys(headers)) {
-        w.len(2, headerSizes[h + 2]);
-        w.string(1, key, headerSizes[h]);
-        w.string(2, headers[key], headerSizes[h + 1]);
-        h += 3;
-      }
-    }
+    if (headers) h = w.stringMap(2, headers, headerSizes, h);
   }
   if (tail) w.raw(tail);
   return w.buf;
@@ -365,15 +359,7 @@ export function encodeEnqueueStreamRequest(id: number, request: EnqueueRequestFi
 
 /** toBinary(EnqueueStreamResponseSchema, { id, ids: ids.toArray() }), by hand and without the strings. */
 export function encodeEnqueueStreamIds(id: number, ids: ItemIds): Buffer {
-  let size = id ? varintFieldSize(id) : 0;
-  for (let i = 0; i < ids.count; i++) size += lenFieldSize(ids.size(i));
-  const w = new ProtoWriter(Buffer.allocUnsafe(size));
-  if (id) w.uint(1, id);
-  for (let i = 0; i < ids.count; i++) {
-    w.len(4, ids.size(i));
-    ids.write(i, w);
-  }
-  return w.buf;
+  return idsMessage(id, 4, ids);
 }
 
 /** fromBinary(EnqueueStreamResponseSchema, bytes), by hand: the same message, or the same kind of error. */

@@ -6,7 +6,7 @@
 import { fromBinary } from "@bufbuild/protobuf";
 import { EnvelopeSchema } from "../gen/switchyard/v1/queue_pb.js";
 import { BulkStrings } from "../redis/bulk-strings.js";
-import { lenFieldSize, mapKeys, ProtoWriter, varintFieldSize } from "../wire/proto-writer.js";
+import { lenFieldSize, measureStringMap, ProtoWriter, varintFieldSize } from "../wire/proto-writer.js";
 import { ItemIds } from "./item-ids.js";
 import { itemsOf, type NewItems } from "./new-items.js";
 
@@ -44,14 +44,7 @@ function measure(idSize: number, items: NewItems, i: number, time: Buffer, heade
   if (idSize > 0) size += lenFieldSize(idSize);
   const payloadSize = items.payloadSize(i);
   if (payloadSize > 0) size += lenFieldSize(payloadSize);
-  const headers = items.headers(i);
-  for (const key of mapKeys(headers)) {
-    const keySize = Buffer.byteLength(key);
-    const valueSize = Buffer.byteLength(headers[key]);
-    const entry = lenFieldSize(keySize) + lenFieldSize(valueSize);
-    headerSizes.push(keySize, valueSize, entry);
-    size += lenFieldSize(entry);
-  }
+  size += measureStringMap(items.headers(i), headerSizes);
   return size + time.length;
 }
 
@@ -68,13 +61,7 @@ function write(w: ProtoWriter, ids: Ids, idSize: number, items: NewItems, i: num
     items.copyPayload(i, w.buf, w.pos);
     w.pos += payloadSize;
   }
-  const headers = items.headers(i);
-  for (const key of mapKeys(headers)) {
-    w.len(3, headerSizes[h + 2]); // a map entry: key 1, value 2
-    w.string(1, key, headerSizes[h]);
-    w.string(2, headers[key], headerSizes[h + 1]);
-    h += 3;
-  }
+  h = w.stringMap(3, items.headers(i), headerSizes, h);
   w.raw(time);
   return h;
 }

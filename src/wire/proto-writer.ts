@@ -1,7 +1,7 @@
 /**
  * The few protobuf wire-format pieces Switchyard writes by hand on its hot
- * paths (stored envelopes, Lease deliveries), where protobuf-es' generic
- * writer cost several µs per item. Callers measure first, allocate once, then
+ * paths (stored envelopes, Lease deliveries, Enqueue's messages), where
+ * protobuf-es' generic writer cost several µs per item. Callers measure first, allocate once, then
  * write; tests compare the bytes with protobuf-es' own.
  */
 
@@ -36,6 +36,23 @@ export function mapKeys(record: Record<string, unknown>): readonly string[] {
   // for-in sees every key Object.keys does (and inherited ones): if it sees none, there are none.
   for (const _ in record) return Object.keys(record);
   return NO_KEYS;
+}
+
+/**
+ * Measures a map<string, string> field's entries (each with key 1 and value 2,
+ * both always written): pushes each entry's key, value and entry bytes onto
+ * `sizes` for ProtoWriter.stringMap, and returns the bytes the entries take.
+ */
+export function measureStringMap(map: Readonly<Record<string, string>>, sizes: number[]): number {
+  let size = 0;
+  for (const key of mapKeys(map)) {
+    const keySize = Buffer.byteLength(key);
+    const valueSize = Buffer.byteLength(map[key]);
+    const entry = lenFieldSize(keySize) + lenFieldSize(valueSize);
+    sizes.push(keySize, valueSize, entry);
+    size += lenFieldSize(entry);
+  }
+  return size;
 }
 
 /** Writes fields 1–15 into a buffer measured beforehand. */
@@ -81,6 +98,20 @@ export class ProtoWriter {
     this.len(field, b.byteLength);
     this.buf.set(b, this.pos);
     this.pos += b.byteLength;
+  }
+
+  /**
+   * The entries of a map<string, string> field as measureStringMap measured
+   * them, their sizes in `sizes` from `at`; returns where the next map's start.
+   */
+  stringMap(field: number, map: Readonly<Record<string, string>>, sizes: readonly number[], at: number): number {
+    for (const key of mapKeys(map)) {
+      this.len(field, sizes[at + 2]);
+      this.string(1, key, sizes[at]);
+      this.string(2, map[key], sizes[at + 1]);
+      at += 3;
+    }
+    return at;
   }
 
   /** Raw bytes with no tag (a prefix such as a magic number). */
