@@ -1,20 +1,25 @@
 /**
- * Coalesces the pushes onto one queue that arrive in the same event-loop turn
- * into one push (LPUSH, or push.lua with a TTL). With 100 single-item
- * Enqueue calls in flight, many reach the server in one socket read; one
- * command for all of them spares Redis and ioredis a round of work per call
- * (issue #4, bench row 2).
+ * Orders and coalesces the pushes onto each queue. A queue has at most one
+ * push (LPUSH, or push.lua with a TTL) in flight from this instance; the
+ * pushes that arrive meanwhile wait and go together in the next one. With 100
+ * single-item Enqueue calls in flight, one command carries all of a round
+ * trip's arrivals, sparing Redis and ioredis a round of work per call (issue
+ * #4, bench row 2); a push onto an idle queue is written at once, with no wait
+ * (row 5, latency).
  *
- * A push onto a queue with nothing open or in flight is written at once: an
- * idle queue pays no wait for a turn to end (issue #4, bench row 5, latency);
- * pushes that arrive while one is out are gathered and sent together.
+ * One push in flight is also what keeps a queue in arrival order. Two pushes
+ * in flight at once can land in either order: ioredis' Cluster client sends a
+ * command again after a MOVED, TRYAGAIN or CLUSTERDOWN reply or a lost
+ * connection, while the pushes sent after it go through.
  *
- * Invariants: each caller's values stay together and in its order (LPUSH of
- * the concatenation); a batch never holds more than `maxItems` values, so it
- * is never larger than one Enqueue may be; every caller of a batch gets its
- * outcome. Calls are validated before they get here, so a refused call never
- * joins a batch; what can still fail is the push itself (the key is not a list,
- * Redis is gone), and that would have failed each of the calls alone too.
+ * Invariants: pushes onto a queue are written in the order push() was called,
+ * the next only after the last has settled; each caller's values stay together
+ * and in its order (LPUSH of the concatenation); a batch never holds more than
+ * `maxItems` values, so it is never larger than one Enqueue may be; every
+ * caller of a batch gets its outcome. Calls are validated before they get
+ * here, so a refused call never joins a batch; what can still fail is the push
+ * itself (the key is not a list, Redis is gone), and that would have failed
+ * each of the calls alone too.
  */
 import type { BulkStrings } from "../redis/bulk-strings.js";
 
@@ -28,63 +33,67 @@ interface Batch {
   /** The last non-zero ttl among the batch's calls: the expiry their pushes one by one would leave. */
   ttlMs: number;
   settle: { ok: () => void; fail: (err: unknown) => void }[];
-  sent: boolean;
 }
 
 export class PushBatcher {
-  /** The open batch of each queue, sent at the end of the turn (setImmediate). */
-  private readonly open = new Map<string, Batch>();
-  /** Writes in flight per queue. */
-  private readonly busy = new Map<string, number>();
+  /** Per queue with a push in flight: the batches waiting behind it, oldest first. */
+  private readonly waiting = new Map<string, Batch[]>();
 
   constructor(
     private readonly write: Push,
     private readonly maxItems: number,
   ) {}
 
-  /** Pushes `values` onto `queue` with the other pushes to it in this turn; resolves once they are written. */
+  /** Pushes `values` onto `queue` after the pushes to it before; resolves once they are written. */
   push(queue: string, ttlMs: number, values: BulkStrings): Promise<void> {
-    let batch = this.open.get(queue);
-    if (batch && batch.count + values.count > this.maxItems) {
+    let batches = this.waiting.get(queue);
+    if (!batches) {
+      batches = [];
+      this.waiting.set(queue, batches);
+      const batch = this.batch();
+      this.add(batch, ttlMs, values);
+      const done = this.outcome(batch);
       this.send(queue, batch);
-      batch = undefined;
-    }
-    if (!batch && !this.busy.get(queue)) {
-      const alone: Batch = { values: [values], count: values.count, ttlMs, settle: [], sent: false };
-      const done = new Promise<void>((ok, fail) => alone.settle.push({ ok, fail }));
-      this.send(queue, alone);
       return done;
     }
-    if (!batch) {
-      const fresh: Batch = { values: [], count: 0, ttlMs: 0, settle: [], sent: false };
-      this.open.set(queue, fresh);
-      setImmediate(() => this.send(queue, fresh));
-      batch = fresh;
+    let last = batches.at(-1);
+    if (!last || last.count + values.count > this.maxItems) {
+      last = this.batch();
+      batches.push(last);
     }
+    this.add(last, ttlMs, values);
+    return this.outcome(last);
+  }
+
+  private batch(): Batch {
+    return { values: [], count: 0, ttlMs: 0, settle: [] };
+  }
+
+  private add(batch: Batch, ttlMs: number, values: BulkStrings): void {
     batch.values.push(values);
     batch.count += values.count;
     if (ttlMs > 0) batch.ttlMs = ttlMs;
-    const open = batch;
-    return new Promise((ok, fail) => open.settle.push({ ok, fail }));
   }
 
+  private outcome(batch: Batch): Promise<void> {
+    return new Promise((ok, fail) => batch.settle.push({ ok, fail }));
+  }
+
+  /** Writes `batch`, then the next batch waiting for `queue`, if any. */
   private send(queue: string, batch: Batch): void {
-    if (batch.sent) return;
-    batch.sent = true;
-    if (this.open.get(queue) === batch) this.open.delete(queue);
-    this.busy.set(queue, (this.busy.get(queue) ?? 0) + 1);
-    const idle = () => {
-      const n = (this.busy.get(queue) ?? 1) - 1;
-      if (n > 0) this.busy.set(queue, n);
-      else this.busy.delete(queue);
+    const next = () => {
+      const batches = this.waiting.get(queue)!;
+      const following = batches.shift();
+      if (following) this.send(queue, following);
+      else this.waiting.delete(queue);
     };
     this.write(queue, batch.ttlMs, batch.values).then(
       () => {
-        idle();
+        next();
         batch.settle.forEach((s) => s.ok());
       },
       (err: unknown) => {
-        idle();
+        next();
         batch.settle.forEach((s) => s.fail(err));
       },
     );
