@@ -32,7 +32,9 @@ interface Batch {
   count: number;
   /** The last non-zero ttl among the batch's calls: the expiry their pushes one by one would leave. */
   ttlMs: number;
-  settle: { ok: () => void; fail: (err: unknown) => void }[];
+  settle: { ok: (result: unknown) => void; fail: (err: unknown) => void }[];
+  /** A write of its own (see alone()) that nothing joins, instead of pushing `values`. */
+  run?: () => Promise<unknown>;
 }
 
 export class PushBatcher {
@@ -46,36 +48,43 @@ export class PushBatcher {
 
   /** Pushes `values` onto `queue` after the pushes to it before; resolves once they are written. */
   push(queue: string, ttlMs: number, values: BulkStrings): Promise<void> {
-    let batches = this.waiting.get(queue);
-    if (!batches) {
-      batches = [];
-      this.waiting.set(queue, batches);
-      const batch = this.batch();
-      this.add(batch, ttlMs, values);
-      const done = this.outcome(batch);
+    const last = this.waiting.get(queue)?.at(-1);
+    const batch = last && !last.run && last.count + values.count <= this.maxItems ? last : this.batch();
+    batch.values.push(values);
+    batch.count += values.count;
+    if (ttlMs > 0) batch.ttlMs = ttlMs;
+    const done = this.outcome(batch);
+    if (batch !== last) this.schedule(queue, batch);
+    return done.then(() => undefined);
+  }
+
+  /**
+   * Runs `run`, a write onto `queue` that must not be merged with others (a
+   * push that waits for replicas), in the queue's order: after the pushes
+   * called before it, before those called after.
+   */
+  alone<T>(queue: string, run: () => Promise<T>): Promise<T> {
+    const batch: Batch = { ...this.batch(), run };
+    const done = this.outcome(batch) as Promise<T>;
+    this.schedule(queue, batch);
+    return done;
+  }
+
+  /** Writes `batch` now if `queue` has no write in flight, or else after the batches waiting. */
+  private schedule(queue: string, batch: Batch): void {
+    const batches = this.waiting.get(queue);
+    if (batches) batches.push(batch);
+    else {
+      this.waiting.set(queue, []);
       this.send(queue, batch);
-      return done;
     }
-    let last = batches.at(-1);
-    if (!last || last.count + values.count > this.maxItems) {
-      last = this.batch();
-      batches.push(last);
-    }
-    this.add(last, ttlMs, values);
-    return this.outcome(last);
   }
 
   private batch(): Batch {
     return { values: [], count: 0, ttlMs: 0, settle: [] };
   }
 
-  private add(batch: Batch, ttlMs: number, values: BulkStrings): void {
-    batch.values.push(values);
-    batch.count += values.count;
-    if (ttlMs > 0) batch.ttlMs = ttlMs;
-  }
-
-  private outcome(batch: Batch): Promise<void> {
+  private outcome(batch: Batch): Promise<unknown> {
     return new Promise((ok, fail) => batch.settle.push({ ok, fail }));
   }
 
@@ -87,10 +96,10 @@ export class PushBatcher {
       if (following) this.send(queue, following);
       else this.waiting.delete(queue);
     };
-    this.write(queue, batch.ttlMs, batch.values).then(
-      () => {
+    (batch.run ? batch.run() : this.write(queue, batch.ttlMs, batch.values)).then(
+      (result) => {
         next();
-        batch.settle.forEach((s) => s.ok());
+        batch.settle.forEach((s) => s.ok(result));
       },
       (err: unknown) => {
         next();

@@ -228,7 +228,7 @@ export class Queues {
       this.metrics.items(p.config.name, "enqueued", p.ids.count);
       return p.ids;
     }
-    const acked = await this.push(p.config.name, Math.ceil(p.ttlMs), [p.values], wait);
+    const acked = await this.pushes.alone(p.config.name, () => this.push(p.config.name, Math.ceil(p.ttlMs), [p.values], wait));
     this.metrics.items(p.config.name, "enqueued", p.ids.count);
     if (acked < wait.replicas) {
       throw new SwitchyardError(

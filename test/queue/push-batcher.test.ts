@@ -35,7 +35,7 @@ function harness(maxItems = 10) {
       .then(() => outcomes.push(`${name} ok`), (err: Error) => outcomes.push(`${name} ${err.message}`));
   };
   const turn = () => new Promise((done) => setImmediate(done));
-  return { writes, push, outcomes, turn };
+  return { batcher, writes, push, outcomes, turn };
 }
 
 describe("PushBatcher", () => {
@@ -103,6 +103,30 @@ describe("PushBatcher", () => {
     // The queue is idle again: the next push goes at once.
     h.push("q", ["d"]);
     expect(h.writes).toHaveLength(3);
+  });
+
+  it("runs a write that must stay alone (a push waiting for replicas) in the queue's order, joined by nothing", async () => {
+    const h = harness();
+    const order: string[] = [];
+    h.push("q", ["a"]);
+    let release = () => {};
+    const alone = new Promise<number>((ok) => (release = () => ok(2)));
+    const waited = h.batcher.alone("q", () => {
+      order.push("alone started");
+      return alone;
+    });
+    h.push("q", ["b"]);
+    h.push("q", ["c"]);
+    await h.turn();
+    expect(order).toEqual([]);
+    h.writes[0].ok();
+    await h.turn();
+    expect(order).toEqual(["alone started"]);
+    expect(h.writes).toHaveLength(1); // b and c wait behind it
+    release();
+    expect(await waited).toBe(2);
+    await h.turn();
+    expect(h.writes.map((w) => w.values)).toEqual([["a"], ["b", "c"]]);
   });
 
   it("gives a batch the last non-zero ttl of its calls", async () => {
