@@ -1517,10 +1517,11 @@ export const QueueService: GenService<{
    * a unary call pays for its HTTP/2 headers and trailers, a message on an
    * open stream does not. Each request is answered by one response with the
    * same id, in any order; a request that fails gets its own status there and
-   * the stream goes on. The stream ends with OK after the client half-closes
-   * (or the server drains) and every request it read is answered: a request
-   * still unanswered when the stream ends with OK was never read, and may be
-   * sent again. A malformed message ends the stream with INVALID_ARGUMENT.
+   * the stream goes on. Requests to one queue land in it in the order sent.
+   * The stream ends with OK after the client half-closes (or the server
+   * drains) and every request it read is answered: a request still unanswered
+   * when the stream ends with OK was never read, and may be sent again. A
+   * malformed message ends the stream with INVALID_ARGUMENT.
    *
    * @generated from rpc switchyard.v1.QueueService.EnqueueStream
    */
