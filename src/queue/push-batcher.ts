@@ -96,7 +96,13 @@ export class PushBatcher {
       if (following) this.send(queue, following);
       else this.waiting.delete(queue);
     };
-    (batch.run ? batch.run() : this.write(queue, batch.ttlMs, batch.values)).then(
+    let written: Promise<unknown>;
+    try {
+      written = batch.run ? batch.run() : this.write(queue, batch.ttlMs, batch.values);
+    } catch (err) {
+      written = Promise.reject(err); // a throw must not leave the queue's later pushes waiting forever
+    }
+    written.then(
       (result) => {
         next();
         batch.settle.forEach((s) => s.ok(result));

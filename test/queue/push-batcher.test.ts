@@ -129,6 +129,19 @@ describe("PushBatcher", () => {
     expect(h.writes.map((w) => w.values)).toEqual([["a"], ["b", "c"]]);
   });
 
+  it("fails a write that throws instead of returning a promise, and goes on with the next", async () => {
+    const h = harness();
+    h.push("q", ["a"]);
+    const thrown = h.batcher.alone("q", () => {
+      throw new Error("no connection");
+    });
+    h.push("q", ["b"]);
+    h.writes[0].ok();
+    await expect(thrown).rejects.toThrow("no connection");
+    await h.turn();
+    expect(h.writes.map((w) => w.values)).toEqual([["a"], ["b"]]);
+  });
+
   it("gives a batch the last non-zero ttl of its calls", async () => {
     const h = harness();
     h.push("q", ["a"], 5000);
