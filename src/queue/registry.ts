@@ -18,6 +18,8 @@ export interface QueuePage {
 
 export class QueueRegistry {
   private cache = new Map<string, QueueConfig>();
+  /** Reads from Redis of declarations not in the cache, by name, while they are out. */
+  private readonly loading = new Map<string, Promise<QueueConfig>>();
   private unsubscribe?: () => void;
   private readonly deletedListeners: ((name: string) => void)[] = [];
 
@@ -81,9 +83,20 @@ export class QueueRegistry {
   }
 
   /** The declaration of `name`, or NOT_FOUND. */
-  async get(name: string): Promise<QueueConfig> {
+  get(name: string): Promise<QueueConfig> {
+    // While a read of `name` is out, later calls wait for it too, even once the cache holds the
+    // name (a change event may fill it first): callers then go on in call order, so an
+    // EnqueueStream's requests to a queue reach the push in the order they came.
+    const loading = this.loading.get(name);
+    if (loading) return loading;
     const cached = this.cache.get(name);
-    if (cached) return cached;
+    if (cached) return Promise.resolve(cached);
+    const load = this.load(name).finally(() => this.loading.delete(name));
+    this.loading.set(name, load);
+    return load;
+  }
+
+  private async load(name: string): Promise<QueueConfig> {
     const json = await this.redis.client.hget(this.keys.queues, name);
     if (json === null) {
       throw new SwitchyardError("not_found", `queue "${name}" is not declared; declare it with CreateQueue or in the config file`);
