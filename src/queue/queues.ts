@@ -223,6 +223,10 @@ export class Queues {
   }
 
   private async write(p: PreparedEnqueue, wait?: ReplicaWait): Promise<ItemIds> {
+    // Redis unreachable: fail now, as a lone push would (ioredis keeps no offline queue here),
+    // rather than wait behind a push that ioredis holds to send again once it has reconnected,
+    // which can take as long as a restarted Redis takes to load its data.
+    if (!this.redis.ready()) throw new SwitchyardError("unavailable", "redis is unavailable; retry later");
     if (!wait) {
       await this.pushes.push(p.config.name, Math.ceil(p.ttlMs), p.values);
       this.metrics.items(p.config.name, "enqueued", p.ids.count);
