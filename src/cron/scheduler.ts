@@ -67,6 +67,8 @@ interface Mount {
   timer?: Timer;
   /** The tick a cron job is armed for: it is in that tick's DueTick. */
   tick?: number;
+  /** A cron job's mounting: its catch-up, then arming for its next tick. */
+  armed?: Promise<void>;
 }
 
 /** The cron jobs due at one time, fired by one timer. */
@@ -248,7 +250,8 @@ export class Scheduler {
   private async mount(job: JobRecord): Promise<void> {
     if (this.stopped) return;
     const current = this.mounts.get(job.id);
-    if (current && current.job.updateTimeMs === job.updateTimeMs && current.job.status === job.status) return;
+    // The same job again: done once its first mounting is (refresh() then resolves with the job armed).
+    if (current && current.job.updateTimeMs === job.updateTimeMs && current.job.status === job.status) return current.armed;
     this.unmount(job.id);
     let schedule: Schedule;
     try {
@@ -265,8 +268,8 @@ export class Scheduler {
     } else {
       // Arm from the moment of mounting: a tick that falls due while catchUp waits on Redis still fires.
       const mountedAt = this.clock.now();
-      await this.catchUp(mount);
-      this.armCron(mount, nextFire(schedule, mountedAt));
+      mount.armed = this.catchUp(mount).then(() => this.armCron(mount, nextFire(schedule, mountedAt)));
+      await mount.armed;
     }
   }
 

@@ -50,6 +50,15 @@ async function allLogs(sy: TestSwitchyard, jobId: string): Promise<JobLog[]> {
   return out;
 }
 
+/**
+ * Waits until every one of `on` has mounted each job and armed it for its next tick: a job
+ * shows as mounted before its catch-up read returns, and the clock must not move before it is armed.
+ */
+async function armed(on: TestSwitchyard[], ...ids: string[]): Promise<void> {
+  await expect.poll(() => on.every((sy) => ids.every((id) => sy.app.scheduler.mounted().includes(id)))).toBe(true);
+  await Promise.all(on.flatMap((sy) => ids.map((id) => sy.app.scheduler.refresh(id))));
+}
+
 const tickOf = (l: JobLog) => Number(l.tickTime!.seconds) * 1000 + l.tickTime!.nanos / 1e6;
 
 /** Advances the shared clock one step at a time, so every instance's timers fire in order. */
@@ -75,7 +84,7 @@ describe("one run per tick across instances", () => {
     // No lock (policy 1): only the tick claim stands between three instances and a duplicate run.
     const job = await a.client.createJob({ name: "every second", target: "Quick", schedule: "* * * * * *", executePolicy: ExecutePolicy.CONCURRENT });
     await b.client.resumeJob(job.id);
-    await expect.poll(() => [a, b, c].every((i) => i.app.scheduler.mounted().includes(job.id))).toBe(true);
+    await armed([a, b, c], job.id);
     const start = base.now();
     await advance(20_000);
     await expect.poll(async () => (await allLogs(a, job.id)).length).toBe(20);
@@ -93,7 +102,7 @@ describe("one run per tick across instances", () => {
     const [a] = [await instance(), await instance(), await instance()];
     const job = await a.client.createJob({ name: "interval", target: "Quick", schedule: "@every 5s", executePolicy: ExecutePolicy.CONCURRENT });
     await a.client.resumeJob(job.id);
-    await expect.poll(() => instances.every((i) => i.app.scheduler.mounted().includes(job.id))).toBe(true);
+    await armed(instances, job.id);
     await advance(30_000);
     await expect.poll(async () => (await allLogs(a, job.id)).length).toBeGreaterThanOrEqual(6);
     const ticks = (await allLogs(a, job.id)).map(tickOf).sort((x, y) => x - y);
@@ -114,7 +123,7 @@ describe("many jobs due at one time", () => {
       await a.client.resumeJob(job.id);
       ids.push(job.id);
     }
-    await expect.poll(() => [a, b, c].every((sy) => ids.every((id) => sy.app.scheduler.mounted().includes(id)))).toBe(true);
+    await armed([a, b, c], ...ids);
     // Behind the schedulers' backs (no announcement): one job paused, one deleted.
     const [paused, deleted] = [ids[10], ids[20]];
     const edit = async (id: string, change: object) => {
@@ -156,7 +165,7 @@ describe("execute policies", () => {
     const [a] = [await instance(), await instance()];
     const { id } = await job(a, ExecutePolicy.SINGLETON);
     await a.client.resumeJob(id);
-    await expect.poll(() => instances.every((i) => i.app.scheduler.mounted().includes(id))).toBe(true);
+    await armed(instances, id);
     await advance(3000); // one run starts, two ticks find it unfinished
     gate.release();
     await expect.poll(async () => (await allLogs(a, id)).filter((l) => l.status === JobRunStatus.SUCCEEDED).length).toBe(1);
@@ -173,7 +182,7 @@ describe("execute policies", () => {
     const a = await instance();
     const { id } = await job(a, ExecutePolicy.ABANDON);
     await a.client.resumeJob(id);
-    await expect.poll(() => a.app.scheduler.mounted().includes(id)).toBe(true);
+    await armed([a], id);
     await advance(2000);
     gate.release();
     await expect.poll(async () => (await allLogs(a, id)).length).toBe(2);
@@ -189,7 +198,7 @@ describe("execute policies", () => {
     const a = await instance();
     const { id } = await job(a, ExecutePolicy.CONCURRENT);
     await a.client.resumeJob(id);
-    await expect.poll(() => a.app.scheduler.mounted().includes(id)).toBe(true);
+    await armed([a], id);
     await advance(3000);
     expect(await redis.plain.exists(`{switchyard}:job:lock:${id}`)).toBe(0);
     gate.release();
@@ -205,7 +214,7 @@ describe("execute policies", () => {
       const a = await instance();
       const { id } = await a.client.createJob({ name: `sync ${sync}`, target: "Slow", schedule: "* * * * * *", executePolicy: ExecutePolicy.CONCURRENT, sync });
       await a.client.resumeJob(id);
-      await expect.poll(() => a.app.scheduler.mounted().includes(id)).toBe(true);
+      await armed([a], id);
       const advancing = advance(3000);
       if (sync) {
         // The dispatch awaits the run: the clock cannot even get past the first tick until it ends.
@@ -231,7 +240,7 @@ describe("execute policies", () => {
     const [a, b] = [await instance(), await instance()];
     const { id } = await a.client.createJob({ name: "long", target: "Slow", schedule: "0 * * * * *", executePolicy: ExecutePolicy.ABANDON });
     await a.client.resumeJob(id);
-    await expect.poll(() => instances.every((i) => i.app.scheduler.mounted().includes(id))).toBe(true);
+    await armed(instances, id);
     await advance(60_000, 1000); // the first run starts at :00 of the next minute
     await advance(400_000, 5000); // 400 s: past the 300 s TTL; later ticks find the lock held
     const lock = await redis.plain.get(`{switchyard}:job:lock:${id}`);
@@ -253,7 +262,7 @@ describe("self-healing and misfires", () => {
     const a = await instance();
     const { id } = await a.client.createJob({ name: "edited", target: "Quick", schedule: "* * * * * *" });
     await a.client.resumeJob(id);
-    await expect.poll(() => a.app.scheduler.mounted().includes(id)).toBe(true);
+    await armed([a], id);
     const stored = JSON.parse((await redis.plain.hget("{switchyard}:jobs", id))!);
     await redis.plain.hset("{switchyard}:jobs", id, JSON.stringify({ ...stored, status: 2 })); // no announcement
     await advance(1000);
@@ -293,7 +302,7 @@ describe("self-healing and misfires", () => {
     await a.client.resumeJob(id);
     await advance(30 * 60_000, 60_000);
     await a.client.updateJob({ id, schedule: "0 * * * * *" }, ["schedule"]);
-    await expect.poll(() => a.app.scheduler.mounted().includes(id)).toBe(true);
+    await armed([a], id);
     await advance(60_000, 1000);
     await expect.poll(async () => (await allLogs(a, id)).length).toBe(1);
     const [run] = await allLogs(a, id);

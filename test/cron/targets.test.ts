@@ -90,6 +90,7 @@ describe("handler targets", () => {
       await sy.client.resumeJob(j.id);
     }
     await expect.poll(() => [explode.id, explodeSync.id, healthy.id].every((id) => sy.app.scheduler.mounted().includes(id))).toBe(true);
+    await Promise.all([explode.id, explodeSync.id, healthy.id].map((id) => sy.app.scheduler.refresh(id))); // armed, not only mounted
 
     for (let second = 1; second <= 3; second++) {
       await clock.advance(1000);

@@ -122,6 +122,7 @@ describe("/metrics", () => {
     const slow = await c.createJob({ name: "slow", target: "Slow", schedule: "* * * * * *", executePolicy: ExecutePolicy.SINGLETON });
     await c.resumeJob(slow.id);
     await expect.poll(() => sy.app.scheduler.mounted().includes(slow.id)).toBe(true);
+    await sy.app.scheduler.refresh(slow.id); // armed, not only mounted, before the clock moves
     for (let i = 0; i < 8; i++) await clock.advance(250); // ticks at 12:01:02 and 12:01:03: one run, one overlap
     await c.pauseJob(slow.id);
     await expect.poll(async () => (await c.listJobLogs(slow.id)).logs.map((l) => l.status)).toEqual([JobRunStatus.SKIPPED]);
