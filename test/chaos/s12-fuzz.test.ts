@@ -199,6 +199,9 @@ async function snapshot(redis: Redis): Promise<Map<string, KeyState>> {
     if (pttl === -2) return; // gone between SCAN and now
     const v = values[i];
     const type = types[i];
+    // Expired between the two pipelines: Redis holds no empty list, hash, set or zset, and no null string.
+    const empty = v === null || (Array.isArray(v) && v.length === 0) || (type === "hash" && Object.keys(v as object).length === 0);
+    if (empty && ["list", "hash", "set", "zset", "string"].includes(type)) return;
     const content =
       type === "hash"
         ? JSON.stringify(Object.entries(v as Record<string, string>).sort())
