@@ -6,6 +6,7 @@
  */
 import { randomBytes } from "node:crypto";
 import type { ProtoWriter } from "../wire/proto-writer.js";
+import { digitCount } from "../wire/digits.js";
 
 const PREFIX_TEXT = randomBytes(6).toString("base64url");
 const PREFIX = Buffer.from(PREFIX_TEXT, "latin1");
@@ -13,16 +14,6 @@ let counter = 0;
 
 /** 36^5: the low five base-36 digits of any id fit 31 bits. */
 const LOW = 36 ** 5;
-
-/** Base-36 digits of n < 2^31. */
-function digits36(n: number): number {
-  let digits = 1;
-  while (n >= 36) {
-    n = (n / 36) | 0;
-    digits++;
-  }
-  return digits;
-}
 
 /** Writes n < 2^31 in base 36, zero-padded to `width` digits, ending before `end`; returns where it starts. */
 function write36(buf: Buffer, end: number, n: number, width: number): number {
@@ -67,8 +58,8 @@ export class ItemIds {
   size(i: number): number {
     // Counters pass 2^31 (a billion items a day, for a month): split in two parts of 31 bits or fewer.
     const n = this.first + i;
-    if (n < LOW) return PREFIX.length + digits36(n);
-    return PREFIX.length + digits36(Math.floor(n / LOW)) + 5;
+    if (n < LOW) return PREFIX.length + digitCount(n, 36);
+    return PREFIX.length + digitCount(Math.floor(n / LOW), 36) + 5;
   }
 
   /** Writes id i's bytes, get(i) in ASCII. */

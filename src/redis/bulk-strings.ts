@@ -10,20 +10,11 @@
  */
 import { Command } from "ioredis";
 import { ProtoWriter } from "../wire/proto-writer.js";
+import { digitCount } from "../wire/digits.js";
 
 const CR = 13;
 const LF = 10;
 const DOLLAR = 36;
-
-/** Decimal digits of a size (below 2^31, as every value Redis takes is). */
-function decimalDigits(n: number): number {
-  let digits = 1;
-  while (n >= 10) {
-    n = (n / 10) | 0;
-    digits++;
-  }
-  return digits;
-}
 
 /**
  * Values framed as RESP bulk strings, one after another in `buffer` from
@@ -68,14 +59,14 @@ export class BulkStrings {
 
   /** Bytes a value of `size` bytes takes framed. */
   static framedSize(size: number): number {
-    return 1 + decimalDigits(size) + 2 + size + 2;
+    return 1 + digitCount(size, 10) + 2 + size + 2;
   }
 
   /** Writes the frame's head for a value of `size` bytes; the value follows, then end(). */
   static begin(w: ProtoWriter, size: number): void {
     const { buf } = w;
     buf[w.pos++] = DOLLAR;
-    let pos = (w.pos += decimalDigits(size));
+    let pos = (w.pos += digitCount(size, 10));
     do {
       buf[--pos] = 48 + (size % 10);
       size = (size / 10) | 0;
