@@ -3,7 +3,7 @@
  * /usr/bin/python3 has grpc and generates the stubs into a temp folder.
  */
 import { execFile } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
+import { cpSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -51,4 +51,45 @@ export async function preparePython(): Promise<PythonWorker> {
     },
     cleanup: () => rmSync(dir, { recursive: true, force: true }),
   };
+}
+
+/** The Python package (clients/python) built as a wheel and installed into a temp folder. */
+export interface PythonPackage {
+  /** The folder it is installed in: put it on PYTHONPATH. */
+  site: string;
+  /** The files of the wheel, as `pip` listed them. */
+  files: string[];
+  /** Environment for /usr/bin/python3 with the package importable, no proxies, no bytecode files. */
+  env: NodeJS.ProcessEnv;
+  cleanup(): void;
+}
+
+/**
+ * Builds clients/python the way its README says (pip, offline, with Debian's
+ * grpcio-tools: the stubs are generated from proto/ during the build) in a copy
+ * outside the working tree, and installs the wheel into a temp folder.
+ */
+export async function buildPythonPackage(): Promise<PythonPackage> {
+  const dir = mkdtempSync(join(tmpdir(), "sy-pypkg-"));
+  const source = join(dir, "source");
+  const site = join(dir, "site");
+  const env: NodeJS.ProcessEnv = { ...process.env, PYTHONDONTWRITEBYTECODE: "1", PIP_NO_CACHE_DIR: "1", PIP_DISABLE_PIP_VERSION_CHECK: "1" };
+  for (const v of ["http_proxy", "https_proxy", "grpc_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "PYTHONPATH"]) delete env[v];
+  try {
+    cpSync(join(root, "clients/python"), source, {
+      recursive: true,
+      filter: (path) => !/\/(build|__pycache__|[^/]*\.egg-info)$|\/src\/switchyard\/v1$/.test(path),
+    });
+    const pip = (args: string[], extra: NodeJS.ProcessEnv = {}) =>
+      execFileP(PYTHON, ["-m", "pip", ...args], { cwd: source, env: { ...env, ...extra }, timeout: 120_000 });
+    await pip(["wheel", "--no-deps", "--no-build-isolation", "--no-index", "-w", join(dir, "wheel"), "."], { SWITCHYARD_PROTO_DIR: join(root, "proto") });
+    const [wheel] = readdirSync(join(dir, "wheel"));
+    await pip(["install", "--no-deps", "--no-index", "--target", site, join(dir, "wheel", wheel)]);
+    const listed = await execFileP(PYTHON, ["-c", "import sys, zipfile; print('\\n'.join(zipfile.ZipFile(sys.argv[1]).namelist()))", join(dir, "wheel", wheel)]);
+    return { site, files: listed.stdout.trim().split("\n"), env: { ...env, PYTHONPATH: site }, cleanup: () => rmSync(dir, { recursive: true, force: true }) };
+  } catch (err) {
+    rmSync(dir, { recursive: true, force: true });
+    const e = err as { stderr?: string; stdout?: string };
+    throw new Error(`building clients/python failed (python3-pip, python3-grpc-tools installed?):\n${e.stderr ?? ""}\n${e.stdout ?? String(err)}`);
+  }
 }

@@ -1,0 +1,144 @@
+"""Real parts for the tests: a private redis-server on a unix socket, Switchyard servers
+(`node dist/main.js` of the checkout), all on loopback. No mocks.
+
+SWITCHYARD_REPO names the checkout (default: three folders up) and SWITCHYARD_NODE the
+node binary (default: node on PATH); `npm run build` must have made dist/.
+"""
+
+import hashlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import unittest
+
+import switchyard
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.environ.get("SWITCHYARD_REPO") or os.path.abspath(os.path.join(HERE, "..", "..", ".."))
+NODE = os.environ.get("SWITCHYARD_NODE") or "node"
+MAIN = os.path.join(REPO, "dist", "main.js")
+
+
+def wait_for(predicate, timeout=10.0, what="condition"):
+    """Polls `predicate` until it is truthy; fails the test after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.02)
+
+
+class Redis:
+    """A redis-server of the test's own, on a unix socket in a temp folder."""
+
+    def __init__(self):
+        self.dir = tempfile.mkdtemp(prefix="sy-py-redis-")
+        self.socket = os.path.join(self.dir, "redis.sock")
+        self.process = subprocess.Popen(
+            ["redis-server", "--port", "0", "--unixsocket", self.socket, "--save", "", "--appendonly", "no", "--dir", self.dir],
+            stdout=subprocess.DEVNULL,
+        )
+        wait_for(lambda: os.path.exists(self.socket), what="redis-server's socket")
+
+    @property
+    def url(self):
+        return f"unix://{self.socket}"
+
+    def stop(self):
+        self.process.terminate()
+        self.process.wait(10)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """One Switchyard process against `redis`. `port` 0 picks one; `env` adds SWITCHYARD_* settings."""
+
+    def __init__(self, redis, port=0, env=None):
+        full = {k: v for k, v in os.environ.items() if not k.startswith("SWITCHYARD_")}
+        full.update(
+            SWITCHYARD_REDIS_URL=redis.url,
+            SWITCHYARD_GRPC_ADDRESS=f"127.0.0.1:{port}",
+            SWITCHYARD_HTTP_ADDRESS="off",
+            SWITCHYARD_LOG_LEVEL="error",
+            SWITCHYARD_AUTH="off",
+        )
+        full.update(env or {})
+        self.process = subprocess.Popen([NODE, MAIN], env=full, stdout=subprocess.PIPE, text=True)
+        line = self.process.stdout.readline()
+        if not line.startswith("switchyard listening on "):
+            self.process.kill()
+            raise RuntimeError(f"Switchyard did not start (is dist/ built?): {line!r}")
+        self.address = line.split()[-1]
+        self.port = int(self.address.rsplit(":", 1)[1])
+
+    def terminate(self):
+        """SIGTERM: the server drains its lease streams, then exits."""
+        self.process.send_signal(signal.SIGTERM)
+
+    def kill(self):
+        """SIGKILL: the server dies holding whatever it held."""
+        self.process.kill()
+        self.process.wait(10)
+
+    def wait(self, timeout=30):
+        return self.process.wait(timeout)
+
+    def stop(self):
+        if self.process.poll() is None:
+            self.terminate()
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self.process.stdout.close()
+
+
+def fresh_client(address, **options):
+    """A Client on a connection of its own: grpc shares connections between channels to one
+    address, and one that is backing off after a server died would fail this one's calls."""
+    return switchyard.Client(address, options=[("grpc.use_local_subchannel_pool", 1)], **options)
+
+
+def token_hash(token):
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class ServerTest(unittest.TestCase):
+    """A test class with a Redis and a server of its own (SERVER_ENV adds settings), and `client`."""
+
+    SERVER_ENV = {}
+
+    @classmethod
+    def setUpClass(cls):
+        cls.redis = Redis()
+        try:
+            cls.server = Server(cls.redis, env=cls.SERVER_ENV)
+        except Exception:
+            cls.redis.stop()
+            raise
+        cls.client = switchyard.Client(cls.server.address, timeout=10)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.client.close()
+        cls.server.stop()
+        cls.redis.stop()
+
+    def fresh_queue(self, mode="reliable", **options):
+        """A newly declared queue with a name of its own (hash-tagged, so reliable queues work on a cluster)."""
+        name = "{%s-%d}" % (self._testMethodName, time.monotonic_ns())
+        self.client.create_queue(name, mode, **options)
+        return name

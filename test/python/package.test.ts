@@ -1,0 +1,66 @@
+/**
+ * The Python package (clients/python): built and installed offline as its README
+ * says, with Debian's python3-grpcio and python3-grpc-tools, then its own unittest
+ * suite runs against real Switchyard processes (dist/main.js) and redis-server
+ * processes that the suite starts on loopback.
+ */
+import { spawn } from "node:child_process";
+import { readdirSync, readFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { buildPythonPackage, PYTHON, type PythonPackage } from "../helpers/python.js";
+
+const root = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
+const tests = join(root, "clients/python/tests");
+
+let pkg: PythonPackage;
+
+beforeAll(async () => {
+  pkg = await buildPythonPackage();
+}, 180_000);
+afterAll(() => pkg?.cleanup());
+
+/** Runs the package's unittest suite; resolves to its exit code and output (unittest writes to stderr). */
+function runSuite(): Promise<{ code: number | null; output: string }> {
+  const child = spawn(PYTHON, ["-m", "unittest", "discover", "-s", tests, "-v"], {
+    cwd: tmpdir(),
+    env: { ...pkg.env, SWITCHYARD_REPO: root, SWITCHYARD_NODE: process.execPath },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  let output = "";
+  child.stdout.on("data", (c: Buffer) => (output += c.toString()));
+  child.stderr.on("data", (c: Buffer) => (output += c.toString()));
+  const timer = setTimeout(() => child.kill("SIGKILL"), 240_000);
+  return new Promise((ok) =>
+    child.on("close", (code) => {
+      clearTimeout(timer);
+      ok({ code, output });
+    }),
+  );
+}
+
+describe("clients/python", () => {
+  it("generates its stubs from proto/ while it is built", () => {
+    expect(pkg.files).toEqual(
+      expect.arrayContaining([
+        "switchyard/worker.py",
+        "switchyard/v1/queue_pb2.py",
+        "switchyard/v1/queue_pb2_grpc.py",
+        "switchyard/v1/cron_pb2_grpc.py",
+      ]),
+    );
+    expect(pkg.files.some((f) => f.startsWith("tests/"))).toBe(false);
+  });
+
+  it("passes its own test suite against real servers, every test run and none skipped", async () => {
+    const written = readdirSync(tests)
+      .filter((f) => /^test_.*\.py$/.test(f))
+      .reduce((n, f) => n + (readFileSync(join(tests, f), "utf8").match(/^ {4}def test_/gm) ?? []).length, 0);
+    const { code, output } = await runSuite();
+    expect(output).toMatch(new RegExp(`\\nRan ${written} tests? in `));
+    expect(output).not.toMatch(/skipped/);
+    expect({ code, tail: output.slice(-4000) }).toEqual({ code: 0, tail: expect.stringMatching(/\nOK\n$/) as unknown as string });
+  }, 300_000);
+});
