@@ -1,0 +1,143 @@
+package worker_test
+
+// Real parts for the tests: a private redis-server on a unix socket and Switchyard
+// servers (node dist/main.js of the checkout), on loopback. SWITCHYARD_REPO names the
+// checkout (default: three folders up), SWITCHYARD_NODE the node binary (default: node).
+
+import (
+	"bufio"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+
+	pb "switchyard/clients/go/switchyardpb"
+	"switchyard/clients/go/worker"
+)
+
+func repo() string {
+	if r := os.Getenv("SWITCHYARD_REPO"); r != "" {
+		return r
+	}
+	wd, _ := os.Getwd()
+	return filepath.Join(wd, "..", "..", "..")
+}
+
+func node() string {
+	if n := os.Getenv("SWITCHYARD_NODE"); n != "" {
+		return n
+	}
+	return "node"
+}
+
+// waitFor polls cond until it holds, failing the test after timeout.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+type testRedis struct{ socket string }
+
+func startRedis(t *testing.T) *testRedis {
+	dir := t.TempDir()
+	socket := filepath.Join(dir, "redis.sock")
+	cmd := exec.Command("redis-server", "--port", "0", "--unixsocket", socket, "--save", "", "--appendonly", "no", "--dir", dir)
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("redis-server: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+	})
+	waitFor(t, 10*time.Second, "redis-server's socket", func() bool { _, err := os.Stat(socket); return err == nil })
+	return &testRedis{socket: socket}
+}
+
+type testServer struct {
+	cmd  *exec.Cmd
+	addr string
+}
+
+// startServer runs a Switchyard instance against r; env adds SWITCHYARD_* settings.
+func startServer(t *testing.T, r *testRedis, env ...string) *testServer {
+	cmd := exec.Command(node(), filepath.Join(repo(), "dist", "main.js"))
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "SWITCHYARD_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, "SWITCHYARD_REDIS_URL=unix://"+r.socket, "SWITCHYARD_GRPC_ADDRESS=127.0.0.1:0",
+		"SWITCHYARD_HTTP_ADDRESS=off", "SWITCHYARD_LOG_LEVEL=error", "SWITCHYARD_AUTH=off")
+	cmd.Env = append(cmd.Env, env...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("node dist/main.js: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+	})
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if !strings.HasPrefix(line, "switchyard listening on ") {
+		t.Fatalf("Switchyard did not start (is dist/ built?): %q %v", line, err)
+	}
+	return &testServer{cmd: cmd, addr: strings.TrimSpace(strings.TrimPrefix(line, "switchyard listening on "))}
+}
+
+func dial(t testing.TB, addr string) *grpc.ClientConn {
+	conn, err := grpc.Dial(addr, grpc.WithInsecure(), // grpc-go 1.33 (Debian) has no credentials/insecure
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(worker.MaxMessageBytes)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+func ctxT(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func stats(t testing.TB, c pb.QueueServiceClient, queue string) *pb.QueueStats {
+	res, err := c.GetQueueStats(ctxT(t), &pb.GetQueueStatsRequest{Name: queue})
+	if err != nil {
+		t.Fatalf("GetQueueStats %s: %v", queue, err)
+	}
+	return res.Stats
+}
+
+// enqueue pushes n items "<prefix><i>" in requests of 1000; returns their ids.
+func enqueue(t testing.TB, c pb.QueueServiceClient, queue, prefix string, n int) []string {
+	var ids []string
+	for from := 0; from < n; from += 1000 {
+		var items []*pb.EnqueueItem
+		for i := from; i < n && i < from+1000; i++ {
+			items = append(items, &pb.EnqueueItem{Payload: []byte(prefix + strconv.Itoa(i))})
+		}
+		res, err := c.Enqueue(ctxT(t), &pb.EnqueueRequest{Queue: queue, Items: items})
+		if err != nil {
+			t.Fatalf("Enqueue: %v", err)
+		}
+		ids = append(ids, res.Ids...)
+	}
+	return ids
+}

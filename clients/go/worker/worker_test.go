@@ -1,0 +1,385 @@
+package worker_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	pb "switchyard/clients/go/switchyardpb"
+	"switchyard/clients/go/worker"
+)
+
+// The SIGKILL test runs its first worker as a child process: this test binary again,
+// with SY_GO_CHILD_ADDR set. The child writes each item's id to SY_GO_CHILD_LOG before
+// its handler returns (so before the ack), and runs until it is killed.
+func TestMain(m *testing.M) {
+	if addr := os.Getenv("SY_GO_CHILD_ADDR"); addr != "" {
+		os.Exit(child(addr, os.Getenv("SY_GO_CHILD_QUEUE"), os.Getenv("SY_GO_CHILD_LOG")))
+	}
+	os.Exit(m.Run())
+}
+
+func child(addr, queue, logPath string) int {
+	log, err := os.OpenFile(logPath, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	conn := dial(&testing.T{}, addr)
+	var mu sync.Mutex
+	err = worker.Run(context.Background(), conn, worker.Options{
+		Queue: queue, Concurrency: credit, AckOneByOne: true,
+		Handler: func(_ context.Context, d *worker.Delivery) error {
+			mu.Lock()
+			defer mu.Unlock()
+			_, err := log.WriteString(d.Id + "\n")
+			return err
+		},
+	}, nil)
+	fmt.Fprintln(os.Stderr, "child worker ended:", err)
+	return 2
+}
+
+// credit is the throughput and SIGKILL tests' concurrency (and stream credit).
+const credit = 200
+
+func declare(t *testing.T, c pb.QueueServiceClient, q *pb.Queue) {
+	t.Helper()
+	if _, err := c.CreateQueue(ctxT(t), &pb.CreateQueueRequest{Queue: q}); err != nil {
+		t.Fatalf("CreateQueue %s: %v", q.Name, err)
+	}
+}
+
+func reliable(name string) *pb.Queue {
+	return &pb.Queue{Name: name, Mode: pb.QueueMode_QUEUE_MODE_RELIABLE}
+}
+
+func envInt(name string, fallback int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil {
+		return v
+	}
+	return fallback
+}
+
+// runWorker runs worker.Run in the background; the returned stop cancels it and returns Run's result.
+func runWorker(t *testing.T, conn grpc.ClientConnInterface, o worker.Options, s *worker.Stats) func() error {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- worker.Run(ctx, conn, o, s) }()
+	var once sync.Once
+	var result error
+	stop := func() error {
+		once.Do(func() {
+			cancel()
+			select {
+			case result = <-done:
+			case <-time.After(40 * time.Second):
+				result = errors.New("worker.Run did not return within 40s of its context's end")
+			}
+		})
+		return result
+	}
+	t.Cleanup(func() { _ = stop() })
+	return stop
+}
+
+// One ack message per item (no ack_batch), every item exactly once; prints the rate.
+func TestMovesItemsWithOneAckPerItem(t *testing.T) {
+	n := envInt("SY_GO_ITEMS", 60000)
+	minRate := envInt("SY_GO_MIN_RATE", 5000)
+	srv := startServer(t, startRedis(t))
+	conn := dial(t, srv.addr)
+	c := pb.NewQueueServiceClient(conn)
+	declare(t, c, reliable("{speed}"))
+	ids := enqueue(t, c, "{speed}", "item ", n)
+
+	var mu sync.Mutex
+	seen := make(map[string]int, n)
+	var s worker.Stats
+	start := time.Now()
+	stop := runWorker(t, conn, worker.Options{
+		Queue: "{speed}", Concurrency: credit, AckOneByOne: true,
+		Handler: func(_ context.Context, d *worker.Delivery) error {
+			mu.Lock()
+			seen[d.Id]++
+			mu.Unlock()
+			return nil
+		},
+	}, &s)
+	waitFor(t, 120*time.Second, "every item acked", func() bool { return stats(t, c, "{speed}").CompletedTotal == int64(n) })
+	elapsed := time.Since(start)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	rate := float64(n) / elapsed.Seconds()
+	fmt.Printf("GO WORKER RATE %.0f items/s (%d items in %s, one ack message per item, credit %d)\n", rate, n, elapsed.Round(time.Millisecond), credit)
+	st := stats(t, c, "{speed}")
+	if st.Ready != 0 || st.Processing != 0 || st.DeadLetter != 0 || st.LeasedTotal != int64(n) {
+		t.Fatalf("queue not drained exactly once: %v", st)
+	}
+	if len(seen) != n {
+		t.Fatalf("%d distinct items handled, want %d", len(seen), n)
+	}
+	for _, id := range ids {
+		if seen[id] != 1 {
+			t.Fatalf("item %s handled %d times, want once", id, seen[id])
+		}
+	}
+	if s.Acked.Load() != int64(n) {
+		t.Fatalf("worker acked %d, want %d", s.Acked.Load(), n)
+	}
+	if rate < float64(minRate) {
+		t.Fatalf("%.0f items/s, below SY_GO_MIN_RATE=%d", rate, minRate)
+	}
+}
+
+// A worker process killed with SIGKILL mid-stream loses nothing: the server returns the
+// items it held at once, and another worker finishes the queue.
+func TestLosesNothingWhenSIGKILLed(t *testing.T) {
+	n := envInt("SY_GO_KILL_ITEMS", 30000)
+	srv := startServer(t, startRedis(t))
+	conn := dial(t, srv.addr)
+	c := pb.NewQueueServiceClient(conn)
+	declare(t, c, reliable("{kill}"))
+	ids := enqueue(t, c, "{kill}", "item ", n)
+
+	logPath := filepath.Join(t.TempDir(), "handled")
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(self, "-test.run=^$")
+	cmd.Env = append(os.Environ(), "SY_GO_CHILD_ADDR="+srv.addr, "SY_GO_CHILD_QUEUE={kill}", "SY_GO_CHILD_LOG="+logPath)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 60*time.Second, "the child to handle a third of the items", func() bool { return len(readLines(logPath)) >= n/3 })
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	byChild := readLines(logPath)
+	// The server sees the connection drop and puts the child's items back at once.
+	waitFor(t, 10*time.Second, "the killed worker's items to return", func() bool { return stats(t, c, "{kill}").Processing == 0 })
+	afterKill := stats(t, c, "{kill}")
+
+	var mu sync.Mutex
+	var byFinisher []string
+	stop := runWorker(t, conn, worker.Options{
+		Queue: "{kill}", Concurrency: 50,
+		Handler: func(_ context.Context, d *worker.Delivery) error {
+			mu.Lock()
+			byFinisher = append(byFinisher, d.Id)
+			mu.Unlock()
+			return nil
+		},
+	}, nil)
+	waitFor(t, 60*time.Second, "every item acked", func() bool { return stats(t, c, "{kill}").CompletedTotal == int64(n) })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	st := stats(t, c, "{kill}")
+	if st.Ready != 0 || st.Processing != 0 || st.DeadLetter != 0 || st.CompletedTotal != int64(n) {
+		t.Fatalf("after the finisher: %v", st)
+	}
+	handled := map[string]int{}
+	for _, id := range append(byChild, byFinisher...) {
+		handled[id]++
+	}
+	var missing []string
+	twice := 0
+	for _, id := range ids {
+		switch {
+		case handled[id] == 0:
+			missing = append(missing, id)
+		case handled[id] > 1:
+			twice++
+		}
+	}
+	if len(missing) > 0 {
+		sort.Strings(missing)
+		t.Fatalf("%d items never handled, e.g. %v", len(missing), missing[:1])
+	}
+	// Handled twice: only items the child held, handled but not yet acked, when it died.
+	if twice > credit {
+		t.Fatalf("%d items handled twice; at most the child's credit (%d) may be", twice, credit)
+	}
+	returned := afterKill.Ready - (int64(n) - afterKill.LeasedTotal) // ready items that had been leased
+	fmt.Printf("GO WORKER SIGKILL %d items: the child handled %d before SIGKILL; %d went back to the queue at once; %d handled twice; 0 lost\n",
+		n, len(byChild), returned, twice)
+}
+
+func readLines(path string) []string {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var lines []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+	}
+	return lines
+}
+
+func TestOutcomes(t *testing.T) {
+	srv := startServer(t, startRedis(t))
+	conn := dial(t, srv.addr)
+	c := pb.NewQueueServiceClient(conn)
+	declare(t, c, reliable("{out}"))
+	declare(t, c, &pb.Queue{Name: "{out}.replies", Mode: pb.QueueMode_QUEUE_MODE_SIMPLE})
+	ids := enqueue(t, c, "{out}", "", 4) // payloads "0" drop, "1" retry, "2" failure, "3" reply
+	var mu sync.Mutex
+	var seen []string
+	var errs []error
+	var s worker.Stats
+	stop := runWorker(t, conn, worker.Options{
+		Queue: "{out}", Concurrency: 2,
+		OnError: func(err error, d *pb.Delivery) {
+			mu.Lock()
+			errs = append(errs, fmt.Errorf("%s: %w", d.GetId(), err))
+			mu.Unlock()
+		},
+		Handler: func(_ context.Context, d *worker.Delivery) error {
+			mu.Lock()
+			seen = append(seen, fmt.Sprintf("%s#%d", d.Payload, d.DeliveryCount))
+			mu.Unlock()
+			switch string(d.Payload) {
+			case "0":
+				return worker.Drop("never valid")
+			case "1":
+				if d.DeliveryCount == 1 {
+					return worker.Retry("not yet", 0)
+				}
+			case "2":
+				if d.DeliveryCount == 1 {
+					panic("flaky dependency")
+				}
+			case "3":
+				d.Reply("{out}.replies", time.Hour, &pb.EnqueueItem{Payload: []byte("thumbnail"), Headers: map[string]string{"of": d.Id}})
+			}
+			return nil
+		},
+	}, &s)
+	waitFor(t, 15*time.Second, "4 items completed", func() bool { return stats(t, c, "{out}").CompletedTotal == 4 })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(seen)
+	if got := strings.Join(seen, " "); got != "0#1 1#1 1#2 2#1 2#2 3#1" {
+		t.Fatalf("deliveries %q", got)
+	}
+	if len(errs) != 1 || !strings.Contains(errs[0].Error(), ids[2]+": handler panicked: flaky dependency") {
+		t.Fatalf("OnError heard %v", errs)
+	}
+	if s.Acked.Load() != 3 || s.Dropped.Load() != 1 || s.Retried.Load() != 2 || s.HandlerErrors.Load() != 1 {
+		t.Fatalf("stats acked %d dropped %d retried %d errors %d", s.Acked.Load(), s.Dropped.Load(), s.Retried.Load(), s.HandlerErrors.Load())
+	}
+	peek, err := c.PeekQueue(ctxT(t), &pb.PeekQueueRequest{Name: "{out}.replies"})
+	if err != nil || len(peek.Items) != 1 || string(peek.Items[0].Payload) != "thumbnail" || peek.Items[0].Headers["of"] != ids[3] {
+		t.Fatalf("replies %v %v", peek, err)
+	}
+}
+
+func TestAnUndeclaredQueueEndsRunWithNotFound(t *testing.T) {
+	srv := startServer(t, startRedis(t))
+	err := worker.Run(ctxT(t), dial(t, srv.addr), worker.Options{Queue: "{nobody}", Handler: func(context.Context, *worker.Delivery) error { return nil }}, nil)
+	if status.Code(err) != codes.NotFound || !worker.Fatal(err) {
+		t.Fatalf("Run returned %v, want NOT_FOUND", err)
+	}
+}
+
+func TestStopLetsRunningHandlersFinishAndSettle(t *testing.T) {
+	srv := startServer(t, startRedis(t))
+	conn := dial(t, srv.addr)
+	c := pb.NewQueueServiceClient(conn)
+	declare(t, c, reliable("{stop}"))
+	enqueue(t, c, "{stop}", "", 20)
+	started := make(chan struct{}, 20)
+	var mu sync.Mutex
+	handled := 0
+	stop := runWorker(t, conn, worker.Options{
+		Queue: "{stop}", Concurrency: 4,
+		Handler: func(context.Context, *worker.Delivery) error {
+			started <- struct{}{}
+			time.Sleep(500 * time.Millisecond)
+			mu.Lock()
+			handled++
+			mu.Unlock()
+			return nil
+		},
+	}, nil)
+	for i := 0; i < 4; i++ {
+		<-started
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	st := stats(t, c, "{stop}")
+	if st.CompletedTotal != int64(handled) || st.Processing != 0 || st.Ready != int64(20-handled) || handled < 4 {
+		t.Fatalf("handled %d; stats %v", handled, st)
+	}
+}
+
+// A job longer than min_idle keeps its item only while its lease is extended.
+func TestExtendsLongJobs(t *testing.T) {
+	srv := startServer(t, startRedis(t), "SWITCHYARD_WATCHDOG_INTERVAL=100ms", "SWITCHYARD_HEARTBEAT_INTERVAL=1s")
+	conn := dial(t, srv.addr)
+	c := pb.NewQueueServiceClient(conn)
+	for _, tc := range []struct {
+		queue       string
+		extendEvery time.Duration
+		want        string
+	}{{"{auto}", 0, "[1]"}, {"{off}", -1, "[1 2]"}} {
+		declare(t, c, &pb.Queue{Name: tc.queue, Mode: pb.QueueMode_QUEUE_MODE_RELIABLE, RecoverySet: tc.queue + ".claims", MinIdle: durationpb.New(time.Second)})
+		enqueue(t, c, tc.queue, "long", 1)
+		var mu sync.Mutex
+		var counts []uint32
+		firstDone := make(chan struct{})
+		stop := runWorker(t, conn, worker.Options{
+			Queue: tc.queue, Concurrency: 2, ExtendEvery: tc.extendEvery,
+			Handler: func(_ context.Context, d *worker.Delivery) error {
+				mu.Lock()
+				counts = append(counts, d.DeliveryCount)
+				mu.Unlock()
+				if d.DeliveryCount == 1 {
+					time.Sleep(2500 * time.Millisecond)
+					close(firstDone)
+				}
+				return nil
+			},
+		}, nil)
+		<-firstDone
+		waitFor(t, 10*time.Second, tc.queue+" settled", func() bool {
+			st := stats(t, c, tc.queue)
+			return st.Processing == 0 && st.CompletedTotal == 1
+		})
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		got := fmt.Sprint(counts)
+		mu.Unlock()
+		if got != tc.want {
+			t.Errorf("%s: delivery counts %s, want %s", tc.queue, got, tc.want)
+		}
+	}
+}
