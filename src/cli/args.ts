@@ -19,8 +19,21 @@ export const globalOptions = {
   token: { type: "string" },
   json: { type: "boolean" },
   timeout: { type: "string" },
+  tls: { type: "boolean" },
+  "ca-file": { type: "string" },
+  "cert-file": { type: "string" },
+  "key-file": { type: "string" },
+  "server-name": { type: "string" },
   help: { type: "boolean", short: "h" },
 } as const satisfies OptionSpecs;
+
+/** How the CLI reaches a server with TLS on its port: PEM file paths, and a name to check instead of the address's host. */
+export interface TlsFlags {
+  caFile?: string;
+  certFile?: string;
+  keyFile?: string;
+  serverName?: string;
+}
 
 /** Where the CLI connects, and how it prints. */
 export interface Globals {
@@ -28,6 +41,8 @@ export interface Globals {
   token?: string;
   json: boolean;
   timeoutMs: number;
+  /** Undefined for plaintext. */
+  tls?: TlsFlags;
 }
 
 /** Parsed options: strings, booleans and string lists by name. */
@@ -51,7 +66,23 @@ export function globalsOf(values: Values, env: NodeJS.ProcessEnv): Globals {
     token: str(values, "token") ?? (env.SWITCHYARD_TOKEN || undefined),
     json: values.json === true,
     timeoutMs: timeout ? durationArg("--timeout", timeout) : 30_000,
+    tls: tlsFlags(values),
   };
+}
+
+/** TLS when --tls or any TLS file or name is given; a client certificate needs its key and the other way round. */
+function tlsFlags(values: Values): TlsFlags | undefined {
+  const flags: TlsFlags = {
+    caFile: str(values, "ca-file"),
+    certFile: str(values, "cert-file"),
+    keyFile: str(values, "key-file"),
+    serverName: str(values, "server-name"),
+  };
+  if (values.tls !== true && Object.values(flags).every((v) => v === undefined)) return undefined;
+  if ((flags.certFile === undefined) !== (flags.keyFile === undefined)) {
+    throw new UsageError("--cert-file and --key-file go together: a client certificate and its key");
+  }
+  return flags;
 }
 
 /** A string option, if given. */

@@ -5,7 +5,8 @@
  */
 import * as grpc from "@grpc/grpc-js";
 import { SwitchyardClient } from "../client/client.js";
-import { UsageError, globalsOf, parse } from "./args.js";
+import { readFileSync } from "node:fs";
+import { UsageError, globalsOf, parse, type TlsFlags } from "./args.js";
 import type { Command } from "./command.js";
 import { cronCommands } from "./cron-commands.js";
 import type { Output } from "./format.js";
@@ -28,9 +29,33 @@ export function usage(): string {
     "  --token TOKEN         a bearer token (default $SWITCHYARD_TOKEN)",
     "  --json                print JSON (protobuf JSON field names) instead of tables",
     "  --timeout D           deadline of each call (default 30s)",
+    "  --tls                 connect with TLS, trusting the system's CAs (implied by the options below)",
+    "  --ca-file PEM         trust this CA (the server's certificate chains to it)",
+    "  --cert-file PEM --key-file PEM",
+    "                        present this client certificate (mutual TLS)",
+    "  --server-name NAME    check the server's certificate for NAME instead of the address's host",
     "",
   );
   return lines.join("\n");
+}
+
+function pem(flag: string, path: string | undefined): Buffer | null {
+  if (path === undefined) return null;
+  try {
+    return readFileSync(path);
+  } catch (err) {
+    throw new UsageError(`${flag}: cannot read "${path}": ${err instanceof Error ? err.message : String(err)}`);
+  }
+}
+
+/** Channel credentials and options for the TLS flags; plaintext without them. */
+function transport(tls: TlsFlags | undefined): { credentials?: grpc.ChannelCredentials; options: grpc.ChannelOptions } {
+  if (!tls) return { options: {} };
+  const credentials = grpc.credentials.createSsl(pem("--ca-file", tls.caFile), pem("--key-file", tls.keyFile), pem("--cert-file", tls.certFile));
+  const options: grpc.ChannelOptions = tls.serverName
+    ? { "grpc.ssl_target_name_override": tls.serverName, "grpc.default_authority": tls.serverName }
+    : {};
+  return { credentials, options };
 }
 
 /** A client interceptor that adds fixed metadata to every call. */
@@ -69,11 +94,13 @@ export async function run(argv: string[], env: NodeJS.ProcessEnv, io: Output, st
       return 0;
     }
     const globals = globalsOf(values, env);
+    const { credentials, options } = transport(globals.tls);
     const connect = (metadata?: Record<string, string>) => {
       const client = new SwitchyardClient(globals.address, {
         token: globals.token,
         timeoutMs: globals.timeoutMs,
-        channelOptions: metadata ? { interceptors: [withMetadata(metadata)] } : undefined,
+        credentials,
+        channelOptions: metadata ? { ...options, interceptors: [withMetadata(metadata)] } : options,
       });
       clients.push(client);
       return client;

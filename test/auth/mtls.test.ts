@@ -4,62 +4,38 @@
  * refused; a good one passes, and its common name maps to scopes. Certificates
  * are made with openssl in a temp folder for each run; no key is committed.
  */
-import { execFileSync } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { randomBytes } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import * as grpc from "@grpc/grpc-js";
 import { SwitchyardClient } from "../../src/client/client.js";
 import { tokenHash } from "../../src/auth/authenticator.js";
 import { QueueMode } from "../../src/gen/switchyard/v1/queue_pb.js";
+import { certificates, CLIENT_EXT, SERVER_EXT, type Certs } from "../helpers/certs.js";
 import { startRedis, type TestRedis } from "../helpers/redis.js";
 import { startSwitchyard, type TestSwitchyard } from "../helpers/switchyard.js";
 
-let dir: string;
-const file = (name: string) => join(dir, name);
-const read = (name: string) => readFileSync(file(name));
-
-function openssl(...args: string[]): void {
-  execFileSync("openssl", args, { cwd: dir, stdio: "pipe" });
-}
-
-/** A CA: a self-signed EC key and certificate. */
-function makeCa(name: string): void {
-  openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-    "-keyout", `${name}.key`, "-out", `${name}.crt`, "-days", "1", "-subj", `/CN=${name}`);
-}
-
-/** A certificate for `cn` signed by `ca`, with the given X.509 extensions. */
-function makeCert(name: string, cn: string, ca: string, extensions: string): void {
-  writeFileSync(file(`${name}.ext`), extensions);
-  openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-    "-keyout", `${name}.key`, "-out", `${name}.csr`, "-subj", `/CN=${cn}`);
-  openssl("x509", "-req", "-in", `${name}.csr`, "-CA", `${ca}.crt`, "-CAkey", `${ca}.key`, "-CAcreateserial",
-    "-out", `${name}.crt`, "-days", "1", "-extfile", `${name}.ext`);
-}
-
-const CLIENT_EXT = "extendedKeyUsage=clientAuth\n";
+let certs: Certs;
+const file = (name: string) => certs.file(name);
+const read = (name: string) => certs.read(name);
 
 let redis: TestRedis;
 const opsToken = randomBytes(24).toString("base64url");
 const clients: SwitchyardClient[] = [];
 
 beforeAll(async () => {
-  dir = mkdtempSync(join(tmpdir(), "sy-tls-"));
-  makeCa("ca");
-  makeCa("other-ca");
-  makeCert("server", "localhost", "ca", "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n");
-  makeCert("worker-1", "worker-1", "ca", CLIENT_EXT);
-  makeCert("worker-2", "worker-2", "ca", CLIENT_EXT);
-  makeCert("intruder", "worker-1", "other-ca", CLIENT_EXT);
+  certs = certificates();
+  certs.makeCa("ca");
+  certs.makeCa("other-ca");
+  certs.makeCert("server", "localhost", "ca", SERVER_EXT);
+  certs.makeCert("worker-1", "worker-1", "ca", CLIENT_EXT);
+  certs.makeCert("worker-2", "worker-2", "ca", CLIENT_EXT);
+  certs.makeCert("intruder", "worker-1", "other-ca", CLIENT_EXT);
   redis = await startRedis();
 });
 afterAll(async () => {
   for (const c of clients) c.close();
   await redis?.stop();
-  rmSync(dir, { recursive: true, force: true });
+  certs?.cleanup();
 });
 
 function client(sy: TestSwitchyard, credentials: grpc.ChannelCredentials, token?: string): SwitchyardClient {
