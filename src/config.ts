@@ -5,7 +5,7 @@
 import { readFileSync } from "node:fs";
 import { invalid } from "./errors.js";
 import type { LogLevel } from "./log.js";
-import type { RedisTarget } from "./redis/connection.js";
+import type { RedisSecurity, RedisTarget } from "./redis/connection.js";
 import { securitySettings, type AuthSettings, type TlsSettings } from "./auth/settings.js";
 import { parseAllowlist, type AllowRule } from "./cron/http-guard.js";
 
@@ -113,20 +113,56 @@ function positiveInt(name: string, text: string): number {
   return n;
 }
 
+/** "host:port,host:port" (IPv6 as [::1]:7000) of `variable`. */
+function hostPorts(variable: string, text: string): { host: string; port: number }[] {
+  return text.split(",").map((hp) => {
+    const m = /^\s*\[?([^\]]+?)\]?:(\d+)\s*$/.exec(hp);
+    if (!m) throw invalid(`${variable} entry "${hp}" is not host:port`);
+    return { host: m[1], port: Number(m[2]) };
+  });
+}
+
+/** SWITCHYARD_REDIS_USERNAME/PASSWORD/TLS/TLS_CA, for the targets that take them apart from a URL. */
+function redisSecurity(env: NodeJS.ProcessEnv): RedisSecurity {
+  const tls = onOff("SWITCHYARD_REDIS_TLS", env.SWITCHYARD_REDIS_TLS) || !!env.SWITCHYARD_REDIS_TLS_CA;
+  return {
+    username: env.SWITCHYARD_REDIS_USERNAME || undefined,
+    password: env.SWITCHYARD_REDIS_PASSWORD || undefined,
+    tls: tls ? { caFile: env.SWITCHYARD_REDIS_TLS_CA || undefined } : undefined,
+  };
+}
+
 function redisTarget(env: NodeJS.ProcessEnv): RedisTarget {
   const url = env.SWITCHYARD_REDIS_URL;
   const nodes = env.SWITCHYARD_REDIS_CLUSTER_NODES;
-  if (url && nodes) throw invalid("set SWITCHYARD_REDIS_URL or SWITCHYARD_REDIS_CLUSTER_NODES, not both");
+  const sentinels = env.SWITCHYARD_REDIS_SENTINELS;
+  const given = Object.entries({ SWITCHYARD_REDIS_URL: url, SWITCHYARD_REDIS_CLUSTER_NODES: nodes, SWITCHYARD_REDIS_SENTINELS: sentinels })
+    .filter(([, v]) => v)
+    .map(([k]) => k);
+  if (given.length > 1) throw invalid(`set one of SWITCHYARD_REDIS_URL, SWITCHYARD_REDIS_CLUSTER_NODES or SWITCHYARD_REDIS_SENTINELS, not both ${given.join(" and ")}`);
+  const security = redisSecurity(env);
+  if (!nodes && !sentinels) {
+    // A URL carries its own credentials (redis://user:password@host) and TLS (rediss://); only a CA may come apart.
+    const misplaced = ["SWITCHYARD_REDIS_USERNAME", "SWITCHYARD_REDIS_PASSWORD", "SWITCHYARD_REDIS_TLS"].find((v) => env[v]);
+    if (misplaced || (env.SWITCHYARD_REDIS_TLS_CA && !url?.startsWith("rediss://"))) {
+      throw invalid(
+        `${misplaced ?? "SWITCHYARD_REDIS_TLS_CA"} is for SWITCHYARD_REDIS_CLUSTER_NODES, SWITCHYARD_REDIS_SENTINELS or a rediss:// ` +
+          "SWITCHYARD_REDIS_URL; with a URL write credentials and TLS into it (rediss://user:password@host:6379)",
+      );
+    }
+  }
   if (url?.startsWith("unix://")) return { kind: "socket", path: url.slice("unix://".length) };
-  if (url) return { kind: "standalone", url };
-  if (nodes) {
+  if (url) return { kind: "standalone", url, tls: security.tls };
+  if (nodes) return { kind: "cluster", nodes: hostPorts("SWITCHYARD_REDIS_CLUSTER_NODES", nodes), ...security };
+  if (sentinels) {
+    const name = env.SWITCHYARD_REDIS_SENTINEL_MASTER;
+    if (!name) throw invalid("SWITCHYARD_REDIS_SENTINELS needs SWITCHYARD_REDIS_SENTINEL_MASTER: the master name the sentinels monitor");
     return {
-      kind: "cluster",
-      nodes: nodes.split(",").map((hp) => {
-        const m = /^\s*\[?([^\]]+?)\]?:(\d+)\s*$/.exec(hp);
-        if (!m) throw invalid(`SWITCHYARD_REDIS_CLUSTER_NODES entry "${hp}" is not host:port`);
-        return { host: m[1], port: Number(m[2]) };
-      }),
+      kind: "sentinel",
+      sentinels: hostPorts("SWITCHYARD_REDIS_SENTINELS", sentinels),
+      name,
+      sentinelPassword: env.SWITCHYARD_REDIS_SENTINEL_PASSWORD || undefined,
+      ...security,
     };
   }
   return {

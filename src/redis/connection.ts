@@ -1,8 +1,12 @@
 /**
- * Connects to Redis in one of three ways: a standalone URL, Redis Cluster seed
- * nodes, or an embedded redis-server child process when nothing is configured.
+ * Connects to Redis in one of four ways: a standalone URL, Redis Cluster seed
+ * nodes, Redis Sentinel, or an embedded redis-server child process when nothing
+ * is configured.
  */
+import { readFileSync } from "node:fs";
+import type { ConnectionOptions } from "node:tls";
 import { Cluster, Redis } from "ioredis";
+import { invalid } from "../errors.js";
 import type { Logger } from "../log.js";
 import { startEmbeddedRedis, type EmbeddedRedis } from "./embedded.js";
 import { defineScripts } from "./scripts.js";
@@ -10,11 +14,24 @@ import { defineScripts } from "./scripts.js";
 /** A command connection: a single Redis or a cluster client. */
 export type RedisClient = Redis | Cluster;
 
+/** TLS to Redis: on, trusting the system's CAs or the one in `caFile`. */
+export interface RedisTls {
+  caFile?: string;
+}
+
+/** Credentials and TLS of the servers behind cluster seeds or Sentinel (a URL carries its own). */
+export interface RedisSecurity {
+  username?: string;
+  password?: string;
+  tls?: RedisTls;
+}
+
 /** Where Redis is. */
 export type RedisTarget =
-  | { kind: "standalone"; url: string }
+  | { kind: "standalone"; url: string; tls?: RedisTls }
   | { kind: "socket"; path: string }
-  | { kind: "cluster"; nodes: { host: string; port: number }[] }
+  | ({ kind: "cluster"; nodes: { host: string; port: number }[] } & RedisSecurity)
+  | ({ kind: "sentinel"; sentinels: { host: string; port: number }[]; name: string; sentinelPassword?: string } & RedisSecurity)
   | { kind: "embedded"; dataDir: string; binary: string };
 
 /** Open connections to one Redis deployment. */
@@ -46,10 +63,20 @@ const commonOptions = {
   retryStrategy: (attempt: number) => Math.min(50 * 2 ** attempt, 1000),
 };
 
+function tlsOptions(tls: RedisTls | undefined): ConnectionOptions | undefined {
+  if (!tls) return undefined;
+  if (!tls.caFile) return {};
+  try {
+    return { ca: readFileSync(tls.caFile) };
+  } catch (err) {
+    throw invalid(`SWITCHYARD_REDIS_TLS_CA: cannot read "${tls.caFile}": ${err instanceof Error ? err.message : String(err)}`);
+  }
+}
+
 function createClient(target: Exclude<RedisTarget, { kind: "embedded" }>): RedisClient {
   switch (target.kind) {
     case "standalone":
-      return new Redis(target.url, { ...commonOptions, lazyConnect: true });
+      return new Redis(target.url, { ...commonOptions, lazyConnect: true, ...(target.tls ? { tls: tlsOptions(target.tls) } : {}) });
     case "socket":
       return new Redis({ ...commonOptions, path: target.path, lazyConnect: true });
     case "cluster":
@@ -57,8 +84,27 @@ function createClient(target: Exclude<RedisTarget, { kind: "embedded" }>): Redis
         lazyConnect: true,
         enableOfflineQueue: false,
         clusterRetryStrategy: (attempt) => Math.min(50 * 2 ** attempt, 1000),
-        redisOptions: { maxRetriesPerRequest: 1 },
+        redisOptions: { maxRetriesPerRequest: 1, username: target.username, password: target.password, tls: tlsOptions(target.tls) },
       });
+    case "sentinel": {
+      const tls = tlsOptions(target.tls);
+      return new Redis({
+        ...commonOptions,
+        lazyConnect: true,
+        sentinels: target.sentinels,
+        name: target.name,
+        sentinelPassword: target.sentinelPassword,
+        username: target.username,
+        password: target.password,
+        tls,
+        sentinelTLS: tls,
+        enableTLSForSentinelMode: tls !== undefined,
+        // Follow +switch-master at once; a command that still meets the demoted master fails
+        // (READONLY: it did not run, so UNAVAILABLE) and the connection asks the sentinels again.
+        failoverDetector: true,
+        reconnectOnError: (err) => err.message.startsWith("READONLY"),
+      });
+    }
   }
 }
 
@@ -140,8 +186,9 @@ export async function connectRedis(target: RedisTarget, log: Logger): Promise<Re
 }
 
 // TRYAGAIN and "Too many Cluster redirections": a cluster slot kept migrating past ioredis's retries.
+// READONLY: a Sentinel failover demoted the master this connection still talks to.
 const connectionErrorPattern =
-  /Connection is closed|Stream isn't writeable|ECONNREFUSED|ECONNRESET|ENOENT|EPIPE|ETIMEDOUT|CLUSTERDOWN|LOADING|MASTERDOWN|TRYAGAIN|Too many Cluster redirections|Cluster isn't ready|None of startup nodes|Reached the max retries/;
+  /Connection is closed|Stream isn't writeable|ECONNREFUSED|ECONNRESET|ENOENT|EPIPE|ETIMEDOUT|CLUSTERDOWN|LOADING|MASTERDOWN|TRYAGAIN|Too many Cluster redirections|Cluster isn't ready|None of startup nodes|Reached the max retries|^READONLY/;
 
 /** True for errors that mean Redis could not be reached (as opposed to a bad command). */
 export function isConnectionError(err: unknown): boolean {

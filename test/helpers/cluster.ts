@@ -76,15 +76,15 @@ function portIsFree(port: number): Promise<boolean> {
   });
 }
 
-/** A random base port in 20000–40000 whose six ports and their bus ports are free. */
-async function freeBasePort(): Promise<number> {
+/** A random base port in 20000–40000 whose `count` ports and their bus ports are free. */
+export async function freeBasePort(count = NODES): Promise<number> {
   for (let attempt = 0; attempt < 50; attempt++) {
-    const base = 20_000 + Math.floor(Math.random() * (20_000 - NODES));
-    const ports = Array.from({ length: NODES }, (_, i) => base + i);
+    const base = 20_000 + Math.floor(Math.random() * (20_000 - count));
+    const ports = Array.from({ length: count }, (_, i) => base + i);
     const free = await Promise.all(ports.flatMap((p) => [portIsFree(p), portIsFree(p + BUS_OFFSET)]));
     if (free.every(Boolean)) return base;
   }
-  throw new Error("no six free loopback ports (and bus ports) found in 20000-40000");
+  throw new Error(`no ${count} free loopback ports (and bus ports) found in 20000-40000`);
 }
 
 /** Runs `fn` on a connection of its own to the node at `port`. */
