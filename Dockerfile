@@ -5,7 +5,9 @@
 # embedded redis-server with data in /data (mount a volume there to keep it).
 
 # --- build: compile TypeScript (src/gen is committed, so buf is not needed here) ---
-FROM node:20-slim AS build
+# Node 24: the Active LTS line of late 2025, maintained until April 2028 (Node 20's ended April 2026).
+# Debian bookworm below every stage, as the redis-server the runtime installs.
+FROM node:24-bookworm-slim AS build
 WORKDIR /app
 COPY package.json package-lock.json ./
 # The build needs no dependency's install script (only @bufbuild/buf and protobufjs have one).
@@ -18,20 +20,23 @@ COPY dashboard ./dashboard
 RUN npm run build
 
 # --- deps: production dependencies only ---
-FROM node:20-slim AS deps
+FROM node:24-bookworm-slim AS deps
 WORKDIR /app
 COPY package.json package-lock.json ./
 RUN npm ci --omit=dev --ignore-scripts \
  && npm cache clean --force
 
 # --- runtime ---
-FROM node:20-slim
+FROM node:24-bookworm-slim
 # redis-server only for the embedded mode (no Redis configured); unused when one is.
 RUN apt-get update \
  && apt-get install -y --no-install-recommends redis-server \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /app
+# Switchyard writes only to SWITCHYARD_DATA_DIR (the embedded Redis) and TMPDIR (the dashboard
+# gateway's socket): with a read-only root filesystem, give it a writable /tmp (a tmpfs, an emptyDir).
 ENV NODE_ENV=production \
+    TMPDIR=/tmp \
     SWITCHYARD_GRPC_ADDRESS=0.0.0.0:50051 \
     SWITCHYARD_HTTP_ADDRESS=0.0.0.0:9090 \
     SWITCHYARD_DATA_DIR=/data
