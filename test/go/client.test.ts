@@ -12,6 +12,7 @@ import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { loopbackEnv } from "../helpers/python.js";
 
 const execFileP = promisify(execFile);
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
@@ -24,8 +25,7 @@ beforeAll(() => {
   gopath = mkdtempSync(join(tmpdir(), "sy-gopath-"));
   mkdirSync(join(gopath, "src"));
   symlinkSync(root, join(gopath, "src", "switchyard"));
-  env = {
-    ...process.env,
+  env = loopbackEnv({
     GO111MODULE: "off",
     GOPATH: `${gopath}:/usr/share/gocode`,
     // Kept between runs: compiling Debian's grpc-go takes a while the first time.
@@ -34,8 +34,7 @@ beforeAll(() => {
     CGO_ENABLED: "0",
     SWITCHYARD_REPO: root,
     SWITCHYARD_NODE: process.execPath,
-  };
-  for (const v of ["http_proxy", "https_proxy", "grpc_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"]) delete env[v];
+  });
 });
 afterAll(() => rmSync(gopath, { recursive: true, force: true }));
 

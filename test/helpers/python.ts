@@ -17,6 +17,16 @@ export const WORKER = join(root, "examples/python/worker.py");
 export const PRODUCER = join(root, "examples/python/producer.py");
 const GENERATE = join(root, "examples/python/generate.sh");
 
+/**
+ * This process's environment with `extra`, and without proxy variables: tests talk to
+ * loopback only, and gRPC libraries would route through a proxy they name.
+ */
+export function loopbackEnv(extra: NodeJS.ProcessEnv = {}): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = { ...process.env, ...extra };
+  for (const v of ["http_proxy", "https_proxy", "grpc_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"]) delete env[v];
+  return env;
+}
+
 /** A prepared worker: its environment (stubs on PYTHONPATH, no proxies), and cleanup. */
 export interface PythonWorker {
   env: NodeJS.ProcessEnv;
@@ -37,8 +47,7 @@ export async function preparePython(): Promise<PythonWorker> {
   }
   const dir = mkdtempSync(join(tmpdir(), "sy-pygen-"));
   await execFileP("sh", [GENERATE, dir], { env: { ...process.env, PYTHON } });
-  const env: NodeJS.ProcessEnv = { ...process.env, PYTHONPATH: dir, PYTHONDONTWRITEBYTECODE: "1" };
-  for (const v of ["http_proxy", "https_proxy", "grpc_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"]) delete env[v];
+  const env = loopbackEnv({ PYTHONPATH: dir, PYTHONDONTWRITEBYTECODE: "1" });
   return {
     env,
     async run(args, timeoutMs = 25_000, script = WORKER) {
@@ -73,8 +82,8 @@ export async function buildPythonPackage(): Promise<PythonPackage> {
   const dir = mkdtempSync(join(tmpdir(), "sy-pypkg-"));
   const source = join(dir, "source");
   const site = join(dir, "site");
-  const env: NodeJS.ProcessEnv = { ...process.env, PYTHONDONTWRITEBYTECODE: "1", PIP_NO_CACHE_DIR: "1", PIP_DISABLE_PIP_VERSION_CHECK: "1" };
-  for (const v of ["http_proxy", "https_proxy", "grpc_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "PYTHONPATH"]) delete env[v];
+  const env = loopbackEnv({ PYTHONDONTWRITEBYTECODE: "1", PIP_NO_CACHE_DIR: "1", PIP_DISABLE_PIP_VERSION_CHECK: "1" });
+  delete env.PYTHONPATH;
   try {
     cpSync(join(root, "clients/python"), source, {
       recursive: true,

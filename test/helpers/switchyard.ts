@@ -23,7 +23,7 @@ export interface TestSwitchyard {
  * unless given one, or the production clock (Redis's) with "redis".
  */
 export async function startSwitchyard(
-  redis: TestRedis,
+  redis: Pick<TestRedis, "target">,
   options: {
     clock?: Clock | "redis";
     env?: Record<string, string>;

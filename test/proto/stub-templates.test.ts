@@ -12,7 +12,7 @@ import { join } from "node:path";
 import { promisify } from "node:util";
 import { afterAll, describe, expect, it } from "vitest";
 import { QueueMode } from "../../src/gen/switchyard/v1/queue_pb.js";
-import { PYTHON } from "../helpers/python.js";
+import { loopbackEnv, PYTHON } from "../helpers/python.js";
 import { useSwitchyard } from "../helpers/switchyard.js";
 import { readYaml } from "../helpers/yaml.js";
 
@@ -41,8 +41,7 @@ describe("clients/stubs/buf.gen.*.yaml", () => {
 from switchyard.v1 import queue_pb2 as pb, queue_pb2_grpc as pb_grpc
 stub = pb_grpc.QueueServiceStub(grpc.insecure_channel(sys.argv[1]))
 print(stub.GetQueue(pb.GetQueueRequest(name="{stubs}"), timeout=10).queue.mode == pb.QUEUE_MODE_SIMPLE)`;
-    const env = { ...process.env, PYTHONPATH: out, PYTHONDONTWRITEBYTECODE: "1" };
-    for (const v of ["http_proxy", "https_proxy", "grpc_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"]) delete env[v];
+    const env = loopbackEnv({ PYTHONPATH: out, PYTHONDONTWRITEBYTECODE: "1" });
     const { stdout } = await run(PYTHON, ["-c", script, t.sy.address], { env, timeout: 30_000 });
     expect(stdout.trim()).toBe("True");
   }, 60_000);

@@ -11,15 +11,13 @@ import { join } from "node:path";
 import { promisify } from "node:util";
 import { Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startApp, type App } from "../../src/app.js";
-import { SwitchyardClient } from "../../src/client/client.js";
-import { ManualClock } from "../../src/clock.js";
+import type { SwitchyardClient } from "../../src/client/client.js";
 import { loadConfig } from "../../src/config.js";
 import { QueueMode } from "../../src/gen/switchyard/v1/queue_pb.js";
-import { createLogger } from "../../src/log.js";
 import { startEmbeddedRedis, type EmbeddedRedis } from "../../src/redis/embedded.js";
 import { certificates, type Certs } from "../helpers/certs.js";
 import { freeBasePort } from "../helpers/cluster.js";
+import { startSwitchyard, type TestSwitchyard } from "../helpers/switchyard.js";
 
 const run = promisify(execFile);
 const PASSWORD = "data-password";
@@ -43,19 +41,9 @@ async function redisServer(name: string, port: number, ...args: string[]): Promi
   return server;
 }
 
-/** A Switchyard instance configured from `env`, and a client of it. */
-async function switchyard(env: Record<string, string>): Promise<{ app: App; client: SwitchyardClient; stop(): Promise<void> }> {
-  const config = loadConfig({ SWITCHYARD_GRPC_ADDRESS: "127.0.0.1:0", SWITCHYARD_HTTP_ADDRESS: "off", SWITCHYARD_AUTH: "off", ...env });
-  const app = await startApp({ ...config, shutdownGraceMs: 200 }, { clock: new ManualClock(), log: createLogger("silent") });
-  const client = new SwitchyardClient(app.address, { timeoutMs: 5000 });
-  return {
-    app,
-    client,
-    async stop() {
-      client.close();
-      await app.stop();
-    },
-  };
+/** A Switchyard instance whose Redis is configured by the SWITCHYARD_REDIS_* variables in `env`. */
+function switchyard(env: Record<string, string>): Promise<TestSwitchyard> {
+  return startSwitchyard({ target: loadConfig(env).redis }, { env });
 }
 
 /** Polls `check` until it returns a value; fails after `ms`. */

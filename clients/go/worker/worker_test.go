@@ -59,6 +59,15 @@ func child(addr, queue, logPath string) int {
 // credit is the throughput and SIGKILL tests' concurrency (and stream credit).
 const credit = 200
 
+// reliableQueue starts a server on a Redis of its own, declares the RELIABLE queue and
+// enqueues n items "<prefix><i>"; it returns the connection, a client and the ids.
+func reliableQueue(t *testing.T, queue, prefix string, n int) (*grpc.ClientConn, pb.QueueServiceClient, []string) {
+	conn := dial(t, startServer(t, startRedis(t)).addr)
+	c := pb.NewQueueServiceClient(conn)
+	declare(t, c, reliable(queue))
+	return conn, c, enqueue(t, c, queue, prefix, n)
+}
+
 func declare(t *testing.T, c pb.QueueServiceClient, q *pb.Queue) {
 	t.Helper()
 	if _, err := c.CreateQueue(ctxT(t), &pb.CreateQueueRequest{Queue: q}); err != nil {
@@ -103,11 +112,7 @@ func runWorker(t *testing.T, conn grpc.ClientConnInterface, o worker.Options, s 
 func TestMovesItemsWithOneAckPerItem(t *testing.T) {
 	n := envInt("SY_GO_ITEMS", 60000)
 	minRate := envInt("SY_GO_MIN_RATE", 5000)
-	srv := startServer(t, startRedis(t))
-	conn := dial(t, srv.addr)
-	c := pb.NewQueueServiceClient(conn)
-	declare(t, c, reliable("{speed}"))
-	ids := enqueue(t, c, "{speed}", "item ", n)
+	conn, c, ids := reliableQueue(t, "{speed}", "item ", n)
 
 	var mu sync.Mutex
 	seen := make(map[string]int, n)
@@ -153,11 +158,7 @@ func TestMovesItemsWithOneAckPerItem(t *testing.T) {
 // items it held at once, and another worker finishes the queue.
 func TestLosesNothingWhenSIGKILLed(t *testing.T) {
 	n := envInt("SY_GO_KILL_ITEMS", 30000)
-	srv := startServer(t, startRedis(t))
-	conn := dial(t, srv.addr)
-	c := pb.NewQueueServiceClient(conn)
-	declare(t, c, reliable("{kill}"))
-	ids := enqueue(t, c, "{kill}", "item ", n)
+	conn, c, ids := reliableQueue(t, "{kill}", "item ", n)
 
 	logPath := filepath.Join(t.TempDir(), "handled")
 	self, err := os.Executable()
@@ -165,7 +166,7 @@ func TestLosesNothingWhenSIGKILLed(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(self, "-test.run=^$")
-	cmd.Env = append(os.Environ(), "SY_GO_CHILD_ADDR="+srv.addr, "SY_GO_CHILD_QUEUE={kill}", "SY_GO_CHILD_LOG="+logPath)
+	cmd.Env = append(os.Environ(), "SY_GO_CHILD_ADDR="+conn.Target(), "SY_GO_CHILD_QUEUE={kill}", "SY_GO_CHILD_LOG="+logPath)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -308,11 +309,7 @@ func TestAnUndeclaredQueueEndsRunWithNotFound(t *testing.T) {
 }
 
 func TestStopLetsRunningHandlersFinishAndSettle(t *testing.T) {
-	srv := startServer(t, startRedis(t))
-	conn := dial(t, srv.addr)
-	c := pb.NewQueueServiceClient(conn)
-	declare(t, c, reliable("{stop}"))
-	enqueue(t, c, "{stop}", "", 20)
+	conn, c, _ := reliableQueue(t, "{stop}", "", 20)
 	started := make(chan struct{}, 20)
 	var mu sync.Mutex
 	handled := 0
