@@ -7,6 +7,7 @@ import unittest
 import grpc
 
 import switchyard
+from switchyard._proto import has_field, pb
 from harness import Redis, Server, ServerTest, token_hash, wait_for
 
 
@@ -50,6 +51,18 @@ class EnqueueAndAdmin(ServerTest):
         self.assertEqual(caught.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
         with self.assertRaises(ValueError):
             self.client.create_queue("{a}", "fifo")
+
+    def test_an_idempotency_key_enqueues_once_or_is_refused_by_stubs_without_it(self):
+        q = self.fresh_queue()
+        item = switchyard.Item("charge order 7", idempotency_key="order-7")
+        if not has_field(pb.EnqueueItem, "idempotency_key"):
+            with self.assertRaises(ValueError):
+                self.client.enqueue(q, [item])
+            self.assertEqual(self.client.queue_stats(q).ready, 0)
+            return
+        first = self.client.enqueue(q, [item])
+        self.assertEqual(self.client.enqueue(q, [item]), first)
+        self.assertEqual(self.client.queue_stats(q).ready, 1)
 
     def test_purges_the_waiting_items(self):
         q = self.fresh_queue("simple")

@@ -8,13 +8,21 @@ from ._proto import has_field, pb
 
 
 class Item:
-    """An item to enqueue: a payload (bytes, or str as UTF-8) and optional headers."""
+    """An item to enqueue: a payload (bytes, or str as UTF-8) and optional headers.
 
-    __slots__ = ("payload", "headers")
+    `idempotency_key` (a repeated enqueue with the same key adds nothing), `delay` (seconds
+    or a timedelta) and `not_before` (a datetime) need a server and stubs whose proto has
+    them; with older stubs, giving one raises ValueError rather than enqueue without it.
+    """
 
-    def __init__(self, payload, headers=None):
+    __slots__ = ("payload", "headers", "idempotency_key", "delay", "not_before")
+
+    def __init__(self, payload, headers=None, *, idempotency_key=None, delay=None, not_before=None):
         self.payload = payload
         self.headers = headers or {}
+        self.idempotency_key = idempotency_key
+        self.delay = delay
+        self.not_before = not_before
 
 
 class Reply:
@@ -34,9 +42,22 @@ def _bytes(payload):
 
 def enqueue_item(item):
     """A pb.EnqueueItem from bytes, str or Item."""
-    if isinstance(item, Item):
-        return pb.EnqueueItem(payload=_bytes(item.payload), headers=item.headers)
-    return pb.EnqueueItem(payload=_bytes(item))
+    if not isinstance(item, Item):
+        return pb.EnqueueItem(payload=_bytes(item))
+    message = pb.EnqueueItem(payload=_bytes(item.payload), headers=item.headers)
+    later = {"idempotency_key": item.idempotency_key, "delay": duration(item.delay), "not_before": item.not_before}
+    for name, value in later.items():
+        if value is None:
+            continue
+        if not has_field(pb.EnqueueItem, name):
+            raise ValueError(f"EnqueueItem.{name} is not in this package's proto: rebuild it from a Switchyard proto that has it")
+        if name == "not_before":
+            message.not_before.FromDatetime(value)
+        elif name == "delay":
+            message.delay.CopyFrom(value)
+        else:
+            setattr(message, name, value)
+    return message
 
 
 def duration(value):
