@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 import unittest
 
@@ -110,6 +111,52 @@ def fresh_client(address, **options):
     """A Client on a connection of its own: grpc shares connections between channels to one
     address, and one that is backing off after a server died would fail this one's calls."""
     return switchyard.Client(address, options=[("grpc.use_local_subchannel_pool", 1)], **options)
+
+
+class Forwarder:
+    """A TCP forwarder on loopback whose connections can be frozen: bytes stop moving both
+    ways while the sockets stay open, as behind a proxy whose upstream hung."""
+
+    def __init__(self, target):
+        host, port = target.rsplit(":", 1)
+        self.target = (host, int(port))
+        self.frozen = threading.Event()
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(16)
+        self.address = "127.0.0.1:%d" % self.listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self.target)
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    def _pump(self, src, dst):
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                while self.frozen.is_set():
+                    time.sleep(0.01)
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def close(self):
+        self.listener.close()
 
 
 def token_hash(token):

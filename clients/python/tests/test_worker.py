@@ -10,7 +10,7 @@ import unittest
 import grpc
 
 import switchyard
-from harness import Redis, Server, ServerTest, fresh_client, wait_for
+from harness import Forwarder, Redis, Server, ServerTest, fresh_client, wait_for
 
 FAST = {"SWITCHYARD_WATCHDOG_INTERVAL": "100ms", "SWITCHYARD_HEARTBEAT_INTERVAL": "1s"}
 
@@ -126,6 +126,28 @@ class Outcomes(ServerTest):
         self.assertEqual(stats.completed_total, len(handler.seen))
         self.assertEqual((stats.processing, stats.ready), (0, 20 - len(handler.seen)))
         self.assertGreaterEqual(len(handler.seen), 4)
+
+
+class SilentStream(ServerTest):
+    """A stream that stops hearing from the server (heartbeats included) is taken for dead."""
+
+    SERVER_ENV = {"SWITCHYARD_HEARTBEAT_INTERVAL": "300ms"}
+
+    def test_after_three_silent_heartbeat_intervals_it_opens_a_new_stream(self):
+        q = self.fresh_queue()
+        hop = Forwarder(self.server.address)
+        self.addCleanup(hop.close)
+        with fresh_client(hop.address) as through:
+            handler = Recorder()
+            worker = run_worker(self, through, q, handler)
+            self.client.enqueue(q, [b"before"])
+            wait_for(lambda: len(handler.seen) == 1, what="the first item")
+            hop.frozen.set()  # nothing crosses now, not even heartbeats
+            wait_for(lambda: worker.stats["streams"] == 2, timeout=5, what="a new stream after the silence")
+            hop.frozen.clear()
+            self.client.enqueue(q, [b"after"])
+            wait_for(lambda: len(handler.seen) == 2, what="the item after the silence")
+        self.assertEqual([p for _, _, p in handler.seen], [b"before", b"after"])
 
 
 class LeaseExtension(ServerTest):
