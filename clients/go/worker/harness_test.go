@@ -7,11 +7,13 @@ package worker_test
 import (
 	"bufio"
 	"context"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -99,6 +101,56 @@ func startServer(t *testing.T, r *testRedis, env ...string) *testServer {
 		t.Fatalf("Switchyard did not start (is dist/ built?): %q %v", line, err)
 	}
 	return &testServer{cmd: cmd, addr: strings.TrimSpace(strings.TrimPrefix(line, "switchyard listening on "))}
+}
+
+// forwarder passes TCP connections to target; while frozen, no byte moves either way
+// though the sockets stay open, as behind a proxy whose upstream hung.
+type forwarder struct {
+	addr   string
+	frozen atomic.Bool
+}
+
+func forward(t *testing.T, target string) *forwarder {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	f := &forwarder{addr: ln.Addr().String()}
+	go func() {
+		for {
+			client, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			upstream, err := net.Dial("tcp", target)
+			if err != nil {
+				client.Close()
+				continue
+			}
+			go f.pump(client, upstream)
+			go f.pump(upstream, client)
+		}
+	}()
+	return f
+}
+
+func (f *forwarder) pump(src, dst net.Conn) {
+	defer src.Close()
+	defer dst.Close()
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := src.Read(buf)
+		if err != nil {
+			return
+		}
+		for f.frozen.Load() {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if _, err := dst.Write(buf[:n]); err != nil {
+			return
+		}
+	}
 }
 
 func dial(t testing.TB, addr string) *grpc.ClientConn {

@@ -336,6 +336,42 @@ func TestStopLetsRunningHandlersFinishAndSettle(t *testing.T) {
 	}
 }
 
+// A stream that hears nothing (heartbeats included) for three heartbeat intervals is replaced.
+func TestReplacesAStreamThatWentSilent(t *testing.T) {
+	srv := startServer(t, startRedis(t), "SWITCHYARD_HEARTBEAT_INTERVAL=300ms")
+	direct := pb.NewQueueServiceClient(dial(t, srv.addr))
+	declare(t, direct, reliable("{silent}"))
+	hop := forward(t, srv.addr)
+	seen := make(chan string, 2)
+	var s worker.Stats
+	stop := runWorker(t, dial(t, hop.addr), worker.Options{
+		Queue: "{silent}",
+		Handler: func(_ context.Context, d *worker.Delivery) error {
+			seen <- string(d.Payload)
+			return nil
+		},
+	}, &s)
+	enqueue(t, direct, "{silent}", "before ", 1)
+	if got := <-seen; got != "before 0" {
+		t.Fatalf("got %q", got)
+	}
+	hop.frozen.Store(true) // nothing crosses now, not even heartbeats
+	waitFor(t, 5*time.Second, "a new stream after the silence", func() bool { return s.Streams.Load() == 2 })
+	hop.frozen.Store(false)
+	enqueue(t, direct, "{silent}", "after ", 1)
+	select {
+	case got := <-seen:
+		if got != "after 0" {
+			t.Fatalf("got %q", got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the item after the silence never came")
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A job longer than min_idle keeps its item only while its lease is extended.
 func TestExtendsLongJobs(t *testing.T) {
 	srv := startServer(t, startRedis(t), "SWITCHYARD_WATCHDOG_INTERVAL=100ms", "SWITCHYARD_HEARTBEAT_INTERVAL=1s")
