@@ -7,7 +7,7 @@
  * cleanly, and leave TMPDIR as it found it. Each run is a private mount
  * namespace (`unshare --mount`, which CI's root may make).
  */
-import { spawn } from "node:child_process";
+import { execFileSync, spawn } from "node:child_process";
 import { mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
@@ -42,6 +42,11 @@ let redis: EmbeddedRedis;
 let redisUrl: string;
 
 beforeAll(async () => {
+  try {
+    execFileSync("unshare", ["--mount", "--propagation", "private", "--", "true"], { stdio: "pipe" });
+  } catch (err) {
+    throw new Error(`this test needs a private mount namespace (unshare --mount: run as root, as CI does): ${(err as { stderr?: Buffer }).stderr?.toString() ?? String(err)}`);
+  }
   dir = mkdtempSync(join(tmpdir(), "sy-readonly-"));
   // TCP, so nothing of the test's own Redis is a file the server must reach.
   const port = await freeBasePort(1);
