@@ -166,6 +166,7 @@ class Worker:
         self.on_error = on_error or (lambda err, delivery=None: log.warning("switchyard worker: %s", err))
         self.stop_grace = stop_grace
         self.backoff = backoff or Backoff()
+        #: Counts of what the worker did (acked, retried, dropped, handler_errors, settle_failures, streams).
         self.stats = collections.Counter()
         self._lock = threading.Condition()
         self._held = {}
@@ -245,7 +246,7 @@ class Worker:
             credit = max(1, self.concurrency - len(self._held))
             session = _Session(self.client, self.queue, credit)
             self._session = session
-        self.stats["streams"] += 1
+        self._count("streams")
         threading.Thread(target=self._read, args=(session,), name="switchyard-lease-reader", daemon=True).start()
         return session
 
@@ -331,10 +332,10 @@ class Worker:
         except Retry as e:
             request, outcome = messages.retry(d.lease_token, e.reason, e.delay), "retried"
         except Exception as e:
-            self.stats["handler_errors"] += 1
+            self._count("handler_errors")
             self._report(e, d)
             request, outcome = messages.retry(d.lease_token, _reason(e)), "retried"
-        self.stats[outcome] += 1
+        self._count(outcome)
         self._settle(held, request)
 
     def _settle(self, held, request):
@@ -373,7 +374,7 @@ class Worker:
                 if err.code() == grpc.StatusCode.FAILED_PRECONDITION:
                     log.info("switchyard: item %s went back to the queue when its stream ended; it will be delivered again", delivery.id)
                 else:
-                    self.stats["settle_failures"] += 1
+                    self._count("settle_failures")
                     self._report(Error.from_rpc(err), delivery)
                 return
 
@@ -385,13 +386,18 @@ class Worker:
             session.sent.pop(result.lease_token, None)  # sent again once: a second failure is reported
             session.stream.send(request)
             return
-        self.stats["settle_failures"] += 1
+        self._count("settle_failures")
         code = next((c for c in grpc.StatusCode if c.value[0] == result.code), grpc.StatusCode.UNKNOWN)
         with self._lock:
             held = self._held.get(result.lease_token)
             if held is not None:
                 held.extend_at = None  # the lease is lost: extending it again cannot help
         self._report(Error(code, result.message), held.delivery if held else None)
+
+    def _count(self, what):
+        # Handler threads count at once: += on a Counter is a read, then a write.
+        with self._lock:
+            self.stats[what] += 1
 
     def _report(self, err, delivery):
         try:
