@@ -410,12 +410,13 @@ class Worker:
     def _extension_interval(self, opened):
         if self.extend_every is not None:
             return self.extend_every or None
-        if has_field(pb.LeaseOpened, "min_idle"):
-            return opened.min_idle.ToNanoseconds() / 2e9 if opened.HasField("min_idle") else None
+        if has_field(pb.LeaseOpened, "min_idle") and opened.HasField("min_idle"):
+            return opened.min_idle.ToNanoseconds() / 2e9
         if opened.mode != pb.QUEUE_MODE_RELIABLE:
             return None
         if self._declared_min_idle is None:
-            # A server before LeaseOpened.min_idle: the declaration has it, if the token may read it.
+            # A server before LeaseOpened.min_idle (or a queue without one): the declaration
+            # says, if the token may read it.
             try:
                 queue = self.client.get_queue(self.queue)
                 self._declared_min_idle = queue.min_idle.ToNanoseconds() / 1e9 if queue.HasField("min_idle") else 0.0
