@@ -157,13 +157,14 @@ class LeaseExtension(ServerTest):
 
     def long_job_queue(self):
         q = "{long-%d}" % time.monotonic_ns()
-        self.client.create_queue(q, recovery_set=q + ".claims", min_idle=1)
+        self.client.create_queue(q, recovery_set=q + ".claims", min_idle=2)
         self.client.enqueue(q, [b"long job"])
         return q
 
     def run_long_job(self, q, **options):
         done = threading.Event()
-        handler = Recorder(lambda d: (time.sleep(2.5), done.set()) if d.delivery_count == 1 else None)
+        # Longer than min_idle (2 s) by more than the watchdog's interval and a loaded machine's lag.
+        handler = Recorder(lambda d: (time.sleep(4.5), done.set()) if d.delivery_count == 1 else None)
         run_worker(self, self.client, q, handler, concurrency=2, **options)
         self.assertTrue(done.wait(10))
         wait_for(lambda: self.client.queue_stats(q).processing == 0, what="the item to be settled")
