@@ -120,7 +120,7 @@ func cpuTime() time.Duration {
 // CPU time per item, which other processes' load hardly moves. SY_GO_MIN_RATE (items/s,
 // default 0: none) adds a floor for a quiet machine.
 func TestMovesItemsWithOneAckPerItem(t *testing.T) {
-	n := envInt("SY_GO_ITEMS", 60000)
+	n := envInt("SY_GO_ITEMS", 30000)
 	minRate := envInt("SY_GO_MIN_RATE", 0)
 	conn, c, ids := reliableQueue(t, "{speed}", "item ", n)
 
@@ -173,7 +173,7 @@ func TestMovesItemsWithOneAckPerItem(t *testing.T) {
 // A worker process killed with SIGKILL mid-stream loses nothing: the server returns the
 // items it held at once, and another worker finishes the queue.
 func TestLosesNothingWhenSIGKILLed(t *testing.T) {
-	n := envInt("SY_GO_KILL_ITEMS", 30000)
+	n := envInt("SY_GO_KILL_ITEMS", 15000)
 	conn, c, ids := reliableQueue(t, "{kill}", "item ", n)
 
 	logPath := filepath.Join(t.TempDir(), "handled")
@@ -398,37 +398,41 @@ func TestExtendsLongJobs(t *testing.T) {
 		extendEvery time.Duration
 		want        string
 	}{{"{auto}", 0, "[1]"}, {"{off}", -1, "[1 2]"}} {
-		declare(t, c, &pb.Queue{Name: tc.queue, Mode: pb.QueueMode_QUEUE_MODE_RELIABLE, RecoverySet: tc.queue + ".claims", MinIdle: durationpb.New(2 * time.Second)})
-		enqueue(t, c, tc.queue, "long", 1)
-		var mu sync.Mutex
-		var counts []uint32
-		firstDone := make(chan struct{})
-		stop := runWorker(t, conn, worker.Options{
-			Queue: tc.queue, Concurrency: 2, ExtendEvery: tc.extendEvery,
-			Handler: func(_ context.Context, d *worker.Delivery) error {
-				mu.Lock()
-				counts = append(counts, d.DeliveryCount)
-				mu.Unlock()
-				if d.DeliveryCount == 1 {
-					time.Sleep(4500 * time.Millisecond) // past min_idle by more than a loaded machine's lag
-					close(firstDone)
-				}
-				return nil
-			},
-		}, nil)
-		<-firstDone
-		waitFor(t, 10*time.Second, tc.queue+" settled", func() bool {
-			st := stats(t, c, tc.queue)
-			return st.Processing == 0 && st.CompletedTotal == 1
+		tc := tc
+		t.Run(tc.queue, func(t *testing.T) {
+			t.Parallel() // the two jobs run at once: each takes 4.5 s
+			declare(t, c, &pb.Queue{Name: tc.queue, Mode: pb.QueueMode_QUEUE_MODE_RELIABLE, RecoverySet: tc.queue + ".claims", MinIdle: durationpb.New(2 * time.Second)})
+			enqueue(t, c, tc.queue, "long", 1)
+			var mu sync.Mutex
+			var counts []uint32
+			firstDone := make(chan struct{})
+			stop := runWorker(t, conn, worker.Options{
+				Queue: tc.queue, Concurrency: 2, ExtendEvery: tc.extendEvery,
+				Handler: func(_ context.Context, d *worker.Delivery) error {
+					mu.Lock()
+					counts = append(counts, d.DeliveryCount)
+					mu.Unlock()
+					if d.DeliveryCount == 1 {
+						time.Sleep(4500 * time.Millisecond) // past min_idle by more than a loaded machine's lag
+						close(firstDone)
+					}
+					return nil
+				},
+			}, nil)
+			<-firstDone
+			waitFor(t, 10*time.Second, tc.queue+" settled", func() bool {
+				st := stats(t, c, tc.queue)
+				return st.Processing == 0 && st.CompletedTotal == 1
+			})
+			if err := stop(); err != nil {
+				t.Fatal(err)
+			}
+			mu.Lock()
+			got := fmt.Sprint(counts)
+			mu.Unlock()
+			if got != tc.want {
+				t.Errorf("%s: delivery counts %s, want %s", tc.queue, got, tc.want)
+			}
 		})
-		if err := stop(); err != nil {
-			t.Fatal(err)
-		}
-		mu.Lock()
-		got := fmt.Sprint(counts)
-		mu.Unlock()
-		if got != tc.want {
-			t.Errorf("%s: delivery counts %s, want %s", tc.queue, got, tc.want)
-		}
 	}
 }
