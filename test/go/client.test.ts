@@ -58,10 +58,13 @@ describe("clients/go", () => {
   it("holds the stubs clients/go/buf.gen.yaml generates from proto/", async () => {
     const out = mkdtempSync(join(tmpdir(), "sy-gogen-"));
     try {
-      await execFileP(join(root, "node_modules/.bin/buf"), ["generate", "--template", "clients/go/buf.gen.yaml", "-o", out], { cwd: root });
+      await execFileP(join(root, "node_modules/.bin/buf"), ["generate", "--template", "clients/go/buf.gen.yaml", "-o", out], { cwd: root }).catch((err: { stderr?: string }) => {
+        throw new Error(`clients/go/buf.gen.yaml failed (a new proto file needs an M option there):\n${err.stderr ?? String(err)}`);
+      });
       const committed = join(root, "clients/go/switchyardpb");
       const generated = join(out, "clients/go/switchyardpb");
-      expect(readdirSync(generated).sort()).toEqual(readdirSync(committed).sort());
+      const stale = "the Go stubs are not current: run npx buf generate --template clients/go/buf.gen.yaml (and commit clients/go/switchyardpb)";
+      expect(readdirSync(generated).sort(), stale).toEqual(readdirSync(committed).sort());
       for (const file of readdirSync(committed)) {
         expect(readFileSync(join(generated, file), "utf8"), `${file} is stale: run npx buf generate --template clients/go/buf.gen.yaml`).toBe(
           readFileSync(join(committed, file), "utf8"),
