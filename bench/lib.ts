@@ -88,3 +88,43 @@ export async function startCpuProfile(): Promise<(file: string) => Promise<void>
     log(`wrote CPU profile ${file}`);
   };
 }
+
+/**
+ * Microseconds on CLOCK_MONOTONIC (libuv's hrtime): one clock for every process
+ * on this machine (Python's time.monotonic_ns reads it too), so a time written
+ * into a payload by one process can be subtracted from another's.
+ */
+export function monoUs(): number {
+  const [s, ns] = process.hrtime();
+  return s * 1e6 + ns / 1e3;
+}
+
+/** A benchmark item as users send them: a JSON object of about 100 bytes with a sequence number and a send time (µs, monoUs; 0 for none). */
+export interface JsonItem {
+  seq: number;
+  t: number;
+  pad: string;
+}
+
+const PAD = "x".repeat(100);
+
+/** An item whose JSON text is 100 bytes for sequence numbers and times of up to 16 digits each. */
+export function jsonItem(seq: number, tUs = 0): JsonItem {
+  const t = Math.round(tUs);
+  const used = `{"seq":${seq},"t":${t},"pad":""}`.length;
+  return { seq, t, pad: PAD.slice(0, Math.max(0, 100 - used)) };
+}
+
+/** p50, p90, p99 and max of `xs` (nearest rank). */
+export interface Spread {
+  p50: number;
+  p90: number;
+  p99: number;
+  max: number;
+}
+
+export function spread(xs: number[]): Spread {
+  const sorted = Float64Array.from(xs).sort();
+  const at = (p: number) => (sorted.length === 0 ? NaN : sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))]);
+  return { p50: at(50), p90: at(90), p99: at(99), max: sorted.length ? sorted[sorted.length - 1] : NaN };
+}

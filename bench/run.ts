@@ -3,12 +3,18 @@
  * Redis, interleaved, 3 rounds; prints one table of medians and writes it to
  * bench/RESULTS.md. See bench/README.md.
  *
- *   node dist-bench/run.js [--rows 1,2,5] [--rounds 3] [--scale 1] [--out FILE]
- *                          [--server child [--server-node-args "--cpu-prof --cpu-prof-dir=DIR"]]
+ *   node dist-bench/run.js [--rows deployed|in-process|enqueue,consume,latency,python,1,2,5…]
+ *                          [--rounds 3] [--scale 1] [--quick] [--out FILE]
+ *                          [--server child] [--server-node-args "--cpu-prof --cpu-prof-dir=DIR"]
  *                          [--only switchyard] [--redis-stats] [--profile-ticks FILE]
  *
- * A partial run (--rows, --rounds, --scale or --server given) prints its table
- * but writes RESULTS.md only with --out. `--server child` is a diagnostic: rows
+ * The deployed-shape rows (deployed-rows.ts: enqueue, consume, latency,
+ * python) always run the server as a child process, with every producer and
+ * worker in a process of its own; rows 1–9 are the server-in-process
+ * diagnostics. `--quick` is for development: the deployed rows, one round, a
+ * quarter of the sizes. A partial run (--rows, --rounds, --scale, --quick or
+ * --server given) prints its tables but writes RESULTS.md (and the README's
+ * table) only on a full run, or RESULTS.md alone with --out. `--server child` is a diagnostic: rows
  * 1–5 then talk to Switchyard running as `node dist/main.js` in a child process
  * (on the same Redis), so the server's CPU is not shared with the load
  * generator and can be profiled on its own. Rows 8 and 9 always run in-process.
@@ -18,6 +24,8 @@ import { readFileSync, writeFileSync } from "node:fs";
 import { execFileSync } from "node:child_process";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { startBenchRedis, startBenchApp, type BenchApp, type BenchRedis } from "./env.js";
 import { SwitchyardClient } from "../dist/client/client.js";
 import { loadConfig } from "../dist/config.js";
@@ -27,6 +35,9 @@ import { freePort, idleStreams, startServer } from "./streams.js";
 import { watchdogRecovery } from "./watchdog.js";
 import { SchedulerBench } from "./scheduler.js";
 import { leftovers, log, median, startCpuProfile } from "./lib.js";
+import { Rounds } from "./rounds.js";
+import { fmtMs, fmtNum, fmtRate, fmtRatio, verdict } from "./table.js";
+import { deployedGroups, deployedSizes, deployedTable, runDeployed, type DeployedGroup } from "./deployed-rows.js";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 
@@ -34,9 +45,16 @@ function arg(name: string): string | undefined {
   const i = process.argv.indexOf(`--${name}`);
   return i >= 0 ? process.argv[i + 1] : undefined;
 }
-const rowsWanted = new Set((arg("rows") ?? "1,2,3,4,5,5c,6,7,8,9").split(",").map((s) => s.trim()));
-const ROUNDS = Number(arg("rounds") ?? 3);
-const SCALE = Number(arg("scale") ?? 1);
+const QUICK = process.argv.includes("--quick");
+const inProcessRows = "1,2,3,4,5,5c,6,7,8,9";
+const rowsWanted = new Set(
+  (arg("rows") ?? (QUICK ? "deployed" : `deployed,${inProcessRows}`))
+    .split(",")
+    .map((s) => s.trim())
+    .flatMap((s) => (s === "deployed" ? [...deployedGroups] : s === "in-process" ? inProcessRows.split(",") : [s])),
+);
+const ROUNDS = Number(arg("rounds") ?? (QUICK ? 1 : 3));
+const SCALE = Number(arg("scale") ?? (QUICK ? 0.25 : 1));
 const SERVER = arg("server") ?? "in-process";
 /** Runs only the systems whose label starts with this (e.g. "switchyard"), and skips the warm-up: for profiling. */
 const ONLY = arg("only");
@@ -44,7 +62,7 @@ const ONLY = arg("only");
 const REDIS_STATS = process.argv.includes("--redis-stats");
 /** Row 9: writes a CPU profile of the measured ticks only (not the set-up) to this file. */
 const PROFILE_TICKS = arg("profile-ticks");
-const partial = ["rows", "rounds", "scale", "server", "only"].some((a) => arg(a) !== undefined);
+const partial = QUICK || ["rows", "rounds", "scale", "server", "only"].some((a) => arg(a) !== undefined);
 const outFile = arg("out") ?? (partial ? undefined : join(root, "bench", "RESULTS.md"));
 const want = (...ids: string[]) => ids.some((id) => rowsWanted.has(id));
 const n = (x: number) => Math.max(1000, Math.round((x * SCALE) / 1000) * 1000);
@@ -65,25 +83,13 @@ const SIZES = {
   scheduler: { jobs: Math.round(10_000 * SCALE), due: Math.round(1_000 * SCALE), periodSec: 5 },
 };
 
-/** Per-round samples by metric name. */
-const samples = new Map<string, number[]>();
-const record = (metric: string, value: number) => {
-  if (!samples.has(metric)) samples.set(metric, []);
-  samples.get(metric)!.push(value);
-};
-const med = (metric: string) => (samples.has(metric) ? median(samples.get(metric)!) : NaN);
+const DEPLOYED = deployedSizes(SCALE);
 
-/** Runs `systems` in a rotating order per round, so no system always goes first. */
-async function interleaved(row: string, systems: [string, () => Promise<void>][]): Promise<void> {
-  for (let round = 0; round < ROUNDS; round++) {
-    const order = systems.map((_, i) => systems[(i + round) % systems.length]).filter(([name]) => !ONLY || name.startsWith(ONLY));
-    for (const [name, run] of order) {
-      const t0 = Date.now();
-      await run();
-      log(`row ${row} round ${round + 1}: ${name} done in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
-    }
-  }
-}
+const rounds = new Rounds(ROUNDS, ONLY);
+const samples = rounds.samples;
+const record = (metric: string, value: number) => rounds.record(metric, value);
+const med = (metric: string) => rounds.med(metric);
+const interleaved = (row: string, systems: [string, () => Promise<void>][]) => rounds.interleaved(row, systems);
 
 const loadAtStart = loadavg();
 const fmtLoad = (l: number[]) => l.map((x) => x.toFixed(2)).join(" / ");
@@ -95,10 +101,60 @@ for (const signal of ["SIGINT", "SIGTERM"] as const) {
   });
 }
 
+const wantInProcess = () => inProcessRows.split(",").some((id) => rowsWanted.has(id));
+
 async function main(): Promise<void> {
   const started = Date.now();
   const redis = await startBenchRedis(SERVER === "child" ? await freePort() : 0);
   leftovers.add(redis.server.process);
+  const info = (await redis.plain.info("server")) as string;
+  const redisVersion = /redis_version:(\S+)/.exec(info)?.[1] ?? "?";
+  log(`redis ${redisVersion} on ${redis.socketPath}`);
+  try {
+    if (deployedGroups.some((g) => rowsWanted.has(g))) {
+      const python = rowsWanted.has("python") ? pythonStubs() : undefined;
+      try {
+        const want = (g: DeployedGroup) => rowsWanted.has(g) && (g !== "python" || python !== undefined);
+        const serverNodeArgs = (arg("server-node-args") ?? "").split(" ").filter(Boolean);
+        await runDeployed(rounds, redis, DEPLOYED, want, { serverNodeArgs, pythonPath: python, warmup: !ONLY });
+      } finally {
+        if (python) rmSync(python, { recursive: true, force: true });
+      }
+    }
+    if (wantInProcess()) await runInProcess(redis);
+  } finally {
+    await redis.stop();
+  }
+  const elapsed = (Date.now() - started) / 1000;
+  const deployed = deployedTable(rounds, DEPLOYED);
+  const inProcess = lines().length > 0 ? renderTable() : undefined;
+  if (deployed) process.stdout.write(`\nDeployed shapes (server, producers and workers in their own processes):\n\n${deployed}\n`);
+  if (inProcess) process.stdout.write(`\nServer in-process diagnostics:\n\n${inProcess}\n`);
+  log(`finished in ${elapsed.toFixed(0)} s`);
+  if (outFile) {
+    writeFileSync(outFile, renderResults(deployed, inProcess, elapsed, redisVersion));
+    log(`wrote ${outFile}`);
+  }
+  if (!partial) {
+    updateReadme(deployed, inProcess);
+    log("updated the README's benchmark tables");
+  }
+}
+
+/** Generates the Python stubs into a temp folder; undefined (and the Python row skipped) when python3 lacks grpc_tools. */
+function pythonStubs(): string | undefined {
+  const dir = mkdtempSync(join(tmpdir(), "sy-bench-py-"));
+  try {
+    execFileSync("sh", [join(root, "examples/python/generate.sh"), dir], { stdio: ["ignore", "ignore", "pipe"], env: { ...process.env, PYTHON: "/usr/bin/python3" } });
+    return dir;
+  } catch (err) {
+    log(`skipping the Python worker row: ${String((err as { stderr?: Buffer }).stderr ?? err).trim()}`);
+    rmSync(dir, { recursive: true, force: true });
+    return undefined;
+  }
+}
+
+async function runInProcess(redis: BenchRedis): Promise<void> {
   let sy: BenchApp;
   if (SERVER === "child") {
     // unix:// when this build's config reads it, else loopback TCP.
@@ -127,9 +183,7 @@ async function main(): Promise<void> {
   const perRequest = new SwitchyardClient(sy.app.address, { coalesceEnqueues: false });
   const unary = new SwitchyardClient(sy.app.address, { enqueueStream: false });
   const perRpc = new SwitchyardClient(sy.app.address, { coalesceEnqueues: false, enqueueStream: false });
-  const info = (await redis.plain.info("server")) as string;
-  const redisVersion = /redis_version:(\S+)/.exec(info)?.[1] ?? "?";
-  log(`redis ${redisVersion} on ${redis.socketPath}; switchyard on ${sy.app.address}`);
+  log(`switchyard on ${sy.app.address}`);
   if (REDIS_STATS) {
     await redis.plain.config("RESETSTAT");
     await redis.plain.config("SET", "slowlog-log-slower-than", "1000");
@@ -278,15 +332,6 @@ async function main(): Promise<void> {
     if (REDIS_STATS) await printRedisStats(redis.plain).catch((err: unknown) => log(`redis stats: ${String(err)}`));
     for (const c of [perRequest, unary, perRpc]) c.close();
     await sy.stop();
-    await redis.stop();
-  }
-  const elapsed = (Date.now() - started) / 1000;
-  const table = renderTable();
-  process.stdout.write(`\n${table}\n`);
-  log(`finished in ${elapsed.toFixed(0)} s`);
-  if (outFile) {
-    writeFileSync(outFile, renderResults(table, elapsed, redisVersion));
-    log(`wrote ${outFile}`);
   }
 }
 
@@ -305,11 +350,6 @@ async function printRedisStats(plain: BenchRedis["plain"]): Promise<void> {
 
 // ------------------------------------------------------------------ output
 
-const fmtRate = (x: number) => (Number.isFinite(x) ? `${Math.round(x).toLocaleString("en-US")}/s` : "—");
-const fmtMs = (x: number) => (Number.isFinite(x) ? `${x < 10 ? x.toFixed(2) : x.toFixed(1)} ms` : "—");
-const fmtRatio = (x: number) => (Number.isFinite(x) ? `${x.toFixed(2)}×` : "—");
-const fmtNum = (x: number, digits = 0) => (Number.isFinite(x) ? x.toFixed(digits) : "—");
-
 interface Line {
   row: string;
   what: string;
@@ -319,15 +359,6 @@ interface Line {
   ratio: string;
   target: string;
   verdict: string;
-}
-
-/** "met", or how far off. `higher`: the value must be ≥ goal; else ≤ goal. */
-function verdict(value: number, goal: number, higher: boolean, unit = ""): string {
-  if (!Number.isFinite(value)) return "not run";
-  const ok = higher ? value >= goal : value <= goal;
-  if (ok) return "met";
-  const off = higher ? (1 - value / goal) * 100 : (value / goal - 1) * 100;
-  return `missed by ${off.toFixed(0)}% (${higher ? "needs" : "limit"} ${goal}${unit})`;
 }
 
 function lines(): Line[] {
@@ -426,44 +457,79 @@ function version(pkg: string): string {
   }
 }
 
-function renderResults(table: string, elapsedSec: number, redisVersion: string): string {
+/** The load average now, with a word on what it means on 2 cores. */
+const loadNote = () => `${fmtLoad(loadAtStart)} at the start; ${fmtLoad(loadavg())} at the end`;
+
+function renderResults(deployed: string | undefined, inProcess: string | undefined, elapsedSec: number, redisVersion: string): string {
   const cpu = cpus();
-  const perRound = [...samples.entries()]
-    .map(([k, v]) => `| ${k} | ${v.map((x) => (Math.abs(x) >= 100 ? Math.round(x).toString() : x.toFixed(2))).join(" · ")} | ${(Math.abs(median(v)) >= 100 ? Math.round(median(v)).toString() : median(v).toFixed(2))} |`)
-    .join("\n");
+  const fmt = (x: number) => (Math.abs(x) >= 100 ? Math.round(x).toString() : x.toFixed(2));
+  const perRound = [...samples.entries()].map(([k, v]) => `| ${k} | ${v.map(fmt).join(" · ")} | ${fmt(median(v))} |`).join("\n");
+  const D = DEPLOYED;
   return `# Switchyard benchmark results
 
 Written by \`npm run bench\` on ${new Date().toISOString()} (took ${elapsedSec.toFixed(0)} s).
 Every number is the median of ${ROUNDS} rounds; within a round Switchyard and its peers run one
 after the other on the same Redis, in an order that rotates from round to round.
+${deployed ? `
+## Deployed shapes
 
-## Results
+The server, every producer and every worker in a process of its own (see Set-up). Ratios are
+Switchyard / BullMQ: higher is better for throughput, lower is better for latency. Targets are
+issue 13's.
 
-${table}
+${deployed}
+` : ""}${inProcess ? `
+## Server in-process diagnostics
+
+Switchyard's server inside the load generator's process (rows 1–6), or alone (7–9): shapes that
+hide the per-item round trips users pay, kept to compare with earlier runs.
+
+${inProcess}
 
 Ratios are Switchyard / peer: higher is better for throughput (rows 1–4, 6), lower is better for
 latency (row 5). Row 6's peer is the raw ioredis client; rows 1–2 show it for reference.
-
+` : ""}
 ## Machine and versions
 
 - CPU: ${cpu[0]?.model ?? "?"}, ${cpu.length} cores (shared, noisy); memory ${(totalmem() / 2 ** 30).toFixed(1)} GiB
-- Load average (1 / 5 / 15 min) at the start: ${fmtLoad(loadAtStart)}; at the end: ${fmtLoad(loadavg())}. Anything
-  above ~1 means other work shared the 2 cores with this run, and the numbers are lower and noisier for it.
+- Load average (1 / 5 / 15 min): ${loadNote()}. Anything above ~1 means other work shared the 2
+  cores with this run, and the numbers are lower and noisier for it.
 - Switchyard at \`${revision()}\` (built from the work tree by \`npm run build\`)
-- Node ${process.version}; redis-server ${redisVersion}; bullmq ${version("bullmq")}; ioredis ${version("ioredis")}; @grpc/grpc-js ${version("@grpc/grpc-js")}; @bufbuild/protobuf ${version("@bufbuild/protobuf")}
-- Command: \`npm run bench\` (= \`npm run build && tsc -p bench/tsconfig.json && node dist-bench/run.js\`); server ${SERVER}; this run: \`${["node", ...process.argv.slice(1).map((a) => a.replace(root + "/", ""))].join(" ")}\`
+- Node ${process.version}; redis-server ${redisVersion}; bullmq ${version("bullmq")}; ioredis ${version("ioredis")}; @grpc/grpc-js ${version("@grpc/grpc-js")}; @bufbuild/protobuf ${version("@bufbuild/protobuf")}; Python grpcio from Debian (\`/usr/bin/python3\`)
+- Command: \`npm run bench\` (= \`npm run build && tsc -p bench/tsconfig.json && node dist-bench/run.js\`); this run: \`${["node", ...process.argv.slice(1).map((a) => a.replace(root + "/", ""))].join(" ")}\`
 
 ## Set-up
 
 - One private \`redis-server\` (\`startEmbeddedRedis\`, append-only off, no RDB saves) on a unix socket;
-  Switchyard, BullMQ and the raw client all reach it through that socket.
-- Switchyard runs in-process (\`startApp\`, log level warn, gRPC on 127.0.0.1); the load generator is the
-  project's own client (\`SwitchyardClient\`, \`runWorker\`) over real gRPC on loopback, in the same
-  process. BullMQ and the raw client run in the same process too.
-- Payloads are 100 bytes. BullMQ jobs are added with \`removeOnComplete/removeOnFail: true\` (Switchyard's
-  ack deletes the item too). Switchyard queues are RELIABLE (rows 1, 2, 3, 5, 8; rows 3, 5 and 8 with a
-  recovery set) or SIMPLE (row 4).
-- Sizes per round: rows 1/6 ${SIZES.enqueueBatched.toLocaleString("en-US")} items (${SIZES.enqueueInFlightBatched} calls of 1000 in flight, same for addBulk and LPUSH);
+  Switchyard's server, BullMQ and the raw client all reach it through that socket.
+- Payloads are JSON objects of about 100 bytes (\`{"seq":…,"t":…,"pad":"x…"}\`); handlers parse them
+  (BullMQ parses job data itself). BullMQ jobs are added with \`removeOnComplete/removeOnFail: true\`
+  (Switchyard's ack deletes the item too).
+${deployed ? `- Deployed shapes: Switchyard's server is a child process (\`node dist/main.js\`, log level warn); each
+  producer and worker is a process of its own (\`bench/agent.ts\`, forked and driven over IPC), with
+  the project's client and \`runWorker\`, or BullMQ's \`Queue\` and \`Worker\`; worker and producer processes
+  live through the whole run (a warm-up of every system runs first, not recorded).
+  - Enqueue: one producer process; serial = await each call of one item (${D.serial.toLocaleString("en-US")} items);
+    100 calls of one item in flight (${D.inFlight.toLocaleString("en-US")}); calls of 1000 items, one at a time
+    (${D.batched.toLocaleString("en-US")}; BullMQ \`addBulk\`). Reliable queues without a recovery set. Timed in the producer.
+  - Consume: a queue prefilled (not timed) with ${D.consume.map((s) => `${s.items.toLocaleString("en-US")} (${s.label})`).join(", ")}
+    items; the workers start together and the clock stops when the last item is done: Switchyard
+    reliable (recovery set, min_idle 60 s) when the processing list is empty after the last handler
+    ran; simple when the last handler ran; BullMQ at the last \`completed\` event. Workers report their
+    count every 5 ms over IPC; the parent polls the processing list every 1 ms after the last one.
+  - Latency: a producer process paced open loop at ${D.latency.map((l) => `${l.rate}/s (${l.items.toLocaleString("en-US")} items after ${l.warmup} warm-up)`).join(" and ")},
+    one worker process with concurrency ${D.latencyConcurrency}, reliable queue with a recovery set; each
+    payload carries its send time on CLOCK_MONOTONIC (one clock for all processes), read as the handler starts.
+  - Python: \`bench/python-worker.py\` (grpcio, one Lease stream, credit ${D.python.c}, one \`ack_batch\` per batch
+    received) on ${D.python.items.toLocaleString("en-US")} prefilled items, against a BullMQ Worker of concurrency ${D.python.c}.
+  - Echo: a plain grpc-js server and client (\`bench/echo.ts\`) in two processes, ${D.echoCalls.toLocaleString("en-US")} serial
+    round trips of ${D.echoBytes} bytes, as unary calls and as messages on one bidi stream (Switchyard's
+    client sends enqueue() calls as messages on one EnqueueStream).
+` : ""}${inProcess ? `- In-process diagnostics: Switchyard runs in-process (\`startApp\`, log level warn, gRPC on 127.0.0.1); the
+  load generator is the project's own client (\`SwitchyardClient\`, \`runWorker\`) over real gRPC on
+  loopback, in the same process; BullMQ and the raw client run in the same process too. Rows 1, 2, 3,
+  5 and 8 use RELIABLE queues (3, 5 and 8 with a recovery set), row 4 a SIMPLE one.
+  Sizes per round: rows 1/6 ${SIZES.enqueueBatched.toLocaleString("en-US")} items (${SIZES.enqueueInFlightBatched} calls of 1000 in flight, same for addBulk and LPUSH);
   row 2 ${SIZES.enqueueSingle.toLocaleString("en-US")} items (${SIZES.singleInFlight} calls in flight); rows 3–4 ${SIZES.lease.items.toLocaleString("en-US")} items prefilled (not timed),
   timed from starting the workers until the last item is settled in Redis (Switchyard reliable: processing
   list empty; simple: last item handed to a handler; BullMQ: last \`completed\` event); row 5
@@ -478,15 +544,39 @@ latency (row 5). Row 6's peer is the raw ioredis client; rows 1–2 show it for 
   rest daily, 12 h away, written straight into the job hash and mounted by \`scheduler.resync()\`, because
   CreateJob currently reads every job on each call; default execute policy SINGLETON); a no-op handler
   records the scheduler clock at each call; lateness = that time − the tick; one warm-up tick, then
-  ${ROUNDS} ticks.
-- A warm-up (5,000 items through each system) runs first and is not recorded.
-
+  ${ROUNDS} ticks. A warm-up (5,000 items through each system) runs first and is not recorded.
+` : ""}
 ## Every round
 
 | metric | rounds | median |
 |---|---|---|
 ${perRound}
 `;
+}
+
+const README_BEGIN = "<!-- bench:tables:begin (written by npm run bench) -->";
+const README_END = "<!-- bench:tables:end -->";
+
+/** Rewrites the README's benchmark tables (between the markers) with this run's. */
+function updateReadme(deployed: string | undefined, inProcess: string | undefined): void {
+  const path = join(root, "README.md");
+  const text = readFileSync(path, "utf8");
+  const from = text.indexOf(README_BEGIN);
+  const to = text.indexOf(README_END);
+  if (from < 0 || to < from) {
+    log(`README.md has no ${README_BEGIN} … ${README_END} block; not updated`);
+    return;
+  }
+  const when = new Date().toISOString().slice(0, 16).replace("T", " ");
+  const block = [
+    README_BEGIN,
+    `Run of ${when} UTC at \`${revision()}\`, load average ${loadNote()}, medians of ${ROUNDS} rounds.`,
+    "",
+    ...(deployed ? ["Deployed shapes (server, producers and workers each in their own process):", "", deployed, ""] : []),
+    ...(inProcess ? ["Server in-process diagnostics (the load generator and the server in one process):", "", inProcess, ""] : []),
+    README_END,
+  ].join("\n");
+  writeFileSync(path, text.slice(0, from) + block + text.slice(to + README_END.length));
 }
 
 main().catch((err: unknown) => {

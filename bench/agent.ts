@@ -1,0 +1,254 @@
+/**
+ * One process of the deployed-shape benchmark (deployed.ts): a producer or a
+ * worker of one system, as users run them, driven by the parent over IPC.
+ *
+ *   node dist-bench/agent.js switchyard|bullmq|echo      (forked by agents.ts)
+ *
+ * A process only ever loads its own system's client. Requests are
+ * `{ id, op, args }`; each gets `{ id, ok }` or `{ id, error }`. While a worker
+ * consumes it also sends `{ progress }` every few milliseconds when its count
+ * changed, so the parent can see the last item handled without a message per
+ * item. Times are monoUs() (CLOCK_MONOTONIC), comparable across processes.
+ */
+import type { AgentRequest, AgentReply, ConsumeArgs, Consumed, PacedArgs, ProduceArgs, Progress, EchoArgs } from "./agents.js";
+import { jsonItem, monoUs, pool, sleep, type JsonItem } from "./lib.js";
+
+const system = process.argv[2];
+const send = (msg: AgentReply | { progress: Progress }) => process.send!(msg);
+
+/** What a system does in this process. */
+interface Role {
+  connect(args: Record<string, string>): Promise<void>;
+  /** Gets a worker ready to consume `queue` (connections open), without taking anything yet. */
+  prepare(args: ConsumeArgs): Promise<void>;
+  /** Starts the prepared worker. */
+  go(): void;
+  /** Stops the worker (running handlers finish, settles sent). */
+  stop(): Promise<void>;
+  /** Enqueues `items` in calls of `perCall`, `inFlight` at once; resolves to the ms it took. */
+  produce(args: ProduceArgs): Promise<number>;
+  /** Enqueues `count` single items at `rate`/s, open loop, each stamped with its send time. */
+  paced(args: PacedArgs): Promise<void>;
+  close(): Promise<void>;
+}
+
+/** The consuming side's counters, shared by both systems. */
+class Tally {
+  handled = 0;
+  lastAt = 0;
+  /** Enqueue→handler latency (µs) by sequence number, when measured. */
+  latencies?: Float64Array;
+  private reported = 0;
+  private timer?: NodeJS.Timeout;
+
+  reset(args: ConsumeArgs): void {
+    this.handled = 0;
+    this.lastAt = 0;
+    this.reported = 0;
+    this.latencies = args.latencyItems ? new Float64Array(args.latencyItems).fill(NaN) : undefined;
+  }
+
+  /** Records `item`'s enqueue→handler latency, when measured; call as the handler starts. */
+  started(item: JsonItem): void {
+    if (this.latencies && item.seq < this.latencies.length) this.latencies[item.seq] = monoUs() - item.t;
+  }
+
+  /** Counts an item done now. */
+  count(): void {
+    this.handled++;
+    this.lastAt = monoUs();
+  }
+
+  startReporting(everyMs: number): void {
+    this.timer = setInterval(() => this.report(), everyMs);
+  }
+
+  report(): void {
+    if (this.handled === this.reported) return;
+    this.reported = this.handled;
+    send({ progress: { handled: this.handled, lastAt: this.lastAt } });
+  }
+
+  finish(): Consumed {
+    clearInterval(this.timer);
+    this.report();
+    return { handled: this.handled, lastAt: this.lastAt, latencies: this.latencies ? [...this.latencies] : undefined };
+  }
+}
+
+const tally = new Tally();
+
+async function switchyardRole(): Promise<Role> {
+  const { SwitchyardClient } = await import("../dist/client/client.js");
+  const { runWorker } = await import("../dist/client/worker.js");
+  let client!: InstanceType<typeof SwitchyardClient>;
+  let prepared: ConsumeArgs | undefined;
+  let worker: ReturnType<typeof runWorker> | undefined;
+  const decoder = new TextDecoder();
+  return {
+    async connect(args) {
+      client = new SwitchyardClient(args.address, { coalesceEnqueues: args.coalesce !== "off" });
+      await new Promise<void>((ok, fail) => client.grpc.waitForReady(Date.now() + 10_000, (err) => (err ? fail(err) : ok())));
+    },
+    async prepare(args) {
+      prepared = args;
+      tally.reset(args);
+    },
+    go() {
+      const args = prepared!;
+      worker = runWorker({
+        client,
+        queue: args.queue,
+        concurrency: args.concurrency,
+        // Counted as the handler runs: its ack goes out after, and the parent waits for it in Redis (reliable).
+        handler: (d) => {
+          tally.started(JSON.parse(decoder.decode(d.payload)) as JsonItem);
+          tally.count();
+        },
+        onError: (err) => process.stderr.write(`switchyard worker: ${String(err)}\n`),
+      });
+      tally.startReporting(args.progressMs);
+    },
+    async stop() {
+      await worker?.stop();
+      worker = undefined;
+    },
+    async produce(args) {
+      const text = JSON.stringify(jsonItem(0));
+      const batch = Array.from({ length: args.perCall }, () => text);
+      const t0 = monoUs();
+      await pool(args.items / args.perCall, args.inFlight, () => client.enqueue(args.queue, batch));
+      return (monoUs() - t0) / 1000;
+    },
+    async paced(args) {
+      await paced(args, (i) => client.enqueue(args.queue, [JSON.stringify(jsonItem(i, monoUs()))]));
+    },
+    async close() {
+      client.close();
+    },
+  };
+}
+
+async function bullmqRole(): Promise<Role> {
+  const { Queue, Worker } = await import("bullmq");
+  const opts = { removeOnComplete: true, removeOnFail: true };
+  let connection!: { path: string; maxRetriesPerRequest: null };
+  let worker: InstanceType<typeof Worker<JsonItem>> | undefined;
+  /** A producer's Queue, connected before the timing starts and closed after. */
+  const withQueue = async <T>(name: string, use: (q: InstanceType<typeof Queue<JsonItem>>) => Promise<T>): Promise<T> => {
+    const q = new Queue<JsonItem>(name, { connection });
+    try {
+      await q.waitUntilReady();
+      return await use(q);
+    } finally {
+      await q.close();
+    }
+  };
+  let reportEvery = 5;
+  return {
+    async connect(args) {
+      connection = { path: args.redisPath, maxRetriesPerRequest: null };
+    },
+    async prepare(args) {
+      tally.reset(args);
+      reportEvery = args.progressMs;
+      // Counted when BullMQ reports the job completed: after its move-to-completed script returned.
+      const processor = async (job: { data: JsonItem }) => tally.started(job.data);
+      const w = new Worker<JsonItem>(args.queue, processor, { connection, concurrency: args.concurrency, autorun: false });
+      w.on("completed", () => tally.count());
+      w.on("failed", (_job, err) => process.stderr.write(`bullmq worker: ${String(err)}\n`));
+      w.on("error", (err) => process.stderr.write(`bullmq worker: ${String(err)}\n`));
+      await w.waitUntilReady();
+      worker = w;
+    },
+    go() {
+      void worker!.run();
+      tally.startReporting(reportEvery);
+    },
+    async stop() {
+      await worker?.close();
+      worker = undefined;
+    },
+    produce(args) {
+      return withQueue(args.queue, async (q) => {
+        const data = jsonItem(0);
+        const jobs = Array.from({ length: args.perCall }, () => ({ name: "j", data, opts }));
+        const t0 = monoUs();
+        await pool(args.items / args.perCall, args.inFlight, () => (args.perCall === 1 ? q.add("j", data, opts) : q.addBulk(jobs)));
+        return (monoUs() - t0) / 1000;
+      });
+    },
+    paced(args) {
+      return withQueue(args.queue, (q) => paced(args, (i) => q.add("j", jsonItem(i, monoUs()), opts)));
+    },
+    async close() {},
+  };
+}
+
+/** Sends `count` items at `rate`/s, open loop: a late timer sends what it owes at once. */
+async function paced(args: PacedArgs, sendOne: (i: number) => Promise<unknown>): Promise<void> {
+  const gap = 1000 / args.rate;
+  const t0 = performance.now();
+  const inflight: Promise<unknown>[] = [];
+  for (let i = 0; i < args.count; i++) {
+    const wait = t0 + i * gap - performance.now();
+    if (wait >= 1) await sleep(wait);
+    inflight.push(sendOne(i));
+  }
+  await Promise.all(inflight);
+}
+
+/** A plain grpc-js echo: the cost of one hop with nothing behind it (echo.ts). */
+async function echoOps(): Promise<Record<string, (args: EchoArgs) => Promise<unknown>>> {
+  const echo = await import("./echo.js");
+  let server: Awaited<ReturnType<typeof echo.serveEcho>> | undefined;
+  return {
+    async serve() {
+      server = await echo.serveEcho();
+      return server.address;
+    },
+    async call(args) {
+      return echo.callEcho(args.address, args.kind, args.calls, args.bytes);
+    },
+    async close() {
+      await server?.close();
+    },
+  };
+}
+
+async function main(): Promise<void> {
+  const role = system === "switchyard" ? await switchyardRole() : system === "bullmq" ? await bullmqRole() : undefined;
+  const echo = system === "echo" ? await echoOps() : undefined;
+  if (!role && !echo) throw new Error(`agent: unknown system "${system}" (switchyard, bullmq or echo)`);
+  const ops: Record<string, (args: never) => Promise<unknown>> = echo ?? {
+    connect: (args: Record<string, string>) => role!.connect(args),
+    prepare: (args: ConsumeArgs) => role!.prepare(args),
+    go: async () => role!.go(),
+    stop: async () => {
+      await role!.stop();
+      return tally.finish();
+    },
+    produce: (args: ProduceArgs) => role!.produce(args),
+    paced: (args: PacedArgs) => role!.paced(args),
+    close: () => role!.close(),
+  };
+  process.on("message", (msg: AgentRequest) => {
+    const op = ops[msg.op];
+    if (!op) {
+      send({ id: msg.id, error: `agent ${system}: no op "${msg.op}"` });
+      return;
+    }
+    op(msg.args as never).then(
+      (ok) => send({ id: msg.id, ok: ok ?? null }),
+      (err: unknown) => send({ id: msg.id, error: err instanceof Error ? (err.stack ?? err.message) : String(err) }),
+    );
+  });
+  // The parent going away ends this process (its IPC channel closes).
+  process.on("disconnect", () => process.exit(0));
+  send({ id: 0, ok: "ready" });
+}
+
+main().catch((err: unknown) => {
+  process.stderr.write(`agent ${system}: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
+  process.exit(1);
+});

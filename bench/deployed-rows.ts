@@ -1,0 +1,172 @@
+/**
+ * The deployed-shape rows of `npm run bench` (issue 13): what they run, in
+ * which order, and the table they make. See deployed.ts for how each is
+ * measured.
+ */
+import { Deployed } from "./deployed.js";
+import type { BenchRedis } from "./env.js";
+import type { Rounds } from "./rounds.js";
+import { fmtMs, fmtRate, fmtRatio, markdownTable, verdict } from "./table.js";
+
+/** Row groups, as `--rows` names them. */
+export const deployedGroups = ["enqueue", "consume", "latency", "python"] as const;
+export type DeployedGroup = (typeof deployedGroups)[number];
+
+/** Items per run; `scale` shrinks them (at least 1,000 for throughput rows). */
+export function deployedSizes(scale: number) {
+  const n = (x: number) => Math.max(1000, Math.round((x * scale) / 1000) * 1000);
+  return {
+    serial: n(5_000),
+    inFlight: n(30_000),
+    batched: n(50_000),
+    echoCalls: n(5_000),
+    /** Bytes per echo message: about an EnqueueStream request of one 100-byte item. */
+    echoBytes: 140,
+    consume: [
+      { key: "c1", workers: 1, c: 1, items: n(6_000), label: "c = 1" },
+      { key: "c10", workers: 1, c: 10, items: n(15_000), label: "c = 10" },
+      { key: "c100", workers: 1, c: 100, items: n(30_000), label: "c = 100" },
+      { key: "4x25", workers: 4, c: 25, items: n(30_000), label: "4 processes × c = 25" },
+    ],
+    latency: [
+      { key: "100", rate: 100, items: Math.max(100, Math.round(1_000 * scale)), warmup: 100 },
+      { key: "500", rate: 500, items: Math.max(250, Math.round(2_500 * scale)), warmup: 250 },
+    ],
+    latencyConcurrency: 10,
+    python: { c: 10, items: n(10_000) },
+  };
+}
+
+export type DeployedSizes = ReturnType<typeof deployedSizes>;
+
+/** Runs the wanted groups, interleaved per row, recording into `rounds`. */
+export async function runDeployed(
+  rounds: Rounds,
+  redis: BenchRedis,
+  sizes: DeployedSizes,
+  want: (g: DeployedGroup) => boolean,
+  options: { serverNodeArgs?: string[]; pythonPath?: string; warmup: boolean },
+): Promise<void> {
+  const d = await Deployed.start(redis, { serverNodeArgs: options.serverNodeArgs, pythonPath: options.pythonPath });
+  const rec = (metric: string) => async (value: number | Promise<number>) => rounds.record(metric, await value);
+  try {
+    if (options.warmup) {
+      // Not recorded: JIT, connections and script loading in every process.
+      for (const system of ["switchyard", "bullmq"] as const) {
+        await d.enqueue(system, 2000, 1, 100);
+        await d.consume(system, "reliable", 4, 25, 5000);
+        await d.consume(system, "simple", 1, 10, 3000);
+      }
+    }
+    if (want("enqueue")) {
+      const uncoalesced = await d.uncoalescedProducer();
+      try {
+        await rounds.interleaved("enqueue serial", [
+          ["switchyard serial", () => rec("d.serial.sy")(d.enqueue("switchyard", sizes.serial, 1, 1))],
+          ["switchyard serial, coalesceEnqueues off", () => rec("d.serial.sync")(d.enqueue("switchyard", sizes.serial, 1, 1, uncoalesced))],
+          ["bullmq serial", () => rec("d.serial.bull")(d.enqueue("bullmq", sizes.serial, 1, 1))],
+          ["grpc-js echo, unary", () => rec("d.echo.unary")(d.echo("unary", sizes.echoCalls, sizes.echoBytes))],
+          ["grpc-js echo, stream", () => rec("d.echo.stream")(d.echo("stream", sizes.echoCalls, sizes.echoBytes))],
+        ]);
+      } finally {
+        await uncoalesced.stop();
+      }
+      await rounds.interleaved("enqueue 100 in flight", [
+        ["switchyard 100 in flight", () => rec("d.inflight.sy")(d.enqueue("switchyard", sizes.inFlight, 1, 100))],
+        ["bullmq 100 in flight", () => rec("d.inflight.bull")(d.enqueue("bullmq", sizes.inFlight, 1, 100))],
+      ]);
+      await rounds.interleaved("enqueue 1000 per call", [
+        ["switchyard 1000 per call", () => rec("d.batched.sy")(d.enqueue("switchyard", sizes.batched, 1000, 1))],
+        ["bullmq addBulk(1000)", () => rec("d.batched.bull")(d.enqueue("bullmq", sizes.batched, 1000, 1))],
+      ]);
+    }
+    if (want("consume")) {
+      for (const s of sizes.consume) {
+        await rounds.interleaved(`consume ${s.label}`, [
+          ["switchyard reliable", () => rec(`d.rel.${s.key}.sy`)(d.consume("switchyard", "reliable", s.workers, s.c, s.items))],
+          ["switchyard simple", () => rec(`d.sim.${s.key}.sy`)(d.consume("switchyard", "simple", s.workers, s.c, s.items))],
+          ["bullmq worker", () => rec(`d.${s.key}.bull`)(d.consume("bullmq", "reliable", s.workers, s.c, s.items))],
+        ]);
+      }
+    }
+    if (want("latency")) {
+      for (const l of sizes.latency) {
+        const latency = (system: "switchyard" | "bullmq", key: string) => async () => {
+          const s = await d.latency(system, l.rate, l.items, l.warmup, sizes.latencyConcurrency);
+          for (const p of ["p50", "p90", "p99", "max"] as const) rounds.record(`d.lat.${l.key}.${key}.${p}`, s[p]);
+        };
+        await rounds.interleaved(`latency ${l.rate}/s`, [
+          ["switchyard latency", latency("switchyard", "sy")],
+          ["bullmq latency", latency("bullmq", "bull")],
+        ]);
+      }
+    }
+    if (want("python")) {
+      await rounds.interleaved("python worker", [
+        ["python worker (switchyard reliable)", () => rec("d.py.sy")(d.python(sizes.python.c, sizes.python.items))],
+        ["bullmq worker", () => rec("d.py.bull")(d.consume("bullmq", "reliable", 1, sizes.python.c, sizes.python.items))],
+      ]);
+    }
+  } finally {
+    await d.stop();
+  }
+}
+
+/** Targets of issue 13 (part 2), as ratios Switchyard / BullMQ. */
+const consumeTargets: Record<string, { reliable: number; simple: number }> = {
+  c1: { reliable: 1, simple: 1.5 },
+  c10: { reliable: 1.5, simple: 1.5 },
+  c100: { reliable: 2, simple: 1.5 },
+  "4x25": { reliable: 2, simple: 1.5 },
+};
+
+/** The deployed-shape table: shape, Switchyard, BullMQ, ratio, target, verdict. */
+export function deployedTable(r: Rounds, sizes: DeployedSizes): string | undefined {
+  const rows: string[][] = [];
+  const rate = (shape: string, sy: string, bull: string, target?: number, targetText?: string) => {
+    if (!r.has(sy)) return;
+    const ratio = r.med(sy) / r.med(bull);
+    rows.push([shape, fmtRate(r.med(sy)), fmtRate(r.med(bull)), fmtRatio(ratio), targetText ?? (target ? `≥ ${target}×` : "report"), target ? verdict(ratio, target, true, "×") : "—"]);
+  };
+  rate("enqueue, serial (await each call)", "d.serial.sy", "d.serial.bull", 0.6);
+  rate("… the same, client without coalescing (`coalesceEnqueues: false`; diagnostic)", "d.serial.sync", "d.serial.bull");
+  if (r.has("d.echo.stream")) {
+    const e = r.med("d.echo.stream");
+    const u = r.med("d.echo.unary");
+    const b = r.med("d.serial.bull");
+    // One hop more than BullMQ's: at best a serial enqueue takes BullMQ's round trip plus the echo's.
+    const bound = 1 / (1 / e + 1 / b);
+    rows.push([
+      "… limit of the extra hop: plain grpc-js echo, serial, stream message / unary call; bound = 1 / (1/echo + 1/BullMQ)",
+      `echo ${fmtRate(e)} / ${fmtRate(u)}; bound ${fmtRate(bound)}`, fmtRate(b), `bound ${fmtRatio(bound / b)}`, "report", "—",
+    ]);
+  }
+  rate("enqueue, 1 item per call, 100 calls in flight", "d.inflight.sy", "d.inflight.bull");
+  rate("enqueue, 1000 items per call (addBulk), one call at a time", "d.batched.sy", "d.batched.bull");
+  for (const s of sizes.consume) {
+    rate(`reliable (recovery set) lease→ack, ${s.label}`, `d.rel.${s.key}.sy`, `d.${s.key}.bull`, consumeTargets[s.key].reliable);
+  }
+  for (const s of sizes.consume) {
+    rate(`simple lease, ${s.label} (BullMQ as above)`, `d.sim.${s.key}.sy`, `d.${s.key}.bull`, consumeTargets[s.key].simple);
+  }
+  for (const l of sizes.latency) {
+    const m = (sys: string, p: string) => r.med(`d.lat.${l.key}.${sys}.${p}`);
+    if (!r.has(`d.lat.${l.key}.sy.p50`)) continue;
+    const four = (sys: string) => ["p50", "p90", "p99", "max"].map((p) => fmtMs(m(sys, p)).replace(" ms", "")).join(" / ") + " ms";
+    const p50 = m("sy", "p50");
+    const p99ratio = m("sy", "p99") / m("bull", "p99");
+    const ok = verdict(p50, 1, false, " ms") === "met" && p99ratio <= 1;
+    rows.push([
+      `enqueue→handler latency at ${l.rate}/s, c = ${sizes.latencyConcurrency}: p50 / p90 / p99 / max`,
+      four("sy"), four("bull"), `p50 ${fmtRatio(p50 / m("bull", "p50"))}, p99 ${fmtRatio(p99ratio)}`,
+      "p50 ≤ 1 ms, p99 ≤ BullMQ's",
+      ok ? "met" : `${p50 <= 1 ? "p50 met" : "p50 missed"}; p99 ${p99ratio <= 1 ? "met" : `missed (${fmtRatio(p99ratio)})`}`,
+    ]);
+  }
+  if (r.has("d.py.sy")) {
+    const node = r.has("d.rel.c10.sy") ? `; the Node worker: ${fmtRate(r.med("d.rel.c10.sy"))}` : "";
+    rows.push([`Python worker (grpcio, ack_batch per batch), reliable, c = ${sizes.python.c}${node}`, fmtRate(r.med("d.py.sy")), fmtRate(r.med("d.py.bull")), fmtRatio(r.med("d.py.sy") / r.med("d.py.bull")), "report", "—"]);
+  }
+  if (rows.length === 0) return undefined;
+  return markdownTable(["shape (median of rounds)", "Switchyard", "BullMQ", "ratio", "target", "verdict"], rows);
+}

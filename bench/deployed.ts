@@ -1,0 +1,287 @@
+/**
+ * The shapes users deploy (issue 13): Switchyard's server as its own process
+ * (`node dist/main.js`) on the bench's Redis; every producer and worker in a
+ * process of its own (agent.ts), with the project's client and runWorker;
+ * BullMQ's Queue and Worker in the same shapes on the same Redis.
+ *
+ * Consume rows prefill a queue (not timed), then start the workers at once and
+ * time until the last item is done: for Switchyard reliable queues, until the
+ * processing list is empty after the last handler ran (its ack applied);
+ * simple queues, until the last handler ran (the item left Redis when popped);
+ * BullMQ, until the last `completed` event (its move-to-completed applied).
+ * Enqueue rows are timed inside the producer process. Latency rows stamp
+ * each item with its send time (CLOCK_MONOTONIC, shared by all processes) and
+ * read it in the worker's handler.
+ */
+import { spawn, type ChildProcess } from "node:child_process";
+import { createInterface } from "node:readline";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { Queue } from "bullmq";
+import { QueueMode } from "../dist/gen/switchyard/v1/queue_pb.js";
+import { SwitchyardClient } from "../dist/client/client.js";
+import { Agent, type Consumed } from "./agents.js";
+import { deleteKeys, type BenchRedis } from "./env.js";
+import { BULL_OPTS, fresh } from "./throughput.js";
+import { startServer } from "./streams.js";
+import { deferred, jsonItem, leftovers, log, monoUs, pool, sleep, spread, waitFor, within, type Spread } from "./lib.js";
+
+const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
+const PROGRESS_MS = 5;
+
+export type System = "switchyard" | "bullmq";
+export type Mode = "reliable" | "simple";
+
+/** Options for the deployed set-up. */
+export interface DeployedOptions {
+  /** Extra node arguments for the server child (profiling, preloads). */
+  serverNodeArgs?: string[];
+  /** Worker processes per system (the most any row uses). */
+  workers?: number;
+  /** PYTHONPATH with the generated stubs, for the Python worker row. */
+  pythonPath?: string;
+  /** Systems to start agents for (default both). */
+  systems?: System[];
+  /** Environment for the server child and the echo server (e.g. SY_NODELAY with stage-hooks.js in serverNodeArgs). */
+  serverEnv?: Record<string, string>;
+}
+
+/** The server child, the agents and an admin client, for the whole deployed part of a run. */
+export class Deployed {
+  private constructor(
+    private readonly redis: BenchRedis,
+    private readonly server: ChildProcess,
+    readonly address: string,
+    private readonly admin: SwitchyardClient,
+    private readonly workers: Record<System, Agent[]>,
+    private readonly producers: Record<System, Agent>,
+    private readonly options: DeployedOptions,
+  ) {}
+
+  static async start(redis: BenchRedis, options: DeployedOptions = {}): Promise<Deployed> {
+    const { child, address } = await startServer(`unix://${redis.socketPath}`, options.serverNodeArgs ?? [], options.serverEnv);
+    leftovers.add(child);
+    const admin = new SwitchyardClient(address);
+    const n = options.workers ?? 4;
+    const started = async (system: System) => {
+      const agents = await Promise.all(Array.from({ length: n + 1 }, () => Agent.start(system)));
+      const args = system === "switchyard" ? { address } : { redisPath: redis.socketPath };
+      await Promise.all(agents.map((a) => a.request("connect", args)));
+      return agents;
+    };
+    const systems = options.systems ?? ["switchyard", "bullmq"];
+    const sy = systems.includes("switchyard") ? await started("switchyard") : [];
+    const bull = systems.includes("bullmq") ? await started("bullmq") : [];
+    log(`deployed: switchyard server pid ${child.pid} on ${address}; ${n} worker processes and a producer per system (${systems.join(", ")})`);
+    return new Deployed(redis, child, address, admin, { switchyard: sy.slice(1), bullmq: bull.slice(1) }, { switchyard: sy[0], bullmq: bull[0] }, options);
+  }
+
+  async stop(): Promise<void> {
+    const echo = await this.echoAgents?.catch(() => undefined);
+    const agents = [...(echo ? [echo.server, echo.client] : []), ...this.workers.switchyard, ...this.workers.bullmq, this.producers.switchyard, this.producers.bullmq];
+    await Promise.all(agents.filter(Boolean).map((a) => a.stop()));
+    this.admin.close();
+    this.server.kill("SIGTERM");
+    await within(new Promise((ok) => (this.server.exitCode !== null ? ok(undefined) : this.server.once("exit", ok))), 15_000, "switchyard server to exit").catch(
+      () => this.server.kill("SIGKILL"),
+    );
+    leftovers.delete(this.server);
+  }
+
+  // ------------------------------------------------------------ queues
+
+  private async syQueue(prefix: string, mode: Mode, recovery: boolean): Promise<string> {
+    const name = `{${fresh(prefix)}}`;
+    await this.admin.createQueue({
+      name,
+      mode: mode === "reliable" ? QueueMode.RELIABLE : QueueMode.SIMPLE,
+      ...(recovery ? { recoverySet: `${name}.claims`, minIdle: { seconds: 60n } } : {}),
+    });
+    return name;
+  }
+
+  private async prefill(system: System, name: string, items: number): Promise<void> {
+    if (system === "switchyard") {
+      const batch = Array.from({ length: 1000 }, () => JSON.stringify(jsonItem(0)));
+      await pool(Math.ceil(items / 1000), 4, () => this.admin.enqueue(name, batch));
+      return;
+    }
+    const queue = new Queue(name, { connection: this.redis.peerOptions });
+    const jobs = Array.from({ length: 1000 }, () => ({ name: "j", data: jsonItem(0), opts: BULL_OPTS }));
+    await pool(Math.ceil(items / 1000), 4, () => queue.addBulk(jobs));
+    await queue.close();
+  }
+
+  private async drop(system: System, name: string): Promise<void> {
+    if (system === "switchyard") await this.admin.deleteQueue(name, { purge: true });
+    else await deleteKeys(this.redis.plain, `bull:${name}:*`);
+  }
+
+  // ------------------------------------------------------------ consume
+
+  /**
+   * `workers` processes × concurrency `c` consume `items` prefilled items;
+   * resolves to items per second. BullMQ has one mode (its jobs are kept
+   * until completed, like a reliable queue); `mode` applies to Switchyard.
+   */
+  async consume(system: System, mode: Mode, workers: number, c: number, items: number): Promise<number> {
+    const name = system === "switchyard" ? await this.syQueue(mode === "reliable" ? "rel" : "sim", mode, mode === "reliable") : fresh("bw");
+    await this.prefill(system, name, items);
+    const agents = this.workers[system].slice(0, workers);
+    const result = await this.run(agents, { queue: name, concurrency: c, latencyItems: 0, progressMs: PROGRESS_MS }, items, async (t0, lastAt) => {
+      if (system !== "switchyard" || mode !== "reliable") return lastAt;
+      const { plain } = this.redis;
+      await waitFor(async () => (await plain.llen(`${name}.processing`)) === 0, 60_000, "the last acks to be applied", 1);
+      return Math.max(lastAt, monoUs());
+    });
+    const left = system === "switchyard" ? await this.redis.plain.llen(name) : await this.redis.plain.llen(`bull:${name}:wait`);
+    if (left !== 0) throw new Error(`${system} ${mode} consume: ${left} items left in ${name}`);
+    await this.drop(system, name);
+    return (items / (result.endUs - result.t0)) * 1e6;
+  }
+
+  /**
+   * Starts `agents` as workers, waits until they have handled `items` in all
+   * and `end` says when the run ended, stops them, checks the count.
+   */
+  private async run(
+    agents: Agent[],
+    args: { queue: string; concurrency: number; latencyItems: number; progressMs: number },
+    items: number,
+    end: (t0: number, lastAt: number) => Promise<number>,
+    /** Sends the items, once the workers have started (latency rows); else they were prefilled. */
+    feed?: () => Promise<void>,
+  ): Promise<{ t0: number; endUs: number; consumed: Consumed[] }> {
+    await Promise.all(agents.map((a) => a.request("prepare", args)));
+    const all = deferred();
+    const handled = () => agents.reduce((n, a) => n + a.progress.handled, 0);
+    for (const a of agents) {
+      a.progress = { handled: 0, lastAt: 0 };
+      a.onProgress = () => {
+        if (handled() >= items) all.resolve();
+      };
+    }
+    const t0 = monoUs();
+    await Promise.all(agents.map((a) => a.request("go")));
+    const what = `${items} items to be handled by ${agents.length} ${agents[0].system} worker(s)`;
+    await within(Promise.all([all.promise, feed?.()]), 300_000, what);
+    const endUs = await end(t0, Math.max(...agents.map((a) => a.progress.lastAt)));
+    const consumed = await Promise.all(agents.map((a) => a.request<Consumed>("stop")));
+    for (const a of agents) a.onProgress = undefined;
+    const total = consumed.reduce((n, c) => n + c.handled, 0);
+    if (total !== items) throw new Error(`${agents[0].system} workers handled ${total} items, expected ${items}`);
+    return { t0, endUs, consumed };
+  }
+
+  // ------------------------------------------------------------ enqueue
+
+  /** One producer process enqueues `items` in calls of `perCall`, `inFlight` at once; resolves to items per second. */
+  async enqueue(system: System, items: number, perCall: number, inFlight: number, producer = this.producers[system]): Promise<number> {
+    const name = system === "switchyard" ? await this.syQueue("enq", "reliable", false) : fresh("enq");
+    const ms = await producer.request<number>("produce", { queue: name, items, perCall, inFlight });
+    const count = system === "switchyard" ? await this.redis.plain.llen(name) : await this.redis.plain.llen(`bull:${name}:wait`);
+    if (count !== items) throw new Error(`${system} enqueue: ${count} items in ${name}, expected ${items}`);
+    await this.drop(system, name);
+    return (items / ms) * 1000;
+  }
+
+  /** A Switchyard producer process whose client does not coalesce enqueue() calls (diagnostic). */
+  async uncoalescedProducer(): Promise<Agent> {
+    const agent = await Agent.start("switchyard");
+    await agent.request("connect", { address: this.address, coalesce: "off" });
+    return agent;
+  }
+
+  // ------------------------------------------------------------ latency
+
+  /**
+   * A producer process sends `warmup + items` single items at `rate`/s to a
+   * waiting worker process with concurrency `c`; resolves to the spread of
+   * enqueue→handler latency (ms) of the last `items`.
+   */
+  async latency(system: System, rate: number, items: number, warmup: number, c: number): Promise<Spread> {
+    return spread(await this.latencySamples(system, rate, items, warmup, c));
+  }
+
+  /** latency(), as every item's latency (ms), in send order. */
+  async latencySamples(system: System, rate: number, items: number, warmup: number, c: number): Promise<number[]> {
+    const name = system === "switchyard" ? await this.syQueue("lat", "reliable", true) : fresh("lat");
+    const total = warmup + items;
+    const feed = async () => {
+      await sleep(200); // the worker is waiting on the empty queue
+      await this.producers[system].request("paced", { queue: name, rate, count: total });
+    };
+    const args = { queue: name, concurrency: c, latencyItems: total, progressMs: 50 };
+    const { consumed } = await this.run([this.workers[system][0]], args, total, async (_t0, lastAt) => lastAt, feed);
+    await this.drop(system, name);
+    const lat = consumed[0].latencies!.slice(warmup).map((us) => us / 1000);
+    if (lat.some((x) => !Number.isFinite(x))) throw new Error(`${system} latency: an item was not seen by the handler`);
+    return lat;
+  }
+
+  // ------------------------------------------------------------ echo
+
+  private echoAgents?: Promise<{ server: Agent; client: Agent; address: string }>;
+
+  /** Serial round trips of `bytes` through a plain grpc-js echo (server and client processes); resolves to calls per second. */
+  async echo(kind: "unary" | "stream", calls: number, bytes: number): Promise<number> {
+    this.echoAgents ??= (async () => {
+      const env = { ...process.env, ...this.options.serverEnv };
+      const [server, client] = await Promise.all([Agent.start("echo", this.options.serverNodeArgs ?? [], env), Agent.start("echo")]);
+      return { server, client, address: await server.request<string>("serve") };
+    })();
+    const { client, address } = await this.echoAgents;
+    return client.request<number>("call", { address, kind, calls, bytes });
+  }
+
+  // ------------------------------------------------------------ Python
+
+  /** The Python worker (python-worker.py) at credit `c` on a prefilled reliable queue; resolves to items per second. */
+  async python(c: number, items: number): Promise<number> {
+    const name = await this.syQueue("py", "reliable", true);
+    await this.prefill("switchyard", name, items);
+    const script = join(root, "bench", "python-worker.py");
+    const env: NodeJS.ProcessEnv = { ...process.env, PYTHONPATH: this.options.pythonPath ?? "", PYTHONDONTWRITEBYTECODE: "1" };
+    for (const v of ["http_proxy", "https_proxy", "grpc_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"]) delete env[v];
+    const child = spawn("/usr/bin/python3", [script, this.address, name, String(c)], { env, stdio: ["pipe", "pipe", "inherit"] });
+    leftovers.add(child);
+    try {
+      const lines = createInterface({ input: child.stdout! });
+      const ready = deferred();
+      const all = deferred();
+      const finished = deferred<number>();
+      let handled = 0;
+      let lastAt = 0;
+      lines.on("line", (line) => {
+        const [what, n, at] = line.split(" ");
+        if (what === "ready") ready.resolve();
+        else if (what === "progress" || what === "done") {
+          handled = Number(n);
+          lastAt = Number(at);
+          if (handled >= items) all.resolve();
+          if (what === "done") finished.resolve(handled);
+        }
+      });
+      child.once("exit", (code) => {
+        const err = new Error(`python-worker.py exited with code ${code}`);
+        ready.reject(err);
+        all.reject(err);
+        finished.reject(err);
+      });
+      await within(ready.promise, 20_000, "the Python worker to connect");
+      const t0 = monoUs();
+      child.stdin!.write("go\n");
+      await within(all.promise, 300_000, `${items} items to be handled by the Python worker`);
+      await waitFor(async () => (await this.redis.plain.llen(`${name}.processing`)) === 0, 60_000, "the Python worker's last acks", 1);
+      const endUs = Math.max(lastAt, monoUs());
+      child.stdin!.write("stop\n");
+      const total = await within(finished.promise, 20_000, "the Python worker to stop");
+      if (total !== items) throw new Error(`the Python worker handled ${total} items, expected ${items}`);
+      await this.drop("switchyard", name);
+      return (items / (endUs - t0)) * 1e6;
+    } finally {
+      child.kill("SIGKILL");
+      leftovers.delete(child);
+    }
+  }
+}

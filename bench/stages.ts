@@ -1,0 +1,263 @@
+/**
+ * Stage-timing diagnostic across processes (issue 13, "where the time goes"):
+ * the deployed shape (server child, a producer process, a worker process)
+ * with stage-hooks.ts preloaded in each, so every item's way is stamped in
+ * every process on one clock. Prints each stage's spread, the slowest items
+ * stage by stage, and the GC pauses and event-loop stalls that overlap them.
+ *
+ *   node dist-bench/stages.js [--mode latency|consume] [--rate 500] [--items 3000]
+ *        [--warmup 250] [--c 10] [--nodelay on|off] [--loop] [--slowest 15]
+ *
+ * latency: the producer sends single items at --rate to a waiting worker;
+ *   stages from enqueue() to the handler, then the ack.
+ * consume: --items prefilled, one worker at --c (use 1): the cycle from one
+ *   item's handler to the next item's, stage by stage.
+ * --nodelay on|off sets noDelay on the server's accepted sockets (default:
+ *   as the build does); --loop adds a 1 ms event-loop probe in each process.
+ */
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { loadavg, tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { QueueMode } from "../dist/gen/switchyard/v1/queue_pb.js";
+import { SwitchyardClient } from "../dist/client/client.js";
+import { Agent, type Consumed } from "./agents.js";
+import { startBenchRedis } from "./env.js";
+import { startServer } from "./streams.js";
+import { deferred, jsonItem, leftovers, log, pool, sleep, spread, within } from "./lib.js";
+
+const here = dirname(fileURLToPath(import.meta.url));
+const arg = (name: string, def: string) => {
+  const i = process.argv.indexOf(`--${name}`);
+  return i >= 0 ? process.argv[i + 1] : def;
+};
+const MODE = arg("mode", "latency");
+const RATE = Number(arg("rate", "500"));
+const ITEMS = Number(arg("items", MODE === "latency" ? "3000" : "5000"));
+const WARMUP = Number(arg("warmup", MODE === "latency" ? "250" : "200"));
+const C = Number(arg("c", MODE === "latency" ? "10" : "1"));
+const NODELAY = arg("nodelay", "");
+const LOOP = process.argv.includes("--loop");
+const SLOWEST = Number(arg("slowest", "15"));
+
+interface Dump {
+  pid: number;
+  stamps: Record<string, [number, number][]>;
+  via: [number, number][];
+  gc: [number, number, number][];
+  stalls: [number, number][];
+  missing: string[];
+}
+
+type Times = Map<string, Map<number, number>>;
+
+async function run(): Promise<{ dumps: Map<number, Dump>; roles: Record<string, number>; consumed: Consumed }> {
+  const dir = mkdtempSync(join(tmpdir(), "sy-stages-"));
+  const hooks = ["--import", join(here, "stage-hooks.js")];
+  const env = { ...process.env, SY_STAGES_DIR: dir, SY_STAGES_LOOP: LOOP ? "1" : "0", ...(NODELAY ? { SY_NODELAY: NODELAY } : {}) };
+  const redis = await startBenchRedis();
+  leftovers.add(redis.server.process);
+  const { child: server, address } = await startServer(`unix://${redis.socketPath}`, hooks, env as Record<string, string>);
+  leftovers.add(server);
+  const [producer, worker] = await Promise.all([Agent.start("switchyard", hooks, env), Agent.start("switchyard", hooks, env)]);
+  const admin = new SwitchyardClient(address);
+  try {
+    await Promise.all([producer, worker].map((a) => a.request("connect", { address })));
+    const name = "{stages}";
+    await admin.createQueue({ name, mode: QueueMode.RELIABLE, recoverySet: `${name}.claims`, minIdle: { seconds: 60n } });
+    const total = WARMUP + ITEMS;
+    if (MODE === "consume") {
+      await pool(Math.ceil(total / 1000), 1, (b) => {
+        const items = Array.from({ length: Math.min(1000, total - b * 1000) }, (_, i) => JSON.stringify(jsonItem(b * 1000 + i)));
+        return admin.enqueue(name, items);
+      });
+    }
+    await worker.request("prepare", { queue: name, concurrency: C, latencyItems: total, progressMs: 20 });
+    const all = deferred();
+    worker.onProgress = (p) => {
+      if (p.handled >= total) all.resolve();
+    };
+    await worker.request("go");
+    if (MODE === "latency") {
+      await sleep(200);
+      await producer.request("paced", { queue: name, rate: RATE, count: total });
+    }
+    await within(all.promise, 300_000, "every item to be handled");
+    await sleep(100); // the last acks
+    const consumed = await worker.request<Consumed>("stop");
+    const roles = { producer: producer.child.pid!, worker: worker.child.pid!, server: server.pid! };
+    admin.close();
+    await Promise.all([producer.stop(), worker.stop()]);
+    server.kill("SIGTERM");
+    await new Promise((ok) => (server.exitCode !== null ? ok(undefined) : server.once("exit", ok)));
+    const dumps = new Map<number, Dump>();
+    for (const f of readdirSync(dir)) {
+      const d = JSON.parse(readFileSync(join(dir, f), "utf8")) as Dump;
+      dumps.set(d.pid, d);
+    }
+    return { dumps, roles, consumed };
+  } finally {
+    admin.close();
+    server.kill("SIGKILL");
+    await redis.stop();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+const ms = (us: number) => (Number.isFinite(us) ? (us / 1000).toFixed(2) : "—");
+
+function merge(dumps: Map<number, Dump>, consumed: Consumed): Times {
+  const times: Times = new Map();
+  for (const d of dumps.values()) {
+    for (const [stage, pairs] of Object.entries(d.stamps)) times.set(stage, new Map(pairs));
+    if (d.missing.length) log(`pid ${d.pid}: no stamps for ${[...new Set(d.missing)].join(", ")} (renamed?)`);
+  }
+  // The handler's start: the worker measured it against the payload's send time (0 for prefilled items).
+  const call = times.get("p.call") ?? new Map<number, number>();
+  const handler = new Map<number, number>();
+  consumed.latencies!.forEach((lat, seq) => {
+    if (Number.isFinite(lat)) handler.set(seq, (call.get(seq) ?? 0) + lat);
+  });
+  times.set("w.handler", handler);
+  return times;
+}
+
+function row(label: string, xs: number[]): string {
+  const s = spread(xs);
+  const mean = xs.reduce((a, b) => a + b, 0) / xs.length;
+  return `${label.padEnd(52)} p50 ${ms(s.p50).padStart(7)}  p90 ${ms(s.p90).padStart(7)}  p99 ${ms(s.p99).padStart(7)}  max ${ms(s.max).padStart(7)}  mean ${ms(mean).padStart(7)}`;
+}
+
+/** Pauses (GC) and stalls (event loop) of every process that overlap [from, to]. */
+function overlapping(dumps: Map<number, Dump>, roleOf: (pid: number) => string, from: number, to: number): string {
+  const out: string[] = [];
+  for (const d of dumps.values()) {
+    for (const [start, dur] of d.gc) if (start < to && start + dur > from && dur > 500) out.push(`${roleOf(d.pid)} GC ${ms(dur)}`);
+    for (const [start, late] of d.stalls) if (start < to && start + late > from) out.push(`${roleOf(d.pid)} loop +${ms(late)}`);
+  }
+  return out.join(", ");
+}
+
+function pauses(dumps: Map<number, Dump>, roleOf: (pid: number) => string): void {
+  for (const d of dumps.values()) {
+    const gcs = d.gc.map(([, dur]) => dur);
+    const s = spread(gcs);
+    const stalls = d.stalls.map(([, late]) => late);
+    process.stdout.write(
+      `${roleOf(d.pid).padEnd(9)} GC: ${gcs.length} pauses, total ${ms(gcs.reduce((a, b) => a + b, 0))} ms, p99 ${ms(s.p99)}, max ${ms(s.max)} ms` +
+        (LOOP ? `; loop stalls > 2 ms: ${stalls.length}, max ${ms(Math.max(0, ...stalls))} ms` : "") + "\n",
+    );
+  }
+}
+
+function latencyReport(times: Times, dumps: Map<number, Dump>, roleOf: (pid: number) => string, via: Map<number, number>): void {
+  const stages: [string, string, string][] = [
+    ["p.call", "p.write", "producer: enqueue() → stream write"],
+    ["p.write", "s.read", "hop producer → server"],
+    ["s.read", "s.push", "server: read → push sent"],
+    ["s.push", "s.pushed", "(push round trip, beside the lease)"],
+    ["s.push", "s.lease", "server: push sent → lease sent (wake-up)"],
+    ["s.lease", "s.leased", "lease script round trip"],
+    ["s.leased", "s.deliver", "server: lease back → delivery written"],
+    ["s.deliver", "w.read", "hop server → worker"],
+    ["w.read", "w.handler", "worker: read → handler"],
+    ["p.call", "w.handler", "TOTAL enqueue() → handler"],
+    ["w.handler", "w.ack", "worker: handler → ack written"],
+    ["w.ack", "s.ackRead", "hop worker → server (ack)"],
+    ["s.ackRead", "s.settle", "server: ack read → settle sent"],
+    ["s.settle", "s.settled", "settle script round trip"],
+    ["p.write", "p.answer", "(producer: write → answer)"],
+  ];
+  const seqs = [...(times.get("w.handler")?.keys() ?? [])].filter((s) => s >= WARMUP).sort((a, b) => a - b);
+  const d = (a: string, b: string, s: number) => (times.get(b)?.get(s) ?? NaN) - (times.get(a)?.get(s) ?? NaN);
+  process.stdout.write(`\nstages over ${seqs.length} items (ms):\n`);
+  for (const [a, b, label] of stages) {
+    const xs = seqs.map((s) => d(a, b, s)).filter(Number.isFinite);
+    if (xs.length) process.stdout.write(row(label, xs) + "\n");
+  }
+  const viaCounts = [0, 0, 0];
+  for (const s of seqs) viaCounts[via.get(s) ?? 0]++;
+  process.stdout.write(`leases that returned an item: ${viaCounts[1]} after a push woke the pump, ${viaCounts[2]} after its blocking read returned, ${viaCounts[0]} with the pump already going\n`);
+  for (const [code, what] of [[1, "woken by a push"], [2, "woken by the blocking read"], [0, "pump going"]] as const) {
+    const xs = seqs.filter((s) => (via.get(s) ?? 0) === code);
+    if (xs.length) {
+      process.stdout.write(row(`  TOTAL, items ${what}`, xs.map((s) => d("p.call", "w.handler", s))) + "\n");
+      process.stdout.write(row(`  push sent → lease sent, items ${what}`, xs.map((s) => d("s.push", "s.lease", s))) + "\n");
+    }
+  }
+  const total = (s: number) => d("p.call", "w.handler", s);
+  const slow = [...seqs].sort((a, b) => total(b) - total(a));
+  const top = slow.slice(0, Math.max(1, Math.ceil(seqs.length / 100)));
+  process.stdout.write(`\nthe slowest 1% (${top.length} items): mean ms per stage\n`);
+  for (const [a, b, label] of stages.slice(0, 10)) {
+    const xs = top.map((s) => d(a, b, s)).filter(Number.isFinite);
+    process.stdout.write(`  ${label.padEnd(50)} ${ms(xs.reduce((x, y) => x + y, 0) / xs.length)}\n`);
+  }
+  process.stdout.write(`\nthe ${SLOWEST} slowest items (ms): total | c→write | hop p→s | s read→push | push→lease | lease rtt | →deliver | hop s→w | read→handler | via | overlapping pauses\n`);
+  const t0 = Math.min(...seqs.map((s) => times.get("p.call")!.get(s)!));
+  for (const s of slow.slice(0, SLOWEST)) {
+    const cells = [
+      ["p.call", "p.write"], ["p.write", "s.read"], ["s.read", "s.push"], ["s.push", "s.lease"], ["s.lease", "s.leased"],
+      ["s.leased", "s.deliver"], ["s.deliver", "w.read"], ["w.read", "w.handler"],
+    ].map(([a, b]) => ms(d(a, b, s)).padStart(6));
+    const from = times.get("p.call")!.get(s)!;
+    process.stdout.write(
+      `  #${String(s).padEnd(5)} at ${((from - t0) / 1e6).toFixed(2).padStart(5)} s: ${ms(total(s)).padStart(6)} | ${cells.join(" | ")} | ${via.get(s) ?? "?"} | ${overlapping(dumps, roleOf, from, from + total(s))}\n`,
+    );
+  }
+}
+
+function consumeReport(times: Times, dumps: Map<number, Dump>, roleOf: (pid: number) => string): void {
+  const read = times.get("w.read")!;
+  const order = [...read.keys()].filter((s) => s >= WARMUP).sort((a, b) => read.get(a)! - read.get(b)!);
+  const at = (stage: string, s: number) => times.get(stage)?.get(s) ?? NaN;
+  const parts: [string, (prev: number, s: number) => number][] = [
+    ["worker: read → handler", (p) => at("w.handler", p) - at("w.read", p)],
+    ["worker: handler → ack written (gathering)", (p) => at("w.ack", p) - at("w.handler", p)],
+    ["hop worker → server (ack)", (p) => at("s.ackRead", p) - at("w.ack", p)],
+    ["server: ack read → settle sent (gathering)", (p) => at("s.settle", p) - at("s.ackRead", p)],
+    ["settle script round trip", (p) => at("s.settled", p) - at("s.settle", p)],
+    ["server: settled → next lease sent", (p, s) => at("s.lease", s) - at("s.settled", p)],
+    ["lease script round trip", (_p, s) => at("s.leased", s) - at("s.lease", s)],
+    ["server: lease back → delivery written", (_p, s) => at("s.deliver", s) - at("s.leased", s)],
+    ["hop server → worker", (_p, s) => at("w.read", s) - at("s.deliver", s)],
+    ["CYCLE: one item's read → the next's", (p, s) => at("w.read", s) - at("w.read", p)],
+  ];
+  process.stdout.write(`\nconsume at c = ${C}: ${order.length} items; per item (ms), each stage from one item's read to the next's:\n`);
+  for (const [label, f] of parts) {
+    const xs: number[] = [];
+    for (let i = 1; i < order.length; i++) xs.push(f(order[i - 1], order[i]));
+    const ok = xs.filter(Number.isFinite);
+    if (ok.length) process.stdout.write(row(label, ok) + "\n");
+  }
+  const first = read.get(order[0])!;
+  const last = read.get(order[order.length - 1])!;
+  process.stdout.write(`rate ${(((order.length - 1) / (last - first)) * 1e6).toFixed(0)} items/s; pauses during the run: ${overlapping(dumps, roleOf, first, last).split(", ").length} GC/stalls > 0.5 ms\n`);
+}
+
+async function main(): Promise<void> {
+  const load = loadavg();
+  log(`mode ${MODE}, ${MODE === "latency" ? `${RATE}/s, ` : ""}${ITEMS} items after ${WARMUP}, c = ${C}, server noDelay ${NODELAY || "as built"}; load ${load.map((x) => x.toFixed(2)).join(" / ")}`);
+  const { dumps, roles, consumed } = await run();
+  const roleOf = (pid: number) => Object.entries(roles).find(([, p]) => p === pid)?.[0] ?? String(pid);
+  const times = merge(dumps, consumed);
+  const via = new Map(dumps.get(roles.server)?.via ?? []);
+  if (MODE === "latency") latencyReport(times, dumps, roleOf, via);
+  else consumeReport(times, dumps, roleOf);
+  process.stdout.write("\n");
+  pauses(dumps, roleOf);
+  log(`load at the end ${loadavg().map((x) => x.toFixed(2)).join(" / ")}`);
+}
+
+for (const signal of ["SIGINT", "SIGTERM"] as const) {
+  process.once(signal, () => {
+    for (const p of leftovers) p.kill("SIGKILL");
+    process.exit(130);
+  });
+}
+
+main().catch((err: unknown) => {
+  process.stderr.write(`stages failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
+  for (const p of leftovers) p.kill("SIGKILL");
+  process.exit(1);
+});

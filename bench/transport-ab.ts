@@ -1,0 +1,95 @@
+/**
+ * A/B of the server's transport settings (issue 13), interleaved: two
+ * Switchyard server children on one Redis, each with the settings of one side
+ * forced by stage-hooks.ts (SY_NODELAY, SY_H2_WINDOW), each with its own
+ * producer and worker processes, and a plain grpc-js echo server per side set
+ * the same way. Every round runs each measure on both sides, alternating.
+ *
+ *   node dist-bench/transport-ab.js [--a SY_NODELAY=off] [--b SY_NODELAY=on] [--rounds 5]
+ *        [--rate 500] [--items 1500] [--serial 2000] [--batched 30000] [--echo 3000]
+ */
+import { loadavg } from "node:os";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { Deployed } from "./deployed.js";
+import { startBenchRedis } from "./env.js";
+import { leftovers, spread } from "./lib.js";
+import { Rounds } from "./rounds.js";
+import { fmtMs, fmtRate, markdownTable } from "./table.js";
+
+const here = dirname(fileURLToPath(import.meta.url));
+const arg = (name: string, def: string) => {
+  const i = process.argv.indexOf(`--${name}`);
+  return i >= 0 ? process.argv[i + 1] : def;
+};
+const num = (name: string, def: number) => Number(arg(name, String(def)));
+const ROUNDS = num("rounds", 5);
+const RATE = num("rate", 500);
+const ITEMS = num("items", 1500);
+const SERIAL = num("serial", 2000);
+const BATCHED = num("batched", 30_000);
+const ECHO = num("echo", 3000);
+const SIDES = { a: arg("a", "SY_NODELAY=off"), b: arg("b", "SY_NODELAY=on") };
+type Side = keyof typeof SIDES;
+
+/** "K=V,K2=V2" as an environment. */
+const envOf = (spec: string) => Object.fromEntries(spec.split(",").filter(Boolean).map((kv) => kv.split("=") as [string, string]));
+
+async function main(): Promise<void> {
+  const load0 = loadavg();
+  const redis = await startBenchRedis();
+  leftovers.add(redis.server.process);
+  const start = (side: Side) =>
+    Deployed.start(redis, { systems: ["switchyard"], workers: 1, serverNodeArgs: ["--import", join(here, "stage-hooks.js")], serverEnv: envOf(SIDES[side]) });
+  const sides = { a: await start("a"), b: await start("b") };
+  const rounds = new Rounds(ROUNDS);
+  try {
+    for (const d of Object.values(sides)) {
+      await d.latency("switchyard", RATE, 200, 50, 10); // warm-up
+      await d.enqueue("switchyard", 10_000, 1000, 1);
+    }
+    const measures = (side: Side): [string, () => Promise<void>][] => {
+      const d = sides[side];
+      return [
+        [`latency ${RATE}/s, ${side}`, async () => {
+          const xs = await d.latencySamples("switchyard", RATE, ITEMS, 250, 10);
+          const s = spread(xs);
+          for (const p of ["p50", "p90", "p99", "max"] as const) rounds.record(`lat.${p}.${side}`, s[p]);
+          rounds.record(`over35.${side}`, xs.filter((x) => x >= 35).length);
+        }],
+        [`serial enqueue, ${side}`, async () => rounds.record(`serial.${side}`, await d.enqueue("switchyard", SERIAL, 1, 1))],
+        [`enqueue 1000 per call, ${side}`, async () => rounds.record(`batched.${side}`, await d.enqueue("switchyard", BATCHED, 1000, 1))],
+        [`echo unary, ${side}`, async () => rounds.record(`unary.${side}`, await d.echo("unary", ECHO, 140))],
+        [`echo stream, ${side}`, async () => rounds.record(`stream.${side}`, await d.echo("stream", ECHO, 140))],
+      ];
+    };
+    const a = measures("a");
+    const b = measures("b");
+    await rounds.interleaved("transport", a.flatMap((m, i) => [m, b[i]]));
+  } finally {
+    await Promise.all(Object.values(sides).map((d) => d.stop()));
+    await redis.stop();
+  }
+  const row = (what: string, key: string, fmt: (x: number) => string) => [
+    what, fmt(rounds.med(`${key}.a`)), fmt(rounds.med(`${key}.b`)), rounds.samples.get(`${key}.a`)!.map(fmt).join(" · "), rounds.samples.get(`${key}.b`)!.map(fmt).join(" · "),
+  ];
+  const table = markdownTable(
+    ["measure (median of rounds)", `a: ${SIDES.a}`, `b: ${SIDES.b}`, "rounds, a", "rounds, b"],
+    [
+      ...["p50", "p90", "p99", "max"].map((p) => row(`enqueue→handler at ${RATE}/s, c = 10, ${p}`, `lat.${p}`, fmtMs)),
+      row(`… items ≥ 35 ms (of ${ITEMS})`, "over35", String),
+      row("serial enqueue (await each)", "serial", fmtRate),
+      row("enqueue, 1000 items per call, one at a time", "batched", fmtRate),
+      row("plain grpc-js echo, serial unary calls", "unary", fmtRate),
+      row("plain grpc-js echo, serial stream messages", "stream", fmtRate),
+    ],
+  );
+  const fmtLoad = (l: number[]) => l.map((x) => x.toFixed(2)).join(" / ");
+  process.stdout.write(`\n${table}\n\nload average ${fmtLoad(load0)} at the start, ${fmtLoad(loadavg())} at the end; medians of ${ROUNDS} rounds\n`);
+}
+
+main().catch((err: unknown) => {
+  process.stderr.write(`transport-ab failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
+  for (const p of leftovers) p.kill("SIGKILL");
+  process.exit(1);
+});
