@@ -27,7 +27,7 @@ interface Role {
   stop(): Promise<void>;
   /** Enqueues `items` in calls of `perCall`, `inFlight` at once; resolves to the ms it took. */
   produce(args: ProduceArgs): Promise<number>;
-  /** Enqueues `count` single items at `rate`/s, open loop, each stamped with its send time. */
+  /** Enqueues `count` single items at `rate`/s, open loop (0: serially), each stamped with its send time. */
   paced(args: PacedArgs): Promise<void>;
   close(): Promise<void>;
 }
@@ -185,8 +185,12 @@ async function bullmqRole(): Promise<Role> {
   };
 }
 
-/** Sends `count` items at `rate`/s, open loop: a late timer sends what it owes at once. */
+/** Sends `count` items at `rate`/s, open loop: a late timer sends what it owes at once; rate 0: one after the other, each awaited. */
 async function paced(args: PacedArgs, sendOne: (i: number) => Promise<unknown>): Promise<void> {
+  if (args.rate === 0) {
+    for (let i = 0; i < args.count; i++) await sendOne(i);
+    return;
+  }
   const gap = 1000 / args.rate;
   const t0 = performance.now();
   const inflight: Promise<unknown>[] = [];

@@ -47,6 +47,7 @@ export interface ProduceArgs {
 
 export interface PacedArgs {
   queue: string;
+  /** Items per second, open loop; 0: one after the other, each call awaited. */
   rate: number;
   count: number;
 }

@@ -42,7 +42,7 @@ export interface DeployedOptions {
   pythonPath?: string;
   /** Systems to start agents for (default both). */
   systems?: System[];
-  /** Environment for the server child and the echo server (e.g. SY_NODELAY with stage-hooks.js in serverNodeArgs). */
+  /** Environment for the server child and the echo server (e.g. SY_H2_WINDOW with stage-hooks.js in serverNodeArgs). */
   serverEnv?: Record<string, string>;
 }
 

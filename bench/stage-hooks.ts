@@ -11,8 +11,8 @@
  *
  * The wrapped methods are private ones of the queue core and the client: a
  * method that is missing (renamed by a rewrite) is reported and its stage
- * left empty. Without SY_STAGES_DIR it only applies SY_NODELAY and
- * SY_H2_WINDOW (see forceTransport), for A/B runs (nagle.ts).
+ * left empty. Without SY_STAGES_DIR it only applies SY_NAGLE and
+ * SY_H2_WINDOW (see forceTransport), for A/B runs (transport-ab.ts).
  */
 import http2 from "node:http2";
 import { writeFileSync } from "node:fs";
@@ -84,20 +84,21 @@ const after = (p: unknown, fn: () => void) => {
 
 /**
  * Transport settings of every HTTP/2 server made from now on (grpc-js creates
- * them at bind), to compare them: SY_NODELAY=on|off sets Node's `noDelay`
- * option (Nagle off or on for accepted sockets); SY_H2_WINDOW=bytes sets the
- * initial stream window and each session's connection window.
+ * them at bind), to compare them. SY_NAGLE=on turns Nagle's algorithm back on
+ * for accepted sockets, after Node's Http2Session turned it off (it calls
+ * setNoDelay() on every session's socket, server side too): what Nagle would
+ * cost. SY_H2_WINDOW=bytes sets the initial stream window and each session's
+ * connection window.
  */
 function forceTransport(): void {
-  const nodelay = process.env.SY_NODELAY;
+  const nagle = process.env.SY_NAGLE === "on";
   const window = Number(process.env.SY_H2_WINDOW ?? 0);
-  if (nodelay !== "on" && nodelay !== "off" && !window) return;
+  if (!nagle && !window) return;
   const create = http2.createServer as Fn;
   (http2 as { createServer: Fn }).createServer = (options: http2.ServerOptions, ...rest: unknown[]) => {
-    const opts: Record<string, unknown> = { ...options };
-    if (nodelay === "on" || nodelay === "off") opts.noDelay = nodelay === "on";
-    if (window) opts.settings = { ...options.settings, initialWindowSize: window };
-    const server = create(opts, ...rest) as http2.Http2Server;
+    const server = create(window ? { ...options, settings: { ...options.settings, initialWindowSize: window } } : options, ...rest) as http2.Http2Server;
+    // Runs after http2's own connection listener, which made the session (and set no-delay).
+    if (nagle) server.on("connection", (socket: import("node:net").Socket) => socket.setNoDelay(false));
     if (window) server.on("session", (session) => session.setLocalWindowSize(window));
     return server;
   };
@@ -195,10 +196,15 @@ async function install(): Promise<void> {
       for (const s of seqs) stamp("s.acked", s, t);
     });
   });
+  const ackSeqs = (ops: { action: string; fence: number }[]) => ops.filter((o) => o.action === "a").map((o) => fenceSeq.get(o.fence) ?? -1);
   wrap("Settler", P(Settler), "apply", (orig, self, [batch]) => {
-    const seqs = (batch.ops as { action: string; fence: number }[]).filter((o) => o.action === "a").map((o) => fenceSeq.get(o.fence) ?? -1);
-    for (const s of seqs) stamp("s.settle", s);
-    return after(orig.call(self, batch), () => {
+    for (const s of ackSeqs(batch.ops)) stamp("s.settle", s);
+    return orig.call(self, batch);
+  });
+  // Stamped as the settle's result comes back: this callback is registered before the caller's.
+  wrap("Settler", P(Settler), "settleMany", (orig, self, args) => {
+    const seqs = ackSeqs(args[1]);
+    return after(orig.apply(self, args), () => {
       const t = monoUs();
       for (const s of seqs) stamp("s.settled", s, t);
     });

@@ -6,14 +6,17 @@
  * stage by stage, and the GC pauses and event-loop stalls that overlap them.
  *
  *   node dist-bench/stages.js [--mode latency|consume] [--rate 500] [--items 3000]
- *        [--warmup 250] [--c 10] [--nodelay on|off] [--loop] [--slowest 15]
+ *        [--warmup 250] [--c 10] [--nagle] [--loop] [--slowest 15]
  *
  * latency: the producer sends single items at --rate to a waiting worker;
  *   stages from enqueue() to the handler, then the ack.
  * consume: --items prefilled, one worker at --c (use 1): the cycle from one
  *   item's handler to the next item's, stage by stage.
- * --nodelay on|off sets noDelay on the server's accepted sockets (default:
- *   as the build does); --loop adds a 1 ms event-loop probe in each process.
+ * serial: the producer enqueues one item at a time, awaiting each (no worker):
+ *   the cycle from one enqueue() to the next, stage by stage.
+ * --nagle turns Nagle's algorithm back on for the server's accepted sockets
+ *   (Node's http2 turns it off for every session): what it would cost;
+ *   --loop adds a 1 ms event-loop probe in each process.
  */
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { loadavg, tmpdir } from "node:os";
@@ -36,7 +39,7 @@ const RATE = Number(arg("rate", "500"));
 const ITEMS = Number(arg("items", MODE === "latency" ? "3000" : "5000"));
 const WARMUP = Number(arg("warmup", MODE === "latency" ? "250" : "200"));
 const C = Number(arg("c", MODE === "latency" ? "10" : "1"));
-const NODELAY = arg("nodelay", "");
+const NAGLE = process.argv.includes("--nagle");
 const LOOP = process.argv.includes("--loop");
 const SLOWEST = Number(arg("slowest", "15"));
 
@@ -54,7 +57,7 @@ type Times = Map<string, Map<number, number>>;
 async function run(): Promise<{ dumps: Map<number, Dump>; roles: Record<string, number>; consumed: Consumed }> {
   const dir = mkdtempSync(join(tmpdir(), "sy-stages-"));
   const hooks = ["--import", join(here, "stage-hooks.js")];
-  const env = { ...process.env, SY_STAGES_DIR: dir, SY_STAGES_LOOP: LOOP ? "1" : "0", ...(NODELAY ? { SY_NODELAY: NODELAY } : {}) };
+  const env = { ...process.env, SY_STAGES_DIR: dir, SY_STAGES_LOOP: LOOP ? "1" : "0", ...(NAGLE ? { SY_NAGLE: "on" } : {}) };
   const redis = await startBenchRedis();
   leftovers.add(redis.server.process);
   const { child: server, address } = await startServer(`unix://${redis.socketPath}`, hooks, env as Record<string, string>);
@@ -72,19 +75,23 @@ async function run(): Promise<{ dumps: Map<number, Dump>; roles: Record<string, 
         return admin.enqueue(name, items);
       });
     }
-    await worker.request("prepare", { queue: name, concurrency: C, latencyItems: total, progressMs: 20 });
+    // Serial mode times the producer alone: no worker takes the items meanwhile.
+    let consumed: Consumed = { handled: 0, lastAt: 0, latencies: [] };
     const all = deferred();
-    worker.onProgress = (p) => {
-      if (p.handled >= total) all.resolve();
-    };
-    await worker.request("go");
-    if (MODE === "latency") {
+    if (MODE !== "serial") {
+      await worker.request("prepare", { queue: name, concurrency: C, latencyItems: total, progressMs: 20 });
+      worker.onProgress = (p) => {
+        if (p.handled >= total) all.resolve();
+      };
+      await worker.request("go");
+    } else all.resolve();
+    if (MODE !== "consume") {
       await sleep(200);
-      await producer.request("paced", { queue: name, rate: RATE, count: total });
+      await producer.request("paced", { queue: name, rate: MODE === "serial" ? 0 : RATE, count: total });
     }
     await within(all.promise, 300_000, "every item to be handled");
     await sleep(100); // the last acks
-    const consumed = await worker.request<Consumed>("stop");
+    if (MODE !== "serial") consumed = await worker.request<Consumed>("stop");
     const roles = { producer: producer.child.pid!, worker: worker.child.pid!, server: server.pid! };
     admin.close();
     await Promise.all([producer.stop(), worker.stop()]);
@@ -138,14 +145,22 @@ function overlapping(dumps: Map<number, Dump>, roleOf: (pid: number) => string, 
   return out.join(", ");
 }
 
-function pauses(dumps: Map<number, Dump>, roleOf: (pid: number) => string): void {
+const GC_KINDS: Record<number, string> = { 1: "minor", 2: "major", 4: "incremental", 8: "weak callbacks" };
+
+/** Each process's GC pauses (and stalls, with --loop) within [from, to]. */
+function pauses(dumps: Map<number, Dump>, roleOf: (pid: number) => string, from: number, to: number): void {
+  process.stdout.write(`pauses during the measured ${ms(to - from)} ms:\n`);
   for (const d of dumps.values()) {
-    const gcs = d.gc.map(([, dur]) => dur);
-    const s = spread(gcs);
-    const stalls = d.stalls.map(([, late]) => late);
+    const gcs = d.gc.filter(([start]) => start >= from && start <= to);
+    const kinds = [...new Set(gcs.map(([, , kind]) => kind))].map((kind) => {
+      const durs = gcs.filter(([, , k]) => k === kind).map(([, dur]) => dur);
+      return `${durs.length} ${GC_KINDS[kind] ?? kind} (max ${ms(Math.max(...durs))})`;
+    });
+    const total = gcs.reduce((a, [, dur]) => a + dur, 0);
+    const stalls = d.stalls.filter(([start]) => start >= from && start <= to).map(([, late]) => late);
     process.stdout.write(
-      `${roleOf(d.pid).padEnd(9)} GC: ${gcs.length} pauses, total ${ms(gcs.reduce((a, b) => a + b, 0))} ms, p99 ${ms(s.p99)}, max ${ms(s.max)} ms` +
-        (LOOP ? `; loop stalls > 2 ms: ${stalls.length}, max ${ms(Math.max(0, ...stalls))} ms` : "") + "\n",
+      `  ${roleOf(d.pid).padEnd(9)} GC ${ms(total)} ms in all: ${kinds.join(", ") || "none"}` +
+        (LOOP ? `; event-loop stalls > 2 ms: ${stalls.length}, max ${ms(Math.max(0, ...stalls))} ms` : "") + "\n",
     );
   }
 }
@@ -207,6 +222,31 @@ function latencyReport(times: Times, dumps: Map<number, Dump>, roleOf: (pid: num
   }
 }
 
+function serialReport(times: Times): void {
+  const call = times.get("p.call")!;
+  const order = [...call.keys()].filter((s) => s >= WARMUP).sort((a, b) => a - b);
+  const at = (stage: string, s: number) => times.get(stage)?.get(s) ?? NaN;
+  const parts: [string, (s: number, next: number) => number][] = [
+    ["producer: enqueue() → stream write (gathering)", (s) => at("p.write", s) - at("p.call", s)],
+    ["hop producer → server", (s) => at("s.read", s) - at("p.write", s)],
+    ["server: read → push sent", (s) => at("s.push", s) - at("s.read", s)],
+    ["push round trip (Redis)", (s) => at("s.pushed", s) - at("s.push", s)],
+    ["server answer → hop → producer has it", (s) => at("p.answer", s) - at("s.pushed", s)],
+    ["producer: answer → next enqueue()", (s, next) => at("p.call", next) - at("p.answer", s)],
+    ["CYCLE: one enqueue() to the next", (s, next) => at("p.call", next) - at("p.call", s)],
+  ];
+  process.stdout.write(`\nserial enqueue: ${order.length} items; per call (ms):\n`);
+  for (const [label, f] of parts) {
+    const xs: number[] = [];
+    for (let i = 0; i + 1 < order.length; i++) xs.push(f(order[i], order[i + 1]));
+    const ok = xs.filter(Number.isFinite);
+    if (ok.length) process.stdout.write(row(label, ok) + "\n");
+  }
+  const first = at("p.call", order[0]);
+  const last = at("p.call", order[order.length - 1]);
+  process.stdout.write(`rate ${(((order.length - 1) / (last - first)) * 1e6).toFixed(0)} calls/s\n`);
+}
+
 function consumeReport(times: Times, dumps: Map<number, Dump>, roleOf: (pid: number) => string): void {
   const read = times.get("w.read")!;
   const order = [...read.keys()].filter((s) => s >= WARMUP).sort((a, b) => read.get(a)! - read.get(b)!);
@@ -237,15 +277,18 @@ function consumeReport(times: Times, dumps: Map<number, Dump>, roleOf: (pid: num
 
 async function main(): Promise<void> {
   const load = loadavg();
-  log(`mode ${MODE}, ${MODE === "latency" ? `${RATE}/s, ` : ""}${ITEMS} items after ${WARMUP}, c = ${C}, server noDelay ${NODELAY || "as built"}; load ${load.map((x) => x.toFixed(2)).join(" / ")}`);
+  log(`mode ${MODE}, ${MODE === "latency" ? `${RATE}/s, ` : ""}${ITEMS} items after ${WARMUP}, c = ${C}, Nagle ${NAGLE ? "on (what-if)" : "off (as Node's http2 sets it)"}; load ${load.map((x) => x.toFixed(2)).join(" / ")}`);
   const { dumps, roles, consumed } = await run();
   const roleOf = (pid: number) => Object.entries(roles).find(([, p]) => p === pid)?.[0] ?? String(pid);
   const times = merge(dumps, consumed);
   const via = new Map(dumps.get(roles.server)?.via ?? []);
   if (MODE === "latency") latencyReport(times, dumps, roleOf, via);
+  else if (MODE === "serial") serialReport(times);
   else consumeReport(times, dumps, roleOf);
   process.stdout.write("\n");
-  pauses(dumps, roleOf);
+  const handled = [...(MODE === "serial" ? times.get("p.answer")! : times.get("w.handler")!)].filter(([seq]) => seq >= WARMUP).map(([, t]) => t);
+  const sent = MODE !== "consume" ? [...times.get("p.call")!].filter(([seq]) => seq >= WARMUP).map(([, t]) => t) : [...times.get("w.read")!].filter(([seq]) => seq >= WARMUP).map(([, t]) => t);
+  pauses(dumps, roleOf, Math.min(...sent), Math.max(...handled));
   log(`load at the end ${loadavg().map((x) => x.toFixed(2)).join(" / ")}`);
 }
 

@@ -1,11 +1,11 @@
 /**
  * A/B of the server's transport settings (issue 13), interleaved: two
  * Switchyard server children on one Redis, each with the settings of one side
- * forced by stage-hooks.ts (SY_NODELAY, SY_H2_WINDOW), each with its own
+ * forced by stage-hooks.ts (SY_NAGLE, SY_H2_WINDOW), each with its own
  * producer and worker processes, and a plain grpc-js echo server per side set
  * the same way. Every round runs each measure on both sides, alternating.
  *
- *   node dist-bench/transport-ab.js [--a SY_NODELAY=off] [--b SY_NODELAY=on] [--rounds 5]
+ *   node dist-bench/transport-ab.js [--a SY_H2_WINDOW=0] [--b SY_H2_WINDOW=1048576] [--rounds 5]
  *        [--rate 500] [--items 1500] [--serial 2000] [--batched 30000] [--echo 3000]
  */
 import { loadavg } from "node:os";
@@ -29,7 +29,7 @@ const ITEMS = num("items", 1500);
 const SERIAL = num("serial", 2000);
 const BATCHED = num("batched", 30_000);
 const ECHO = num("echo", 3000);
-const SIDES = { a: arg("a", "SY_NODELAY=off"), b: arg("b", "SY_NODELAY=on") };
+const SIDES = { a: arg("a", "SY_H2_WINDOW=0"), b: arg("b", "SY_H2_WINDOW=1048576") };
 type Side = keyof typeof SIDES;
 
 /** "K=V,K2=V2" as an environment. */
