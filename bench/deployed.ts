@@ -76,6 +76,16 @@ export class Deployed {
     return new Deployed(redis, child, address, admin, { switchyard: sy.slice(1), bullmq: bull.slice(1) }, { switchyard: sy[0], bullmq: bull[0] }, options);
   }
 
+  /** The server child's pid (diagnostics attach to it). */
+  get serverPid(): number {
+    return this.server.pid!;
+  }
+
+  /** The worker processes' pids by system. */
+  get workerPids(): Record<System, number[]> {
+    return { switchyard: this.workers.switchyard.map((a) => a.child.pid!), bullmq: this.workers.bullmq.map((a) => a.child.pid!) };
+  }
+
   async stop(): Promise<void> {
     const echo = await this.echoAgents?.catch(() => undefined);
     const agents = [...(echo ? [echo.server, echo.client] : []), ...this.workers.switchyard, ...this.workers.bullmq, this.producers.switchyard, this.producers.bullmq];
