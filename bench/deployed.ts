@@ -133,10 +133,12 @@ export class Deployed {
    * `workers` processes × concurrency `c` consume `items` prefilled items;
    * resolves to items per second. BullMQ has one mode (its jobs are kept
    * until completed, like a reliable queue); `mode` applies to Switchyard.
+   * `afterPrefill` runs between the prefill and the start (diagnostics).
    */
-  async consume(system: System, mode: Mode, workers: number, c: number, items: number): Promise<number> {
+  async consume(system: System, mode: Mode, workers: number, c: number, items: number, afterPrefill?: () => Promise<void>): Promise<number> {
     const name = system === "switchyard" ? await this.syQueue(mode === "reliable" ? "rel" : "sim", mode, mode === "reliable") : fresh("bw");
     await this.prefill(system, name, items);
+    await afterPrefill?.();
     const agents = this.workers[system].slice(0, workers);
     const result = await this.run(agents, { queue: name, concurrency: c, latencyItems: 0, progressMs: PROGRESS_MS }, items, async (t0, lastAt) => {
       if (system !== "switchyard" || mode !== "reliable") return lastAt;
