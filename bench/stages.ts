@@ -135,14 +135,17 @@ function row(label: string, xs: number[]): string {
   return `${label.padEnd(52)} p50 ${ms(s.p50).padStart(7)}  p90 ${ms(s.p90).padStart(7)}  p99 ${ms(s.p99).padStart(7)}  max ${ms(s.max).padStart(7)}  mean ${ms(mean).padStart(7)}`;
 }
 
-/** Pauses (GC) and stalls (event loop) of every process that overlap [from, to]. */
+/** Pauses (GC) and stalls (event loop) of every process that overlap [from, to], by process: count and longest. */
 function overlapping(dumps: Map<number, Dump>, roleOf: (pid: number) => string, from: number, to: number): string {
   const out: string[] = [];
+  const summary = (what: string, xs: number[]) => (xs.length ? `${what} ${xs.length}× (max ${ms(Math.max(...xs))})` : "");
   for (const d of dumps.values()) {
-    for (const [start, dur] of d.gc) if (start < to && start + dur > from && dur > 500) out.push(`${roleOf(d.pid)} GC ${ms(dur)}`);
-    for (const [start, late] of d.stalls) if (start < to && start + late > from) out.push(`${roleOf(d.pid)} loop +${ms(late)}`);
+    const gcs = d.gc.filter(([start, dur]) => start < to && start + dur > from && dur > 500).map(([, dur]) => dur);
+    const stalls = d.stalls.filter(([start, late]) => start < to && start + late > from).map(([, late]) => late);
+    const parts = [summary("GC", gcs), summary("loop stall", stalls)].filter(Boolean);
+    if (parts.length) out.push(`${roleOf(d.pid)} ${parts.join(", ")}`);
   }
-  return out.join(", ");
+  return out.join("; ");
 }
 
 const GC_KINDS: Record<number, string> = { 1: "minor", 2: "major", 4: "incremental", 8: "weak callbacks" };
@@ -247,7 +250,7 @@ function serialReport(times: Times): void {
   process.stdout.write(`rate ${(((order.length - 1) / (last - first)) * 1e6).toFixed(0)} calls/s\n`);
 }
 
-function consumeReport(times: Times, dumps: Map<number, Dump>, roleOf: (pid: number) => string): void {
+function consumeReport(times: Times): void {
   const read = times.get("w.read")!;
   const order = [...read.keys()].filter((s) => s >= WARMUP).sort((a, b) => read.get(a)! - read.get(b)!);
   const at = (stage: string, s: number) => times.get(stage)?.get(s) ?? NaN;
@@ -272,7 +275,7 @@ function consumeReport(times: Times, dumps: Map<number, Dump>, roleOf: (pid: num
   }
   const first = read.get(order[0])!;
   const last = read.get(order[order.length - 1])!;
-  process.stdout.write(`rate ${(((order.length - 1) / (last - first)) * 1e6).toFixed(0)} items/s; pauses during the run: ${overlapping(dumps, roleOf, first, last).split(", ").length} GC/stalls > 0.5 ms\n`);
+  process.stdout.write(`rate ${(((order.length - 1) / (last - first)) * 1e6).toFixed(0)} items/s (mean over the run)\n`);
 }
 
 async function main(): Promise<void> {
@@ -284,7 +287,7 @@ async function main(): Promise<void> {
   const via = new Map(dumps.get(roles.server)?.via ?? []);
   if (MODE === "latency") latencyReport(times, dumps, roleOf, via);
   else if (MODE === "serial") serialReport(times);
-  else consumeReport(times, dumps, roleOf);
+  else consumeReport(times);
   process.stdout.write("\n");
   const handled = [...(MODE === "serial" ? times.get("p.answer")! : times.get("w.handler")!)].filter(([seq]) => seq >= WARMUP).map(([, t]) => t);
   const sent = MODE !== "consume" ? [...times.get("p.call")!].filter(([seq]) => seq >= WARMUP).map(([, t]) => t) : [...times.get("w.read")!].filter(([seq]) => seq >= WARMUP).map(([, t]) => t);
