@@ -169,7 +169,8 @@ async function bullmqRole(): Promise<Role> {
       await worker?.close();
       worker = undefined;
     },
-    produce(args) {
+    async produce(args) {
+      if (args.raw) return rawPush(connection.path, args);
       return withQueue(args.queue, async (q) => {
         const data = jsonItem(0);
         const jobs = Array.from({ length: args.perCall }, () => ({ name: "j", data, opts }));
@@ -183,6 +184,21 @@ async function bullmqRole(): Promise<Role> {
     },
     async close() {},
   };
+}
+
+/** The same in LPUSHes of `perCall` JSON values from a plain ioredis client: Redis alone, no framework. */
+async function rawPush(path: string, args: ProduceArgs): Promise<number> {
+  const { Redis } = await import("ioredis");
+  const redis = new Redis({ path });
+  try {
+    await redis.ping();
+    const values = Array.from({ length: args.perCall }, () => JSON.stringify(jsonItem(0)));
+    const t0 = monoUs();
+    await pool(args.items / args.perCall, args.inFlight, () => redis.lpush(args.queue, ...values));
+    return (monoUs() - t0) / 1000;
+  } finally {
+    redis.disconnect();
+  }
 }
 
 /** Sends `count` items at `rate`/s, open loop: a late timer sends what it owes at once; rate 0: one after the other, each awaited. */

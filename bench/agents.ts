@@ -43,6 +43,8 @@ export interface ProduceArgs {
   items: number;
   perCall: number;
   inFlight: number;
+  /** BullMQ's agent only: plain ioredis LPUSHes onto the key `queue` instead of jobs. */
+  raw?: boolean;
 }
 
 export interface PacedArgs {

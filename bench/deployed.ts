@@ -197,6 +197,16 @@ export class Deployed {
     return (items / ms) * 1000;
   }
 
+  /** A producer process pushes `items` with plain ioredis LPUSHes (`perCall` values each): what Redis alone costs. */
+  async rawEnqueue(items: number, perCall: number, inFlight: number): Promise<number> {
+    const key = fresh("raw");
+    const ms = await this.producers.bullmq.request<number>("produce", { queue: key, items, perCall, inFlight, raw: true });
+    const count = await this.redis.plain.llen(key);
+    if (count !== items) throw new Error(`raw enqueue: ${count} items in ${key}, expected ${items}`);
+    await this.redis.plain.unlink(key);
+    return (items / ms) * 1000;
+  }
+
   /** A Switchyard producer process whose client does not coalesce enqueue() calls (diagnostic). */
   async uncoalescedProducer(): Promise<Agent> {
     const agent = await Agent.start("switchyard");

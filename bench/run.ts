@@ -512,6 +512,7 @@ ${deployed ? `- Deployed shapes: Switchyard's server is a child process (\`node 
   - Enqueue: one producer process; serial = await each call of one item (${D.serial.toLocaleString("en-US")} items);
     100 calls of one item in flight (${D.inFlight.toLocaleString("en-US")}); calls of 1000 items, one at a time
     (${D.batched.toLocaleString("en-US")}; BullMQ \`addBulk\`). Reliable queues without a recovery set. Timed in the producer.
+    Beside serial enqueue, a plain ioredis client in its own process LPUSHes the same items one at a time.
   - Consume: a queue prefilled (not timed) with ${D.consume.map((s) => `${s.items.toLocaleString("en-US")} (${s.label})`).join(", ")}
     items; the workers start together and the clock stops when the last item is done: Switchyard
     reliable (recovery set, min_idle 60 s) when the processing list is empty after the last handler
