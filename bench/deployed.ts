@@ -40,6 +40,8 @@ export interface DeployedOptions {
   workers?: number;
   /** PYTHONPATH with the generated stubs, for the Python worker row. */
   pythonPath?: string;
+  /** Extra node arguments for the worker and producer processes (profiling). */
+  agentNodeArgs?: string[];
   /** Systems to start agents for (default both). */
   systems?: System[];
   /** Environment for the server child and the echo server (e.g. SY_H2_WINDOW with stage-hooks.js in serverNodeArgs). */
@@ -64,7 +66,7 @@ export class Deployed {
     const admin = new SwitchyardClient(address);
     const n = options.workers ?? 4;
     const started = async (system: System) => {
-      const agents = await Promise.all(Array.from({ length: n + 1 }, () => Agent.start(system)));
+      const agents = await Promise.all(Array.from({ length: n + 1 }, () => Agent.start(system, options.agentNodeArgs)));
       const args = system === "switchyard" ? { address } : { redisPath: redis.socketPath };
       await Promise.all(agents.map((a) => a.request("connect", args)));
       return agents;
