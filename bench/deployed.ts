@@ -22,7 +22,7 @@ import { QueueMode } from "../dist/gen/switchyard/v1/queue_pb.js";
 import { SwitchyardClient } from "../dist/client/client.js";
 import { Agent, type Consumed } from "./agents.js";
 import { deleteKeys, type BenchRedis } from "./env.js";
-import { BULL_OPTS, fresh } from "./throughput.js";
+import { BULL_OPTS, fresh, syQueue } from "./throughput.js";
 import { startServer } from "./streams.js";
 import { deferred, jsonItem, leftovers, log, monoUs, pool, sleep, spread, waitFor, within, type Spread } from "./lib.js";
 
@@ -102,14 +102,8 @@ export class Deployed {
 
   // ------------------------------------------------------------ queues
 
-  private async syQueue(prefix: string, mode: Mode, recovery: boolean): Promise<string> {
-    const name = `{${fresh(prefix)}}`;
-    await this.admin.createQueue({
-      name,
-      mode: mode === "reliable" ? QueueMode.RELIABLE : QueueMode.SIMPLE,
-      ...(recovery ? { recoverySet: `${name}.claims`, minIdle: { seconds: 60n } } : {}),
-    });
-    return name;
+  private syQueue(prefix: string, mode: Mode, recovery: boolean): Promise<string> {
+    return syQueue(this.admin, prefix, mode, recovery);
   }
 
   private async prefill(system: System, name: string, items: number): Promise<void> {

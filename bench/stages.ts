@@ -225,11 +225,31 @@ function latencyReport(times: Times, dumps: Map<number, Dump>, roleOf: (pid: num
   }
 }
 
-function serialReport(times: Times): void {
-  const call = times.get("p.call")!;
-  const order = [...call.keys()].filter((s) => s >= WARMUP).sort((a, b) => a - b);
-  const at = (stage: string, s: number) => times.get(stage)?.get(s) ?? NaN;
-  const parts: [string, (s: number, next: number) => number][] = [
+type At = (stage: string, seq: number) => number;
+
+/**
+ * Items after the warm-up in the order of their `by` stamp; for each of
+ * `parts` (from `at`, a reader of any stage's stamp), its spread over every
+ * pair of neighbours (an item and the next), and the rate over the run.
+ */
+function cycleReport(times: Times, by: string, title: string, unit: string, parts: (at: At) => [string, (a: number, b: number) => number][]): void {
+  const stamps = times.get(by)!;
+  const order = [...stamps.keys()].filter((s) => s >= WARMUP).sort((a, b) => stamps.get(a)! - stamps.get(b)!);
+  const at: At = (stage, seq) => times.get(stage)?.get(seq) ?? NaN;
+  process.stdout.write(`\n${title}: ${order.length} items; per item (ms):\n`);
+  for (const [label, f] of parts(at)) {
+    const xs: number[] = [];
+    for (let i = 0; i + 1 < order.length; i++) xs.push(f(order[i], order[i + 1]));
+    const ok = xs.filter(Number.isFinite);
+    if (ok.length) process.stdout.write(row(label, ok) + "\n");
+  }
+  const span = stamps.get(order[order.length - 1])! - stamps.get(order[0])!;
+  process.stdout.write(`rate ${(((order.length - 1) / span) * 1e6).toFixed(0)} ${unit}/s (mean over the run)\n`);
+}
+
+/** Serial enqueue: from one enqueue() to the next. */
+const serialReport = (times: Times) =>
+  cycleReport(times, "p.call", "serial enqueue", "calls", (at) => [
     ["producer: enqueue() → stream write (gathering)", (s) => at("p.write", s) - at("p.call", s)],
     ["hop producer → server", (s) => at("s.read", s) - at("p.write", s)],
     ["server: read → push sent", (s) => at("s.push", s) - at("s.read", s)],
@@ -237,24 +257,11 @@ function serialReport(times: Times): void {
     ["server answer → hop → producer has it", (s) => at("p.answer", s) - at("s.pushed", s)],
     ["producer: answer → next enqueue()", (s, next) => at("p.call", next) - at("p.answer", s)],
     ["CYCLE: one enqueue() to the next", (s, next) => at("p.call", next) - at("p.call", s)],
-  ];
-  process.stdout.write(`\nserial enqueue: ${order.length} items; per call (ms):\n`);
-  for (const [label, f] of parts) {
-    const xs: number[] = [];
-    for (let i = 0; i + 1 < order.length; i++) xs.push(f(order[i], order[i + 1]));
-    const ok = xs.filter(Number.isFinite);
-    if (ok.length) process.stdout.write(row(label, ok) + "\n");
-  }
-  const first = at("p.call", order[0]);
-  const last = at("p.call", order[order.length - 1]);
-  process.stdout.write(`rate ${(((order.length - 1) / (last - first)) * 1e6).toFixed(0)} calls/s\n`);
-}
+  ]);
 
-function consumeReport(times: Times): void {
-  const read = times.get("w.read")!;
-  const order = [...read.keys()].filter((s) => s >= WARMUP).sort((a, b) => read.get(a)! - read.get(b)!);
-  const at = (stage: string, s: number) => times.get(stage)?.get(s) ?? NaN;
-  const parts: [string, (prev: number, s: number) => number][] = [
+/** Consume at --c (1): from one item's read by the worker to the next's. */
+const consumeReport = (times: Times) =>
+  cycleReport(times, "w.read", `consume at c = ${C}, each stage from one item's read to the next's`, "items", (at) => [
     ["worker: read → handler", (p) => at("w.handler", p) - at("w.read", p)],
     ["worker: handler → ack written (gathering)", (p) => at("w.ack", p) - at("w.handler", p)],
     ["hop worker → server (ack)", (p) => at("s.ackRead", p) - at("w.ack", p)],
@@ -265,18 +272,7 @@ function consumeReport(times: Times): void {
     ["server: lease back → delivery written", (_p, s) => at("s.deliver", s) - at("s.leased", s)],
     ["hop server → worker", (_p, s) => at("w.read", s) - at("s.deliver", s)],
     ["CYCLE: one item's read → the next's", (p, s) => at("w.read", s) - at("w.read", p)],
-  ];
-  process.stdout.write(`\nconsume at c = ${C}: ${order.length} items; per item (ms), each stage from one item's read to the next's:\n`);
-  for (const [label, f] of parts) {
-    const xs: number[] = [];
-    for (let i = 1; i < order.length; i++) xs.push(f(order[i - 1], order[i]));
-    const ok = xs.filter(Number.isFinite);
-    if (ok.length) process.stdout.write(row(label, ok) + "\n");
-  }
-  const first = read.get(order[0])!;
-  const last = read.get(order[order.length - 1])!;
-  process.stdout.write(`rate ${(((order.length - 1) / (last - first)) * 1e6).toFixed(0)} items/s (mean over the run)\n`);
-}
+  ]);
 
 async function main(): Promise<void> {
   const load = loadavg();

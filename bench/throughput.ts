@@ -29,9 +29,10 @@ export interface Ctx {
 /** Items per second. */
 const rate = (items: number, ms: number) => (items / ms) * 1000;
 
-async function syQueue(ctx: Ctx, prefix: string, mode: "reliable" | "simple", recovery: boolean): Promise<string> {
+/** Declares a fresh queue (reliable with a recovery set, min_idle 60 s, when `recovery`); resolves to its name. */
+export async function syQueue(client: SwitchyardClient, prefix: string, mode: "reliable" | "simple", recovery: boolean): Promise<string> {
   const name = `{${fresh(prefix)}}`;
-  await ctx.client.createQueue({
+  await client.createQueue({
     name,
     mode: mode === "reliable" ? QueueMode.RELIABLE : QueueMode.SIMPLE,
     ...(recovery ? { recoverySet: `${name}.claims`, minIdle: { seconds: 60n } } : {}),
@@ -52,7 +53,7 @@ async function bullDrop(ctx: Ctx, queue: Queue): Promise<void> {
 
 /** Enqueue `items` in calls of `perCall`, `inFlight` calls at once. */
 export async function syEnqueue(ctx: Ctx, items: number, perCall: number, inFlight: number, client = ctx.client): Promise<number> {
-  const name = await syQueue(ctx, "enq", "reliable", false);
+  const name = await syQueue(ctx.client, "enq", "reliable", false);
   const batch = Array.from({ length: perCall }, () => PAYLOAD);
   const t0 = now();
   await pool(items / perCall, inFlight, () => client.enqueue(name, batch));
@@ -104,7 +105,7 @@ export interface LeaseShape {
  * item was handed to a handler (simple: the item left Redis when popped).
  */
 export async function syLeaseAck(ctx: Ctx, mode: "reliable" | "simple", shape: LeaseShape): Promise<number> {
-  const name = await syQueue(ctx, mode === "reliable" ? "rel" : "simple", mode, mode === "reliable");
+  const name = await syQueue(ctx.client, mode === "reliable" ? "rel" : "simple", mode, mode === "reliable");
   const batch = Array.from({ length: 1000 }, () => PAYLOAD);
   await pool(Math.ceil(shape.items / 1000), 4, () => ctx.client.enqueue(name, batch));
   let handled = 0;
