@@ -92,6 +92,8 @@ const med = (metric: string) => rounds.med(metric);
 const interleaved = (row: string, systems: [string, () => Promise<void>][]) => rounds.interleaved(row, systems);
 
 const loadAtStart = loadavg();
+/** Read once, before the run writes RESULTS.md and the README (which would make it "-dirty"). */
+let measured = "unknown";
 const fmtLoad = (l: number[]) => l.map((x) => x.toFixed(2)).join(" / ");
 
 for (const signal of ["SIGINT", "SIGTERM"] as const) {
@@ -105,6 +107,7 @@ const wantInProcess = () => inProcessRows.split(",").some((id) => rowsWanted.has
 
 async function main(): Promise<void> {
   const started = Date.now();
+  measured = revision();
   const redis = await startBenchRedis(SERVER === "child" ? await freePort() : 0);
   leftovers.add(redis.server.process);
   const info = (await redis.plain.info("server")) as string;
@@ -494,7 +497,7 @@ latency (row 5). Row 6's peer is the raw ioredis client; rows 1–2 show it for 
 - CPU: ${cpu[0]?.model ?? "?"}, ${cpu.length} cores (shared, noisy); memory ${(totalmem() / 2 ** 30).toFixed(1)} GiB
 - Load average (1 / 5 / 15 min): ${loadNote()}. Anything above ~1 means other work shared the 2
   cores with this run, and the numbers are lower and noisier for it.
-- Switchyard at \`${revision()}\` (built from the work tree by \`npm run build\`)
+- Switchyard at \`${measured}\` (built from the work tree by \`npm run build\`)
 - Node ${process.version}; redis-server ${redisVersion}; bullmq ${version("bullmq")}; ioredis ${version("ioredis")}; @grpc/grpc-js ${version("@grpc/grpc-js")}; @bufbuild/protobuf ${version("@bufbuild/protobuf")}; Python grpcio from Debian (\`/usr/bin/python3\`)
 - Command: \`npm run bench\` (= \`npm run build && tsc -p bench/tsconfig.json && node dist-bench/run.js\`); this run: \`${["node", ...process.argv.slice(1).map((a) => a.replace(root + "/", ""))].join(" ")}\`
 
@@ -571,7 +574,7 @@ function updateReadme(deployed: string | undefined, inProcess: string | undefine
   const when = new Date().toISOString().slice(0, 16).replace("T", " ");
   const block = [
     README_BEGIN,
-    `Run of ${when} UTC at \`${revision()}\`, load average ${loadNote()}, medians of ${ROUNDS} rounds.`,
+    `Run of ${when} UTC at \`${measured}\`, load average ${loadNote()}, medians of ${ROUNDS} rounds.`,
     "",
     ...(deployed ? ["Deployed shapes (server, producers and workers each in their own process):", "", deployed, ""] : []),
     ...(inProcess ? ["Server in-process diagnostics (the load generator and the server in one process):", "", inProcess, ""] : []),
