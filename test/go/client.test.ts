@@ -79,7 +79,8 @@ describe("clients/go", () => {
     const vet = await go(["vet", "switchyard/clients/go/switchyardpb", pkg], 300_000);
     expect(vet, vet.output).toMatchObject({ code: 0 });
     const { code, output } = await go(["test", "-count=1", "-v", pkg], 420_000);
-    const written = [...readFileSync(join(root, "clients/go/worker/worker_test.go"), "utf8").matchAll(/^func (Test\w+)\(t \*testing\.T\)/gm)].map((m) => m[1]);
+    const tests = readdirSync(join(root, "clients/go/worker")).filter((f) => f.endsWith("_test.go"));
+    const written = tests.flatMap((f) => [...readFileSync(join(root, "clients/go/worker", f), "utf8").matchAll(/^func (Test\w+)\(t \*testing\.T\)/gm)].map((m) => m[1]));
     expect(written.length).toBeGreaterThanOrEqual(6);
     for (const name of written) expect(output, output).toContain(`--- PASS: ${name} `);
     expect(output).not.toContain("--- SKIP");

@@ -153,9 +153,24 @@ func (f *forwarder) pump(src, dst net.Conn) {
 	}
 }
 
-func dial(t testing.TB, addr string) *grpc.ClientConn {
-	conn, err := grpc.Dial(addr, grpc.WithInsecure(), // grpc-go 1.33 (Debian) has no credentials/insecure
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(worker.MaxMessageBytes)))
+// bearer sends a token with every call of a connection (plaintext on loopback is fine here).
+type bearer string
+
+func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + string(b)}, nil
+}
+func (bearer) RequireTransportSecurity() bool { return false }
+
+func dial(t testing.TB, addr string) *grpc.ClientConn { return dialAs(t, addr, "") }
+
+// dialAs dials addr; with a token, every call on the connection carries it.
+func dialAs(t testing.TB, addr, token string) *grpc.ClientConn {
+	options := []grpc.DialOption{grpc.WithInsecure(), // grpc-go 1.33 (Debian) has no credentials/insecure
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(worker.MaxMessageBytes))}
+	if token != "" {
+		options = append(options, grpc.WithPerRPCCredentials(bearer(token)))
+	}
+	conn, err := grpc.Dial(addr, options...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package worker_test
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"os"
@@ -267,6 +268,7 @@ func TestOutcomes(t *testing.T) {
 	var mu sync.Mutex
 	var seen []string
 	var errs []error
+	lastErrors := map[string]string{}
 	var s worker.Stats
 	stop := runWorker(t, conn, worker.Options{
 		Queue: "{out}", Concurrency: 2,
@@ -278,6 +280,9 @@ func TestOutcomes(t *testing.T) {
 		Handler: func(_ context.Context, d *worker.Delivery) error {
 			mu.Lock()
 			seen = append(seen, fmt.Sprintf("%s#%d", d.Payload, d.DeliveryCount))
+			if d.DeliveryCount > 1 {
+				lastErrors[string(d.Payload)] = d.LastError()
+			}
 			mu.Unlock()
 			switch string(d.Payload) {
 			case "0":
@@ -309,6 +314,14 @@ func TestOutcomes(t *testing.T) {
 	}
 	if s.Acked.Load() != 3 || s.Dropped.Load() != 1 || s.Retried.Load() != 2 || s.HandlerErrors.Load() != 1 {
 		t.Fatalf("stats acked %d dropped %d retried %d errors %d", s.Acked.Load(), s.Dropped.Load(), s.Retried.Load(), s.HandlerErrors.Load())
+	}
+	// The reason of a retry comes back with the next delivery where the proto carries it.
+	want := map[string]string{"1": "", "2": ""}
+	if (&pb.Delivery{}).ProtoReflect().Descriptor().Fields().ByName("last_error") != nil {
+		want = map[string]string{"1": "not yet", "2": "handler panicked: flaky dependency"}
+	}
+	if fmt.Sprint(lastErrors) != fmt.Sprint(want) {
+		t.Fatalf("last errors %v, want %v", lastErrors, want)
 	}
 	peek, err := c.PeekQueue(ctxT(t), &pb.PeekQueueRequest{Name: "{out}.replies"})
 	if err != nil || len(peek.Items) != 1 || string(peek.Items[0].Payload) != "thumbnail" || peek.Items[0].Headers["of"] != ids[3] {
@@ -388,25 +401,35 @@ func TestReplacesAStreamThatWentSilent(t *testing.T) {
 	}
 }
 
-// A job longer than min_idle keeps its item only while its lease is extended.
+// A job longer than min_idle keeps its item only while its lease is extended: by default
+// every half min_idle, read from the declaration or, for a token that may only lease, from
+// LeaseOpened.min_idle where the stubs and server have it (before, it cannot extend).
 func TestExtendsLongJobs(t *testing.T) {
-	srv := startServer(t, startRedis(t), "SWITCHYARD_WATCHDOG_INTERVAL=100ms", "SWITCHYARD_HEARTBEAT_INTERVAL=1s")
-	conn := dial(t, srv.addr)
-	c := pb.NewQueueServiceClient(conn)
+	const admin, leaser = "admin-token", "leaser-token"
+	tokens := fmt.Sprintf(`[{"name":"admin","sha256":"%x","scopes":["*"]},{"name":"leaser","sha256":"%x","scopes":["queue:lease"]}]`,
+		sha256.Sum256([]byte(admin)), sha256.Sum256([]byte(leaser)))
+	srv := startServer(t, startRedis(t), "SWITCHYARD_WATCHDOG_INTERVAL=100ms", "SWITCHYARD_HEARTBEAT_INTERVAL=1s",
+		"SWITCHYARD_AUTH=on", "SWITCHYARD_AUTH_TOKENS="+tokens)
+	c := pb.NewQueueServiceClient(dialAs(t, srv.addr, admin))
+	told := (&pb.LeaseOpened{}).ProtoReflect().Descriptor().Fields().ByName("min_idle") != nil
+	leaseOnly := "[1 2]"
+	if told {
+		leaseOnly = "[1]"
+	}
 	for _, tc := range []struct {
-		queue       string
-		extendEvery time.Duration
-		want        string
-	}{{"{auto}", 0, "[1]"}, {"{off}", -1, "[1 2]"}} {
+		queue, token string
+		extendEvery  time.Duration
+		want         string
+	}{{"{auto}", admin, 0, "[1]"}, {"{off}", admin, -1, "[1 2]"}, {"{lease-only}", leaser, 0, leaseOnly}} {
 		tc := tc
 		t.Run(tc.queue, func(t *testing.T) {
-			t.Parallel() // the two jobs run at once: each takes 4.5 s
+			t.Parallel() // the jobs run at once: each takes 4.5 s
 			declare(t, c, &pb.Queue{Name: tc.queue, Mode: pb.QueueMode_QUEUE_MODE_RELIABLE, RecoverySet: tc.queue + ".claims", MinIdle: durationpb.New(2 * time.Second)})
 			enqueue(t, c, tc.queue, "long", 1)
 			var mu sync.Mutex
 			var counts []uint32
 			firstDone := make(chan struct{})
-			stop := runWorker(t, conn, worker.Options{
+			stop := runWorker(t, dialAs(t, srv.addr, tc.token), worker.Options{
 				Queue: tc.queue, Concurrency: 2, ExtendEvery: tc.extendEvery,
 				Handler: func(_ context.Context, d *worker.Delivery) error {
 					mu.Lock()

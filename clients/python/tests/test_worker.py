@@ -3,6 +3,7 @@ drain, and reconnection after the server dies. Work takes real time here (the se
 another process with Redis's clock), so the durations are kept to a few seconds."""
 
 import collections
+import secrets
 import threading
 import time
 import unittest
@@ -10,7 +11,8 @@ import unittest
 import grpc
 
 import switchyard
-from harness import Forwarder, Redis, Server, ServerTest, fresh_client, wait_for
+from switchyard._proto import has_field, pb
+from harness import Forwarder, Redis, Server, ServerTest, fresh_client, token_hash, wait_for
 
 FAST = {"SWITCHYARD_WATCHDOG_INTERVAL": "100ms", "SWITCHYARD_HEARTBEAT_INTERVAL": "1s"}
 
@@ -22,10 +24,13 @@ class Recorder:
         self.plan = plan
         self.lock = threading.Lock()
         self.seen = []
+        #: (payload, delivery_count, last_error) of each delivery.
+        self.errors = []
 
     def __call__(self, d):
         with self.lock:
             self.seen.append((d.id, d.delivery_count, d.payload))
+            self.errors.append((d.payload, d.delivery_count, d.last_error))
         return self.plan(d)
 
     def ids(self):
@@ -97,6 +102,10 @@ class Outcomes(ServerTest):
         self.assertEqual((worker.stats["dropped"], worker.stats["retried"], worker.stats["acked"]), (1, 2, 3))
         reply = self.client.peek(replies).items
         self.assertEqual([(i.payload, dict(i.headers)) for i in reply], [(b"thumbnail", {"of": ids[b"reply"]})])
+        # The reason of a retry comes back with the next delivery where the proto carries it.
+        carried = has_field(pb.RetryRequest, "reason") and has_field(pb.Delivery, "last_error")
+        last_errors = {p: e for p, n, e in handler.errors if n == 2}
+        self.assertEqual(last_errors, {b"retry": "not yet", b"boom": "ValueError: flaky dependency"} if carried else {b"retry": "", b"boom": ""})
 
     def test_an_undeclared_queue_stops_the_worker_with_not_found(self):
         worker = switchyard.Worker(self.client, "{never-declared}", lambda d: None)
@@ -171,6 +180,33 @@ class LeaseExtension(ServerTest):
             self.assertTrue(done.wait(15))
             wait_for(lambda q=q: self.client.queue_stats(q).processing == 0, what="the item to be settled")
         self.assertEqual({name: [n for _, n, _ in h.seen] for name, (_, _, h) in runs.items()}, {"auto": [1], "off": [1, 2]})
+
+
+class LeaseExtensionWithoutReadScope(unittest.TestCase):
+    """A worker whose token may lease but not read the declaration learns min_idle from
+    LeaseOpened where the server sends it; before that it cannot extend."""
+
+    def test_extends_with_min_idle_from_the_open_answer(self):
+        token = secrets.token_urlsafe(24)
+        tokens = '[{"name": "admin", "sha256": "%s", "scopes": ["*"]}, {"name": "leaser", "sha256": "%s", "scopes": ["queue:lease"]}]'
+        admin_token = secrets.token_urlsafe(24)
+        redis = Redis()
+        self.addCleanup(redis.stop)
+        server = Server(redis, env={**FAST, "SWITCHYARD_AUTH": "on", "SWITCHYARD_AUTH_TOKENS": tokens % (token_hash(admin_token), token_hash(token))})
+        self.addCleanup(server.stop)
+        admin = switchyard.Client(server.address, token=admin_token)
+        leaser = switchyard.Client(server.address, token=token)
+        self.addCleanup(admin.close)
+        self.addCleanup(leaser.close)
+        admin.create_queue("{lease-only}", recovery_set="{lease-only}.claims", min_idle=2)
+        admin.enqueue("{lease-only}", [b"long job"])
+        done = threading.Event()
+        handler = Recorder(lambda d: (time.sleep(4.5), done.set()) if d.delivery_count == 1 else None)
+        run_worker(self, leaser, "{lease-only}", handler, concurrency=2)
+        self.assertTrue(done.wait(15))
+        wait_for(lambda: admin.queue_stats("{lease-only}").processing == 0, what="the item to be settled")
+        told = has_field(pb.LeaseOpened, "min_idle")
+        self.assertEqual([n for _, n, _ in handler.seen], [1] if told else [1, 2])
 
 
 class Reconnection(unittest.TestCase):
