@@ -5,8 +5,11 @@ SWITCHYARD_REPO names the checkout (default: three folders up) and SWITCHYARD_NO
 node binary (default: node on PATH); `npm run build` must have made dist/.
 """
 
+import atexit
 import hashlib
+import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -163,29 +166,52 @@ def token_hash(token):
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-class ServerTest(unittest.TestCase):
-    """A test class with a Redis and a server of its own (SERVER_ENV adds settings), and `client`."""
+# The tokens of the shared server: one may do everything, one may only lease (it cannot
+# read a declaration), one may use the queues whose names start with {py.
+ADMIN_TOKEN = secrets.token_urlsafe(24)
+LEASER_TOKEN = secrets.token_urlsafe(24)
+PY_TOKEN = secrets.token_urlsafe(24)
+# Fast timers: the watchdog looks every 100 ms, idle streams hear a heartbeat every 300 ms.
+FAST = {"SWITCHYARD_WATCHDOG_INTERVAL": "100ms", "SWITCHYARD_HEARTBEAT_INTERVAL": "300ms"}
 
-    SERVER_ENV = {}
+_shared = None
+
+
+def shared_server():
+    """One Redis and one server (auth on, FAST) for every test that does not stop or
+    restart its server, started on first use and stopped when the run ends."""
+    global _shared
+    if _shared is None:
+        tokens = [
+            {"name": "admin", "sha256": token_hash(ADMIN_TOKEN), "scopes": ["*"]},
+            {"name": "leaser", "sha256": token_hash(LEASER_TOKEN), "scopes": ["queue:lease"]},
+            {"name": "py", "sha256": token_hash(PY_TOKEN), "scopes": ["queue:admin:{py*", "queue:enqueue:{py*", "queue:lease:{py*"]},
+        ]
+        redis = Redis()
+        try:
+            server = Server(redis, env={**FAST, "SWITCHYARD_AUTH": "on", "SWITCHYARD_AUTH_TOKENS": json.dumps(tokens)})
+        except Exception:
+            redis.stop()
+            raise
+        _shared = (redis, server)
+        atexit.register(lambda: (server.stop(), redis.stop()))
+    return _shared[1]
+
+
+class ServerTest(unittest.TestCase):
+    """A test class on the shared server, with `client` (the admin token)."""
 
     @classmethod
     def setUpClass(cls):
-        cls.redis = Redis()
-        try:
-            cls.server = Server(cls.redis, env=cls.SERVER_ENV)
-        except Exception:
-            cls.redis.stop()
-            raise
-        cls.client = switchyard.Client(cls.server.address, timeout=10)
+        cls.server = shared_server()
+        cls.client = switchyard.Client(cls.server.address, token=ADMIN_TOKEN, timeout=10)
 
     @classmethod
     def tearDownClass(cls):
         cls.client.close()
-        cls.server.stop()
-        cls.redis.stop()
 
-    def fresh_queue(self, mode="reliable", **options):
+    def fresh_queue(self, mode="reliable", prefix="", **options):
         """A newly declared queue with a name of its own (hash-tagged, so reliable queues work on a cluster)."""
-        name = "{%s-%d}" % (self._testMethodName, time.monotonic_ns())
+        name = "{%s%s-%d}" % (prefix, self._testMethodName, time.monotonic_ns())
         self.client.create_queue(name, mode, **options)
         return name

@@ -8,7 +8,7 @@ import grpc
 
 import switchyard
 from switchyard._proto import has_field, pb
-from harness import Redis, Server, ServerTest, token_hash, wait_for
+from harness import PY_TOKEN, ServerTest, wait_for
 
 
 class EnqueueAndAdmin(ServerTest):
@@ -136,39 +136,27 @@ class UnarySettles(ServerTest):
         self.assertEqual(self.client.queue_stats(q).dead_letter, 0)
 
 
-class Auth(unittest.TestCase):
+class Auth(ServerTest):
     """With tokens configured, the client's token goes with every call, Lease included."""
 
-    @classmethod
-    def setUpClass(cls):
-        cls.token = secrets.token_urlsafe(24)
-        tokens = '[{"name": "py", "sha256": "%s", "scopes": ["queue:admin:{py*}", "queue:enqueue:{py*}", "queue:lease:{py*}"]}]'
-        cls.redis = Redis()
-        cls.server = Server(cls.redis, env={"SWITCHYARD_AUTH_TOKENS": tokens % token_hash(cls.token), "SWITCHYARD_AUTH": "on"})
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.server.stop()
-        cls.redis.stop()
-
     def test_calls_without_the_token_are_refused_and_with_it_pass(self):
+        q = self.fresh_queue(prefix="py-")  # within the py token's {py* scopes
         with switchyard.Client(self.server.address) as anonymous:
             with self.assertRaises(switchyard.Error) as caught:
-                anonymous.create_queue("{py}")
+                anonymous.enqueue(q, [b"x"])
             self.assertEqual(caught.exception.code, grpc.StatusCode.UNAUTHENTICATED)
-        with switchyard.Client(self.server.address, token=self.token) as client:
-            client.create_queue("{py}")
-            client.enqueue("{py}", [b"hello"])
+        with switchyard.Client(self.server.address, token=PY_TOKEN) as client:
+            client.enqueue(q, [b"hello"])
             with self.assertRaises(switchyard.Error) as caught:
                 client.enqueue("{other}", [b"x"])
             self.assertEqual(caught.exception.code, grpc.StatusCode.PERMISSION_DENIED)
             handled = []
-            worker = switchyard.Worker(client, "{py}", lambda d: handled.append(d.payload)).start()
+            worker = switchyard.Worker(client, q, lambda d: handled.append(d.payload)).start()
             wait_for(lambda: handled, what="the delivery")
             worker.stop()
             worker.join(10)
             self.assertEqual(handled, [b"hello"])
-            self.assertEqual(client.queue_stats("{py}").completed_total, 1)
+            self.assertEqual(client.queue_stats(q).completed_total, 1)
 
 
 if __name__ == "__main__":

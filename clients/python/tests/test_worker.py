@@ -3,7 +3,6 @@ drain, and reconnection after the server dies. Work takes real time here (the se
 another process with Redis's clock), so the durations are kept to a few seconds."""
 
 import collections
-import secrets
 import threading
 import time
 import unittest
@@ -12,9 +11,8 @@ import grpc
 
 import switchyard
 from switchyard._proto import has_field, pb
-from harness import Forwarder, Redis, Server, ServerTest, fresh_client, token_hash, wait_for
+from harness import ADMIN_TOKEN, FAST, LEASER_TOKEN, Forwarder, Redis, Server, ServerTest, fresh_client, wait_for
 
-FAST = {"SWITCHYARD_WATCHDOG_INTERVAL": "100ms", "SWITCHYARD_HEARTBEAT_INTERVAL": "1s"}
 
 
 class Recorder:
@@ -50,8 +48,6 @@ def run_worker(test, *args, **kwargs):
 
 
 class Outcomes(ServerTest):
-    SERVER_ENV = FAST
-
     def test_handles_every_item_once_with_concurrency(self):
         q = self.fresh_queue()
         ids = self.client.enqueue(q, [f"item {i}" for i in range(300)])
@@ -140,13 +136,11 @@ class Outcomes(ServerTest):
 class SilentStream(ServerTest):
     """A stream that stops hearing from the server (heartbeats included) is taken for dead."""
 
-    SERVER_ENV = {"SWITCHYARD_HEARTBEAT_INTERVAL": "300ms"}
-
     def test_after_three_silent_heartbeat_intervals_it_opens_a_new_stream(self):
         q = self.fresh_queue()
         hop = Forwarder(self.server.address)
         self.addCleanup(hop.close)
-        with fresh_client(hop.address) as through:
+        with fresh_client(hop.address, token=ADMIN_TOKEN) as through:
             handler = Recorder()
             worker = run_worker(self, through, q, handler)
             self.client.enqueue(q, [b"before"])
@@ -160,53 +154,33 @@ class SilentStream(ServerTest):
 
 
 class LeaseExtension(ServerTest):
-    """A job longer than min_idle keeps its item only if its lease is extended."""
-
-    SERVER_ENV = FAST
+    """A job longer than min_idle keeps its item only if its lease is extended: by default
+    every half min_idle, from the declaration, or for a token that may only lease, from
+    LeaseOpened.min_idle where the server sends it (before that, it cannot extend)."""
 
     def test_extends_before_half_of_min_idle_and_without_it_the_watchdog_hands_the_item_out_again(self):
-        # Both jobs run at once (each takes 4.5 s): one worker extends by default, one not at all.
+        told = has_field(pb.LeaseOpened, "min_idle")
+        leaser = switchyard.Client(self.server.address, token=LEASER_TOKEN)
+        self.addCleanup(leaser.close)
+        # The three jobs run at once (each takes 4.5 s).
+        cases = {"auto": (self.client, {}), "off": (self.client, {"extend_every": 0}), "lease-only": (leaser, {})}
         runs = {}
-        for name, options in (("auto", {}), ("off", {"extend_every": 0})):
+        for name, (client, options) in cases.items():
             q = "{long-%s-%d}" % (name, time.monotonic_ns())
             self.client.create_queue(q, recovery_set=q + ".claims", min_idle=2)
             self.client.enqueue(q, [b"long job"])
             done = threading.Event()
             # Longer than min_idle (2 s) by more than the watchdog's interval and a loaded machine's lag.
             handler = Recorder(lambda d, done=done: (time.sleep(4.5), done.set()) if d.delivery_count == 1 else None)
-            run_worker(self, self.client, q, handler, concurrency=2, **options)
+            run_worker(self, client, q, handler, concurrency=2, **options)
             runs[name] = (q, done, handler)
         for q, done, _ in runs.values():
             self.assertTrue(done.wait(15))
             wait_for(lambda q=q: self.client.queue_stats(q).processing == 0, what="the item to be settled")
-        self.assertEqual({name: [n for _, n, _ in h.seen] for name, (_, _, h) in runs.items()}, {"auto": [1], "off": [1, 2]})
-
-
-class LeaseExtensionWithoutReadScope(unittest.TestCase):
-    """A worker whose token may lease but not read the declaration learns min_idle from
-    LeaseOpened where the server sends it; before that it cannot extend."""
-
-    def test_extends_with_min_idle_from_the_open_answer(self):
-        token = secrets.token_urlsafe(24)
-        tokens = '[{"name": "admin", "sha256": "%s", "scopes": ["*"]}, {"name": "leaser", "sha256": "%s", "scopes": ["queue:lease"]}]'
-        admin_token = secrets.token_urlsafe(24)
-        redis = Redis()
-        self.addCleanup(redis.stop)
-        server = Server(redis, env={**FAST, "SWITCHYARD_AUTH": "on", "SWITCHYARD_AUTH_TOKENS": tokens % (token_hash(admin_token), token_hash(token))})
-        self.addCleanup(server.stop)
-        admin = switchyard.Client(server.address, token=admin_token)
-        leaser = switchyard.Client(server.address, token=token)
-        self.addCleanup(admin.close)
-        self.addCleanup(leaser.close)
-        admin.create_queue("{lease-only}", recovery_set="{lease-only}.claims", min_idle=2)
-        admin.enqueue("{lease-only}", [b"long job"])
-        done = threading.Event()
-        handler = Recorder(lambda d: (time.sleep(4.5), done.set()) if d.delivery_count == 1 else None)
-        run_worker(self, leaser, "{lease-only}", handler, concurrency=2)
-        self.assertTrue(done.wait(15))
-        wait_for(lambda: admin.queue_stats("{lease-only}").processing == 0, what="the item to be settled")
-        told = has_field(pb.LeaseOpened, "min_idle")
-        self.assertEqual([n for _, n, _ in handler.seen], [1] if told else [1, 2])
+        self.assertEqual(
+            {name: [n for _, n, _ in h.seen] for name, (_, _, h) in runs.items()},
+            {"auto": [1], "off": [1, 2], "lease-only": [1] if told else [1, 2]},
+        )
 
 
 class Reconnection(unittest.TestCase):
