@@ -7,6 +7,7 @@ package worker_test
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -39,8 +40,41 @@ func node() string {
 	return "node"
 }
 
+// owner is what starts a process and stops it later: a test (*testing.T), or TestMain's mainOwner.
+type owner interface {
+	Helper()
+	Cleanup(func())
+	Fatalf(format string, args ...interface{})
+	TempDir() string
+}
+
+// mainOwner owns what TestMain starts for every test: stopped after them, in reverse order.
+type mainOwner struct{ cleanups []func() }
+
+func (*mainOwner) Helper()            {}
+func (o *mainOwner) Cleanup(f func()) { o.cleanups = append(o.cleanups, f) }
+func (o *mainOwner) Fatalf(format string, args ...interface{}) {
+	o.stop()
+	fmt.Fprintf(os.Stderr, format+"\n", args...)
+	os.Exit(1)
+}
+func (o *mainOwner) TempDir() string {
+	dir, err := os.MkdirTemp("", "sy-go-test-")
+	if err != nil {
+		o.Fatalf("%v", err)
+	}
+	o.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+func (o *mainOwner) stop() {
+	for i := len(o.cleanups) - 1; i >= 0; i-- {
+		o.cleanups[i]()
+	}
+	o.cleanups = nil
+}
+
 // waitFor polls cond until it holds, failing the test after timeout.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+func waitFor(t owner, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for !cond() {
@@ -53,7 +87,7 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 
 type testRedis struct{ socket string }
 
-func startRedis(t *testing.T) *testRedis {
+func startRedis(t owner) *testRedis {
 	dir := t.TempDir()
 	socket := filepath.Join(dir, "redis.sock")
 	cmd := exec.Command("redis-server", "--port", "0", "--unixsocket", socket, "--save", "", "--appendonly", "no", "--dir", dir)
@@ -74,7 +108,7 @@ type testServer struct {
 }
 
 // startServer runs a Switchyard instance against r; env adds SWITCHYARD_* settings.
-func startServer(t *testing.T, r *testRedis, env ...string) *testServer {
+func startServer(t owner, r *testRedis, env ...string) *testServer {
 	cmd := exec.Command(node(), filepath.Join(repo(), "dist", "main.js"))
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "SWITCHYARD_") {
@@ -86,7 +120,7 @@ func startServer(t *testing.T, r *testRedis, env ...string) *testServer {
 	cmd.Env = append(cmd.Env, env...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%v", err)
 	}
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {

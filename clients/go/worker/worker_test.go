@@ -26,6 +26,14 @@ import (
 	"switchyard/clients/go/worker"
 )
 
+// The tokens of the shared server: one may do everything, one may only lease (it cannot
+// read a declaration).
+const adminToken, leaserToken = "admin-token", "leaser-token"
+
+// sharedAddr is the server every test uses: auth on, the watchdog every 100 ms, a
+// heartbeat on idle streams every 300 ms. TestMain starts it (and its Redis) and stops it.
+var sharedAddr string
+
 // The SIGKILL test runs its first worker as a child process: this test binary again,
 // with SY_GO_CHILD_ADDR set. The child writes each item's id to SY_GO_CHILD_LOG before
 // its handler returns (so before the ack), and runs until it is killed.
@@ -33,7 +41,14 @@ func TestMain(m *testing.M) {
 	if addr := os.Getenv("SY_GO_CHILD_ADDR"); addr != "" {
 		os.Exit(child(addr, os.Getenv("SY_GO_CHILD_QUEUE"), os.Getenv("SY_GO_CHILD_LOG")))
 	}
-	os.Exit(m.Run())
+	tokens := fmt.Sprintf(`[{"name":"admin","sha256":"%x","scopes":["*"]},{"name":"leaser","sha256":"%x","scopes":["queue:lease"]}]`,
+		sha256.Sum256([]byte(adminToken)), sha256.Sum256([]byte(leaserToken)))
+	shared := &mainOwner{}
+	sharedAddr = startServer(shared, startRedis(shared), "SWITCHYARD_WATCHDOG_INTERVAL=100ms", "SWITCHYARD_HEARTBEAT_INTERVAL=300ms",
+		"SWITCHYARD_AUTH=on", "SWITCHYARD_AUTH_TOKENS="+tokens).addr
+	code := m.Run()
+	shared.stop()
+	os.Exit(code)
 }
 
 func child(addr, queue, logPath string) int {
@@ -42,7 +57,7 @@ func child(addr, queue, logPath string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	conn := dial(&testing.T{}, addr)
+	conn := dialAs(&testing.T{}, addr, adminToken)
 	var mu sync.Mutex
 	err = worker.Run(context.Background(), conn, worker.Options{
 		Queue: queue, Concurrency: credit, AckOneByOne: true,
@@ -60,10 +75,10 @@ func child(addr, queue, logPath string) int {
 // credit is the throughput and SIGKILL tests' concurrency (and stream credit).
 const credit = 200
 
-// reliableQueue starts a server on a Redis of its own, declares the RELIABLE queue and
-// enqueues n items "<prefix><i>"; it returns the connection, a client and the ids.
+// reliableQueue declares the RELIABLE queue on the shared server and enqueues n items
+// "<prefix><i>"; it returns an admin connection, a client and the ids.
 func reliableQueue(t *testing.T, queue, prefix string, n int) (*grpc.ClientConn, pb.QueueServiceClient, []string) {
-	conn := dial(t, startServer(t, startRedis(t)).addr)
+	conn := dialAs(t, sharedAddr, adminToken)
 	c := pb.NewQueueServiceClient(conn)
 	declare(t, c, reliable(queue))
 	return conn, c, enqueue(t, c, queue, prefix, n)
@@ -123,7 +138,11 @@ func cpuTime() time.Duration {
 func TestMovesItemsWithOneAckPerItem(t *testing.T) {
 	n := envInt("SY_GO_ITEMS", 30000)
 	minRate := envInt("SY_GO_MIN_RATE", 0)
-	conn, c, ids := reliableQueue(t, "{speed}", "item ", n)
+	// A server of its own with auth off, as the figure to compare with was measured.
+	conn := dial(t, startServer(t, startRedis(t)).addr)
+	c := pb.NewQueueServiceClient(conn)
+	declare(t, c, reliable("{speed}"))
+	ids := enqueue(t, c, "{speed}", "item ", n)
 
 	var mu sync.Mutex
 	seen := make(map[string]int, n)
@@ -259,8 +278,7 @@ func readLines(path string) []string {
 }
 
 func TestOutcomes(t *testing.T) {
-	srv := startServer(t, startRedis(t))
-	conn := dial(t, srv.addr)
+	conn := dialAs(t, sharedAddr, adminToken)
 	c := pb.NewQueueServiceClient(conn)
 	declare(t, c, reliable("{out}"))
 	declare(t, c, &pb.Queue{Name: "{out}.replies", Mode: pb.QueueMode_QUEUE_MODE_SIMPLE})
@@ -330,8 +348,7 @@ func TestOutcomes(t *testing.T) {
 }
 
 func TestAnUndeclaredQueueEndsRunWithNotFound(t *testing.T) {
-	srv := startServer(t, startRedis(t))
-	err := worker.Run(ctxT(t), dial(t, srv.addr), worker.Options{Queue: "{nobody}", Handler: func(context.Context, *worker.Delivery) error { return nil }}, nil)
+	err := worker.Run(ctxT(t), dialAs(t, sharedAddr, adminToken), worker.Options{Queue: "{nobody}", Handler: func(context.Context, *worker.Delivery) error { return nil }}, nil)
 	if status.Code(err) != codes.NotFound || !worker.Fatal(err) {
 		t.Fatalf("Run returned %v, want NOT_FOUND", err)
 	}
@@ -367,13 +384,12 @@ func TestStopLetsRunningHandlersFinishAndSettle(t *testing.T) {
 
 // A stream that hears nothing (heartbeats included) for three heartbeat intervals is replaced.
 func TestReplacesAStreamThatWentSilent(t *testing.T) {
-	srv := startServer(t, startRedis(t), "SWITCHYARD_HEARTBEAT_INTERVAL=300ms")
-	direct := pb.NewQueueServiceClient(dial(t, srv.addr))
+	direct := pb.NewQueueServiceClient(dialAs(t, sharedAddr, adminToken))
 	declare(t, direct, reliable("{silent}"))
-	hop := forward(t, srv.addr)
+	hop := forward(t, sharedAddr)
 	seen := make(chan string, 2)
 	var s worker.Stats
-	stop := runWorker(t, dial(t, hop.addr), worker.Options{
+	stop := runWorker(t, dialAs(t, hop.addr, adminToken), worker.Options{
 		Queue: "{silent}",
 		Handler: func(_ context.Context, d *worker.Delivery) error {
 			seen <- string(d.Payload)
@@ -405,12 +421,7 @@ func TestReplacesAStreamThatWentSilent(t *testing.T) {
 // every half min_idle, read from the declaration or, for a token that may only lease, from
 // LeaseOpened.min_idle where the stubs and server have it (before, it cannot extend).
 func TestExtendsLongJobs(t *testing.T) {
-	const admin, leaser = "admin-token", "leaser-token"
-	tokens := fmt.Sprintf(`[{"name":"admin","sha256":"%x","scopes":["*"]},{"name":"leaser","sha256":"%x","scopes":["queue:lease"]}]`,
-		sha256.Sum256([]byte(admin)), sha256.Sum256([]byte(leaser)))
-	srv := startServer(t, startRedis(t), "SWITCHYARD_WATCHDOG_INTERVAL=100ms", "SWITCHYARD_HEARTBEAT_INTERVAL=1s",
-		"SWITCHYARD_AUTH=on", "SWITCHYARD_AUTH_TOKENS="+tokens)
-	c := pb.NewQueueServiceClient(dialAs(t, srv.addr, admin))
+	c := pb.NewQueueServiceClient(dialAs(t, sharedAddr, adminToken))
 	told := (&pb.LeaseOpened{}).ProtoReflect().Descriptor().Fields().ByName("min_idle") != nil
 	leaseOnly := "[1 2]"
 	if told {
@@ -420,7 +431,7 @@ func TestExtendsLongJobs(t *testing.T) {
 		queue, token string
 		extendEvery  time.Duration
 		want         string
-	}{{"{auto}", admin, 0, "[1]"}, {"{off}", admin, -1, "[1 2]"}, {"{lease-only}", leaser, 0, leaseOnly}} {
+	}{{"{auto}", adminToken, 0, "[1]"}, {"{off}", adminToken, -1, "[1 2]"}, {"{lease-only}", leaserToken, 0, leaseOnly}} {
 		tc := tc
 		t.Run(tc.queue, func(t *testing.T) {
 			t.Parallel() // the jobs run at once: each takes 4.5 s
@@ -429,7 +440,7 @@ func TestExtendsLongJobs(t *testing.T) {
 			var mu sync.Mutex
 			var counts []uint32
 			firstDone := make(chan struct{})
-			stop := runWorker(t, dialAs(t, srv.addr, tc.token), worker.Options{
+			stop := runWorker(t, dialAs(t, sharedAddr, tc.token), worker.Options{
 				Queue: tc.queue, Concurrency: 2, ExtendEvery: tc.extendEvery,
 				Handler: func(_ context.Context, d *worker.Delivery) error {
 					mu.Lock()
