@@ -54,15 +54,16 @@ async function installInEmptyProject(): Promise<string> {
       engines: pkg.engines,
     },
   };
-  let n = 0;
-  for (const [path, entry] of Object.entries(lock.packages)) {
-    if (!path || entry.dev || entry.devOptional) continue;
-    const file = join(dir, "deps", `${n++}.tgz`);
-    // A package's folder as npm's tarballs hold it: under package/, without its nested node_modules.
-    await execFileP("tar", ["-czf", file, "-C", join(root, path), "--exclude=./node_modules", "--transform", "s,^\\.,package,", "."]);
-    const { integrity: _integrity, resolved: _resolved, ...rest } = entry;
-    packages[path] = { ...rest, resolved: `file:${file}` };
-  }
+  const deps = Object.entries(lock.packages).filter(([path, entry]) => path && !entry.dev && !entry.devOptional);
+  await Promise.all(
+    deps.map(async ([path, entry], n) => {
+      const file = join(dir, "deps", `${n}.tgz`);
+      // A package's folder as npm's tarballs hold it: under package/, without its nested node_modules.
+      await execFileP("tar", ["-czf", file, "-C", join(root, path), "--exclude=./node_modules", "--transform", "s,^\\.,package,", "."]);
+      const { integrity: _integrity, resolved: _resolved, ...rest } = entry;
+      packages[path] = { ...rest, resolved: `file:${file}` };
+    }),
+  );
   writeFileSync(join(project, "package.json"), JSON.stringify({ name: "app", version: "1.0.0", private: true, type: "module", dependencies: { switchyard: `file:${tarball}` } }));
   writeFileSync(join(project, "package-lock.json"), JSON.stringify({ name: "app", version: "1.0.0", lockfileVersion: 3, requires: true, packages }));
   await npm(["ci", "--offline", "--ignore-scripts", "--no-audit", "--no-fund"], project, { ...process.env, npm_config_cache: join(dir, "npm-cache") });
