@@ -26,7 +26,8 @@ import { authInterceptor } from "./grpc/auth-interceptor.js";
 import { serverCredentials } from "./grpc/tls.js";
 import { observeCalls } from "./grpc/observe.js";
 import { PromMetrics } from "./metrics/registry.js";
-import { redisReadiness, startSideServer, type SideServer } from "./metrics/http.js";
+import { startSideServer, type SideServer } from "./metrics/http.js";
+import { Readiness } from "./redis/readiness.js";
 import { webApi, type WebApi } from "./web/gateway.js";
 import { DashboardAssets } from "./web/assets.js";
 import { CronService } from "./gen/switchyard/v1/cron_pb.js";
@@ -43,6 +44,8 @@ export interface App {
   readonly queues: Queues;
   readonly scheduler: Scheduler;
   readonly health: Health;
+  /** The one readiness check behind gRPC health and /readyz. */
+  readonly readiness: Readiness;
   readonly redis: RedisConnection;
   readonly clock: Clock;
   /** host:port of the side HTTP port (/metrics, /healthz, /readyz); "" when it is off. */
@@ -83,13 +86,18 @@ function hostOf(address: string): string {
 export async function startApp(config: Config, parts: AppParts = {}): Promise<App> {
   const log = parts.log ?? createLogger(config.logLevel);
   const metrics = new PromMetrics();
-  const redis = await connectRedis(config.redis, log);
-  // Why the instance is not serving, for /readyz; undefined once it is.
+  const redis = await connectRedis(config.redis, log, {
+    commandTimeoutMs: config.redisCommandTimeoutMs,
+    keepAliveMs: config.redisKeepAliveMs,
+    longestBlockMs: config.blockTimeoutSec * 1000,
+  });
+  // Why the instance is not serving, for readiness; undefined once it is.
   let phase: "starting" | "shutting down" | "shut down" | undefined = "starting";
+  const readiness = new Readiness(redis, () => phase, { intervalMs: config.readinessIntervalMs, timeoutMs: config.readinessTimeoutMs });
   let side: SideServer | undefined;
   try {
     if (config.httpAddress) {
-      const ready = redisReadiness(redis, () => phase);
+      const ready = () => readiness.check();
       side = await startSideServer(config.httpAddress, { metrics, live: () => phase !== "shut down", ready }, log);
     }
     let clock = parts.clock;
@@ -157,15 +165,15 @@ export async function startApp(config: Config, parts: AppParts = {}): Promise<Ap
       web = { api: webApi(target, [QueueService, CronService, AuditService, AuthService], config.maxMessageBytes), socketDir };
       side.setWeb({ api: web.api, assets: new DashboardAssets() });
     }
-    const follow = () => health.setAll(redis.ready() ? ServingStatus.SERVING : ServingStatus.NOT_SERVING);
-    for (const event of ["ready", "close", "end", "reconnecting", "error"]) redis.client.on(event, follow);
-    follow();
+    readiness.onChange((reason) => health.setAll(reason === undefined ? ServingStatus.SERVING : ServingStatus.NOT_SERVING));
+    readiness.start();
     side?.setQueues({
       names: () => registry.known().map((q) => q.name),
       stats: (name) => queues.stats(name),
       redisReady: () => redis.ready(),
     });
     phase = undefined;
+    await readiness.check();
     log.info("switchyard listening", { address, httpAddress: side?.address });
     let stopping: Promise<void> | undefined;
     // Graceful shutdown (SPEC S5): NOT_SERVING first; lease streams drain within the grace
@@ -173,7 +181,8 @@ export async function startApp(config: Config, parts: AppParts = {}): Promise<Ap
     // the scheduler stops and releases its locks; Redis closes last.
     const stop = async () => {
       phase = "shutting down";
-      health.setAll(ServingStatus.NOT_SERVING);
+      void readiness.check(); // NOT_SERVING at once
+      readiness.stop();
       await queues.drain(config.shutdownGraceMs);
       await new Promise<void>((ok) => {
         server.tryShutdown(() => ok());
@@ -199,6 +208,7 @@ export async function startApp(config: Config, parts: AppParts = {}): Promise<Ap
       queues,
       scheduler,
       health,
+      readiness,
       redis,
       clock,
       httpAddress: side?.address ?? "",
@@ -206,6 +216,7 @@ export async function startApp(config: Config, parts: AppParts = {}): Promise<Ap
       stop: () => (stopping ??= stop()),
     };
   } catch (err) {
+    readiness.stop();
     await side?.close();
     await redis.close();
     throw err;

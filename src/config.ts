@@ -66,6 +66,34 @@ export interface Config {
   readonly maxLeaseStreamsPerToken: number;
   /** Cron: jobs that may exist (not deleted) at once. */
   readonly maxCronJobs: number;
+  /** A Redis command unanswered this long fails with UNAVAILABLE, and a connection silent this long with commands out is made again. */
+  readonly redisCommandTimeoutMs: number;
+  /** TCP keepalive on every Redis connection: probes start after this long idle. */
+  readonly redisKeepAliveMs: number;
+  /** How often the readiness check (gRPC health and /readyz) asks Redis for a PING. */
+  readonly readinessIntervalMs: number;
+  /** A PING unanswered this long makes the instance not ready. */
+  readonly readinessTimeoutMs: number;
+  /** Largest stored form of one item (payload, headers, id and envelope) on Enqueue. */
+  readonly maxItemBytes: number;
+  /** Bytes of enqueued items one instance holds while they wait for Redis; more is RESOURCE_EXHAUSTED. */
+  readonly maxPendingEnqueueBytes: number;
+  /** Delivery bytes one Lease stream may have written and not yet taken by its worker. */
+  readonly maxStreamBufferBytes: number;
+  /** The same, over every Lease stream of the instance. */
+  readonly maxBufferedBytes: number;
+  /** A Lease stream that sends no open this long is ended. */
+  readonly leaseOpenTimeoutMs: number;
+  /** Concurrent calls one client connection may have open (HTTP/2 max concurrent streams). */
+  readonly maxStreamsPerConnection: number;
+  /** A client connection with no call open this long is closed. */
+  readonly connectionIdleTimeoutMs: number;
+  /** grpc.health.v1 Watch calls open at once on one instance. */
+  readonly maxHealthWatches: number;
+  /** Host names (besides IP addresses and localhost) the side HTTP port answers to. */
+  readonly httpHosts: readonly string[];
+  /** Largest request body the side port's web API reads. */
+  readonly maxHttpBodyBytes: number;
 }
 
 /** The defaults, in one place. */
@@ -96,6 +124,20 @@ export const defaults = {
   schedulerHeartbeatMs: 5 * SECOND,
   maxLeaseStreamsPerToken: 1000,
   maxCronJobs: 10_000,
+  redisCommandTimeoutMs: 5 * SECOND,
+  redisKeepAliveMs: 10 * SECOND,
+  readinessIntervalMs: 1 * SECOND,
+  readinessTimeoutMs: 1 * SECOND,
+  /** Over the payload limit: room for headers. */
+  itemOverheadBytes: 64 * 1024,
+  maxPendingEnqueueBytes: 256 * 1024 * 1024,
+  maxStreamBufferBytes: 16 * 1024 * 1024,
+  maxBufferedBytes: 256 * 1024 * 1024,
+  leaseOpenTimeoutMs: 10 * SECOND,
+  maxStreamsPerConnection: 1000,
+  connectionIdleTimeoutMs: 5 * MINUTE,
+  maxHealthWatches: 1000,
+  maxHttpBodyBytes: 4 * 1024 * 1024,
 };
 
 const units: Record<string, number> = { ms: 1, s: SECOND, m: MINUTE, h: 60 * MINUTE };
@@ -186,14 +228,35 @@ function onOff(name: string, text: string | undefined): boolean {
   throw invalid(`${name}="${text}" must be on or off`);
 }
 
+/** Host names for SWITCHYARD_HTTP_HOSTS: comma-separated, lower case, no ports. */
+function hostNames(text: string): string[] {
+  const names = text.split(",").map((h) => h.trim().toLowerCase()).filter(Boolean);
+  for (const name of names) {
+    if (!/^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*\.?$/.test(name)) {
+      throw invalid(`SWITCHYARD_HTTP_HOSTS entry "${name}" is not a host name; list names such as switchyard.internal, without ports`);
+    }
+  }
+  return names;
+}
+
 const logLevels = new Set(["debug", "info", "warn", "error", "silent"]);
 
 /** Reads the configuration from environment variables (see the README's table). */
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   const num = (name: string, fallback: number) => (env[name] ? positiveInt(name, env[name]!) : fallback);
   const dur = (name: string, fallback: number) => (env[name] ? parseDuration(name, env[name]!) : fallback);
+  const positiveDur = (name: string, fallback: number) => {
+    const ms = dur(name, fallback);
+    if (ms <= 0) throw invalid(`${name} must be more than 0`);
+    return ms;
+  };
   const logLevel = env.SWITCHYARD_LOG_LEVEL ?? defaults.logLevel;
   if (!logLevels.has(logLevel)) throw invalid(`SWITCHYARD_LOG_LEVEL="${logLevel}" must be one of debug, info, warn, error, silent`);
+  const maxPayloadBytes = num("SWITCHYARD_MAX_PAYLOAD_BYTES", defaults.maxPayloadBytes);
+  const maxItemBytes = num("SWITCHYARD_MAX_ITEM_BYTES", maxPayloadBytes + defaults.itemOverheadBytes);
+  if (maxItemBytes < maxPayloadBytes) {
+    throw invalid(`SWITCHYARD_MAX_ITEM_BYTES=${maxItemBytes} is below SWITCHYARD_MAX_PAYLOAD_BYTES=${maxPayloadBytes}; a stored item holds its payload`);
+  }
   return Object.freeze({
     grpcAddress: env.SWITCHYARD_GRPC_ADDRESS ?? defaults.grpcAddress,
     httpAddress: httpAddress(env.SWITCHYARD_HTTP_ADDRESS ?? defaults.httpAddress),
@@ -203,7 +266,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     redis: redisTarget(env),
     namespace: env.SWITCHYARD_NAMESPACE ?? defaults.namespace,
     configFile: env.SWITCHYARD_CONFIG_FILE ?? "",
-    maxPayloadBytes: num("SWITCHYARD_MAX_PAYLOAD_BYTES", defaults.maxPayloadBytes),
+    maxPayloadBytes,
     maxItemsPerEnqueue: num("SWITCHYARD_MAX_ITEMS_PER_ENQUEUE", defaults.maxItemsPerEnqueue),
     maxMessageBytes: num("SWITCHYARD_MAX_MESSAGE_BYTES", defaults.maxMessageBytes),
     maxCredit: num("SWITCHYARD_MAX_CREDIT", defaults.maxCredit),
@@ -234,6 +297,20 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     httpAllow: parseAllowlist(env.SWITCHYARD_HTTP_ALLOW ?? ""),
     maxLeaseStreamsPerToken: num("SWITCHYARD_MAX_LEASE_STREAMS_PER_TOKEN", defaults.maxLeaseStreamsPerToken),
     maxCronJobs: num("SWITCHYARD_MAX_CRON_JOBS", defaults.maxCronJobs),
+    redisCommandTimeoutMs: positiveDur("SWITCHYARD_REDIS_COMMAND_TIMEOUT", defaults.redisCommandTimeoutMs),
+    redisKeepAliveMs: positiveDur("SWITCHYARD_REDIS_KEEPALIVE", defaults.redisKeepAliveMs),
+    readinessIntervalMs: defaults.readinessIntervalMs,
+    readinessTimeoutMs: defaults.readinessTimeoutMs,
+    maxItemBytes,
+    maxPendingEnqueueBytes: num("SWITCHYARD_MAX_PENDING_ENQUEUE_BYTES", defaults.maxPendingEnqueueBytes),
+    maxStreamBufferBytes: num("SWITCHYARD_LEASE_STREAM_BUFFER_BYTES", defaults.maxStreamBufferBytes),
+    maxBufferedBytes: num("SWITCHYARD_LEASE_BUFFER_BYTES", defaults.maxBufferedBytes),
+    leaseOpenTimeoutMs: positiveDur("SWITCHYARD_LEASE_OPEN_TIMEOUT", defaults.leaseOpenTimeoutMs),
+    maxStreamsPerConnection: num("SWITCHYARD_MAX_STREAMS_PER_CONNECTION", defaults.maxStreamsPerConnection),
+    connectionIdleTimeoutMs: positiveDur("SWITCHYARD_CONNECTION_IDLE_TIMEOUT", defaults.connectionIdleTimeoutMs),
+    maxHealthWatches: num("SWITCHYARD_MAX_HEALTH_WATCHES", defaults.maxHealthWatches),
+    httpHosts: hostNames(env.SWITCHYARD_HTTP_HOSTS ?? ""),
+    maxHttpBodyBytes: num("SWITCHYARD_HTTP_MAX_BODY_BYTES", defaults.maxHttpBodyBytes),
   });
 }
 

@@ -492,8 +492,16 @@ export class LeaseSession implements AsyncIterable<Delivery> {
     return this.ended;
   }
 
-  /** Cancels the stream at once, as a crashed worker's connection would end. */
+  /**
+   * Cancels the stream at once, as a crashed worker's connection would end.
+   * Once more after this turn: grpc-js 1.14.7 starts a call's HTTP/2 stream in a
+   * promise continuation after lease() returns, and a cancel before that ends
+   * the call here but never reaches the stream it starts anyway (ResolvingCall
+   * getConfig), which the server then serves, holding items, until the process
+   * exits. The second cancel reaches that stream.
+   */
   cancel(): void {
     this.stream.cancel();
+    setImmediate(() => this.stream.cancel());
   }
 }

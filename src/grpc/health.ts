@@ -15,7 +15,11 @@ export class Health {
   private readonly statuses = new Map<string, ServingStatus>();
   private readonly watchers = new Set<{ service: string; send: (s: ServingStatus) => void }>();
 
-  constructor(services: string[]) {
+  /** `maxWatches`: Watch calls open at once; more are RESOURCE_EXHAUSTED (Watch needs no credentials, so anyone could hold them). */
+  constructor(
+    services: string[],
+    private readonly maxWatches = Infinity,
+  ) {
     for (const s of ["", ...services]) this.statuses.set(s, ServingStatus.NOT_SERVING);
   }
 
@@ -49,6 +53,13 @@ export class Health {
         const req = call.request;
         if (req instanceof MalformedMessage) {
           call.emit("error", { code: grpc.status.INVALID_ARGUMENT, details: `malformed ${req.typeName}` });
+          return;
+        }
+        if (this.watchers.size >= this.maxWatches) {
+          call.emit("error", {
+            code: grpc.status.RESOURCE_EXHAUSTED,
+            details: `${this.watchers.size} health Watch calls are open on this instance, the limit (SWITCHYARD_MAX_HEALTH_WATCHES); use Check, or close a Watch`,
+          });
           return;
         }
         const service = req.service;

@@ -30,6 +30,7 @@ import {
   RetryResponseSchema,
 } from "../gen/switchyard/v1/queue_pb.js";
 import type { Logger } from "../log.js";
+import type { Clock } from "../clock.js";
 import type { SettleAction } from "../redis/scripts.js";
 import type { LeaseStream } from "../queue/lease-stream.js";
 import type { NewItem, Queues } from "../queue/queues.js";
@@ -41,6 +42,19 @@ import { durationMs, msDuration, msTimestamp, queueMessage, queueSpec } from "./
 import { assertWellFormed, callLogger, toStatus, unary } from "./status.js";
 import { traceOf } from "./trace.js";
 import { enqueueStreamHandler, runEnqueue } from "./enqueue-stream.js";
+import type { DeliveryBuffers } from "./delivery-buffers.js";
+
+/** What Lease streams need besides the queues. */
+export interface LeaseSettings {
+  clock: Clock;
+  heartbeatIntervalMs: number;
+  /** A stream that sends no open this long is ended. */
+  openTimeoutMs: number;
+  /** Most tokens in one ack_batch (no stream holds more than the highest credit). */
+  maxAckBatch: number;
+  /** Bounds the delivery bytes waiting for workers that do not read. */
+  buffers: DeliveryBuffers;
+}
 
 function newItems(items: EnqueueItem[]): NewItem[] {
   return items.map((i) => ({ payload: i.payload, headers: i.headers }));
@@ -55,11 +69,20 @@ function replyOf(req: AckRequest) {
 type Duplex = grpc.ServerDuplexStream<LeaseRequest | MalformedMessage, LeaseResponse | PreEncoded>;
 
 /** Runs one Lease stream (see the state notes in queue.proto's Lease rpc). */
-function leaseHandler(queues: Queues, baseLog: Logger, heartbeatIntervalMs: number) {
+function leaseHandler(queues: Queues, baseLog: Logger, settings: LeaseSettings) {
   return (call: Duplex) => {
     const log = callLogger(baseLog, call.metadata);
     let stream: Promise<LeaseStream> | undefined;
     let ended = false;
+    // Delivery bytes not yet taken by the connection; resumed streams take deliveries again.
+    let opened: LeaseStream | undefined;
+    const buffer = settings.buffers.open(() => opened && queues.resume(opened));
+    // A stream that never opens would hold its slot, its call and its connection forever.
+    const openTimer = settings.clock.setTimer(settings.openTimeoutMs, () => {
+      if (!stream) {
+        finish(invalid(`no open within ${settings.openTimeoutMs} ms: send open {queue, credit} first, at once (SWITCHYARD_LEASE_OPEN_TIMEOUT)`));
+      }
+    });
     // Settles received on this stream and not yet applied: the stream's items go back only after them.
     const pending = new Set<Promise<unknown>>();
     const write = (kind: MessageInitShape<typeof LeaseResponseSchema>["kind"]) => {
@@ -70,9 +93,11 @@ function leaseHandler(queues: Queues, baseLog: Logger, heartbeatIntervalMs: numb
     const finish = (err?: unknown) => {
       if (ended) return;
       ended = true;
-      const opened = stream;
+      openTimer.cancel();
+      buffer.close();
+      const opening = stream;
       void Promise.allSettled([...pending])
-        .then(() => opened?.then((s) => queues.closeStream(s), () => undefined))
+        .then(() => opening?.then((s) => queues.closeStream(s), () => undefined))
         .catch((e: unknown) => log.warn("could not return a closed stream's items", { err: e }))
         .finally(() => {
           if (err) call.emit("error", toStatus(err, log, "Lease"));
@@ -97,6 +122,10 @@ function leaseHandler(queues: Queues, baseLog: Logger, heartbeatIntervalMs: numb
     };
     // Acks of many tokens: one settle call per queue; each token that failed gets its own result.
     const ackBatch = async (s: LeaseStream, tokens: readonly string[]) => {
+      if (tokens.length > settings.maxAckBatch) {
+        finish(invalid(`ack_batch of ${tokens.length} tokens; send at most ${settings.maxAckBatch} per message (SWITCHYARD_MAX_CREDIT: no stream holds more)`));
+        return;
+      }
       try {
         for (const { token, error } of await queues.ackMany(tokens, s)) settleFailed(token, toStatus(error, log, "Lease"));
       } catch (err) {
@@ -111,10 +140,14 @@ function leaseHandler(queues: Queues, baseLog: Logger, heartbeatIntervalMs: numb
         const kind = msg.kind;
         if (!stream) {
           if (kind.case !== "open") throw invalid("the first message on a Lease stream must be open {queue, credit}");
+          openTimer.cancel();
           stream = queues.openStream(kind.value.queue, kind.value.credit, {
             deliver: (batch) => {
-              if (!ended) call.write(encodeDeliveries(batch));
+              if (ended) return;
+              const message = encodeDeliveries(batch);
+              call.write(message, buffer.wrote(message.bytes.length));
             },
+            backlogged: () => buffer.backlogged(),
             heartbeat: (now) => write({ case: "heartbeat", value: { serverTime: msTimestamp(now) } }),
             fail: (err) => finish(err),
             drain: (graceMs) => write({ case: "drain", value: { grace: msDuration(graceMs) } }),
@@ -122,13 +155,14 @@ function leaseHandler(queues: Queues, baseLog: Logger, heartbeatIntervalMs: numb
           });
           stream.then(
             async (s) => {
+              opened = s;
               const config = await queues.registry.get(s.queue);
               write({
                 case: "opened",
                 value: {
                   queue: s.queue,
                   mode: config.mode === "simple" ? QueueMode.SIMPLE : QueueMode.RELIABLE,
-                  heartbeatInterval: msDuration(heartbeatIntervalMs),
+                  heartbeatInterval: msDuration(settings.heartbeatIntervalMs),
                   ackBatches: true,
                 },
               });
@@ -176,7 +210,7 @@ function leaseHandler(queues: Queues, baseLog: Logger, heartbeatIntervalMs: numb
 }
 
 /** The QueueService implementation for grpc-js. */
-export function queueServiceHandlers(queues: Queues, log: Logger, heartbeatIntervalMs: number): grpc.UntypedServiceImplementation {
+export function queueServiceHandlers(queues: Queues, log: Logger, lease: LeaseSettings): grpc.UntypedServiceImplementation {
   return {
     createQueue: unary(log, "CreateQueue", async (req: { queue?: Parameters<typeof queueSpec>[0] }) =>
       create(CreateQueueResponseSchema, { queue: queueMessage(await queues.registry.create(queueSpec(req.queue))) }),
@@ -236,7 +270,7 @@ export function queueServiceHandlers(queues: Queues, log: Logger, heartbeatInter
       new PreEncoded(encodeEnqueueResponseIds(await runEnqueue(queues, req, traceOf(call.metadata)))),
     ),
     enqueueStream: enqueueStreamHandler(queues, log),
-    lease: leaseHandler(queues, log, heartbeatIntervalMs),
+    lease: leaseHandler(queues, log, lease),
     ack: unary(log, "Ack", async (req: AckRequest) =>
       create(AckResponseSchema, { replyIds: await queues.ack(req.leaseToken, replyOf(req)) }),
     ),

@@ -16,6 +16,7 @@ import type { Queues } from "../queue/queues.js";
 import { serviceDefinition } from "./adapter.js";
 import { Health } from "./health.js";
 import { queueServiceHandlers } from "./queue-service.js";
+import { DeliveryBuffers } from "./delivery-buffers.js";
 import { cronServiceHandlers, type CronParts } from "./cron-service.js";
 import { reflectionHandlers } from "./reflection.js";
 
@@ -51,14 +52,24 @@ export function createGrpcServer(
     "grpc.http2.min_ping_interval_without_data_ms": 10_000,
     // No channelz service is served, so its per-call bookkeeping is only a cost (~5% of a unary call's CPU).
     "grpc.enable_channelz": 0,
+    // The server would otherwise advertise 2^32-1 concurrent streams, and keep connections with no call forever.
+    "grpc.max_concurrent_streams": config.maxStreamsPerConnection,
+    "grpc.max_connection_idle_ms": config.connectionIdleTimeoutMs,
   };
   if (config.maxConnectionAgeMs > 0) {
     options["grpc.max_connection_age_ms"] = config.maxConnectionAgeMs;
     options["grpc.max_connection_age_grace_ms"] = config.maxConnectionAgeGraceMs;
   }
   const server = new grpc.Server(options);
-  const health = new Health([QueueService.typeName, CronService.typeName]);
-  server.addService(serviceDefinition(QueueService), queueServiceHandlers(queues, log, config.heartbeatIntervalMs));
+  const health = new Health([QueueService.typeName, CronService.typeName], config.maxHealthWatches);
+  const lease = {
+    clock: cron.clock,
+    heartbeatIntervalMs: config.heartbeatIntervalMs,
+    openTimeoutMs: config.leaseOpenTimeoutMs,
+    maxAckBatch: config.maxCredit,
+    buffers: new DeliveryBuffers(config.maxStreamBufferBytes, config.maxBufferedBytes),
+  };
+  server.addService(serviceDefinition(QueueService), queueServiceHandlers(queues, log, lease));
   server.addService(serviceDefinition(CronService), cronServiceHandlers(cron, log));
   if (audit) server.addService(serviceDefinition(AuditService), auditServiceHandlers(audit, log));
   server.addService(serviceDefinition(AuthService), authServiceHandlers(config.auth.enabled, log));

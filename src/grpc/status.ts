@@ -1,7 +1,7 @@
 /** The one place where domain errors become gRPC statuses. */
 import * as grpc from "@grpc/grpc-js";
 import { SwitchyardError, type ErrorCode } from "../errors.js";
-import { isConnectionError } from "../redis/connection.js";
+import { isConnectionError, isOutOfMemory, isUnknownOutcome } from "../redis/connection.js";
 import { withFields, type Logger } from "../log.js";
 import { MalformedMessage } from "./adapter.js";
 import { requestIdOf } from "./observe.js";
@@ -24,6 +24,25 @@ export function toStatus(err: unknown, log: Logger, method: string): grpc.Status
   if (err instanceof SwitchyardError) {
     if (err.cause) log.warn("request failed", { method, code: err.code, cause: err.cause });
     return { code: codes[err.code], details: err.message, metadata };
+  }
+  if (isOutOfMemory(err)) {
+    log.warn("redis is out of memory", { method, err });
+    const reason = (err as Error).message.replace(/\.$/, "");
+    return {
+      code: grpc.status.RESOURCE_EXHAUSTED,
+      details: `redis refused the command: ${reason} (redis is full: free memory in Redis, raise its maxmemory, or drain queues, then retry)`,
+      metadata,
+    };
+  }
+  if (isUnknownOutcome(err)) {
+    log.warn("redis did not answer", { method, err });
+    return {
+      code: grpc.status.UNAVAILABLE,
+      details:
+        "redis did not answer within SWITCHYARD_REDIS_COMMAND_TIMEOUT, or its connection dropped: the call may or may not have " +
+        "taken effect (see the README, Timeouts); retry once Redis answers",
+      metadata,
+    };
   }
   if (isConnectionError(err)) {
     log.warn("redis unavailable", { method, err });

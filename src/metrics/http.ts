@@ -6,13 +6,13 @@
  *
  * - /healthz: 200 while the process serves, 503 once it has shut down. It does
  *   not look at Redis: a Redis outage is no reason to restart Switchyard.
- * - /readyz: 200 while Redis answers a PING within a second and the instance
- *   is not shutting down, else 503 with the reason.
+ * - /readyz: 200 while the instance is ready (src/redis/readiness.ts: Redis
+ *   answers a PING within a second, the instance is not starting or shutting
+ *   down), else 503 with the reason. gRPC health answers from the same check.
  */
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import type { Logger } from "../log.js";
-import type { RedisConnection } from "../redis/connection.js";
 import type { PromMetrics, QueueSource } from "./registry.js";
 import { API_PREFIX, type WebApi } from "../web/gateway.js";
 import { DASHBOARD_PREFIX, type DashboardAssets } from "../web/assets.js";
@@ -45,33 +45,6 @@ export interface SideServer {
   /** Serves the dashboard and the web API from now on. */
   setWeb(web: WebParts): void;
   close(): Promise<void>;
-}
-
-/**
- * A readiness check: `notServing()` says why the instance is not serving
- * (starting, shutting down) or undefined; then Redis must answer PING within `timeoutMs`.
- */
-export function redisReadiness(
-  redis: RedisConnection,
-  notServing: () => string | undefined,
-  timeoutMs = 1000,
-): () => Promise<string | undefined> {
-  return async () => {
-    const phase = notServing();
-    if (phase) return phase;
-    if (!redis.ready()) return "redis is unreachable";
-    let timer: NodeJS.Timeout | undefined;
-    const timeout = new Promise<string>((ok) => (timer = setTimeout(() => ok(`redis did not answer PING within ${timeoutMs} ms`), timeoutMs)));
-    const ping = redis.client.ping().then(
-      () => undefined,
-      (err: unknown) => `redis PING failed: ${err instanceof Error ? err.message : String(err)}`,
-    );
-    try {
-      return await Promise.race([ping, timeout]);
-    } finally {
-      clearTimeout(timer);
-    }
-  };
 }
 
 /** Splits "host:port" / "[v6]:port" for node:net. */

@@ -5,6 +5,7 @@
  */
 import { fromBinary } from "@bufbuild/protobuf";
 import { EnvelopeSchema } from "../gen/switchyard/v1/queue_pb.js";
+import { SwitchyardError } from "../errors.js";
 import { BulkStrings } from "../redis/bulk-strings.js";
 import { lenFieldSize, measureStringMap, ProtoWriter, varintFieldSize } from "../wire/proto-writer.js";
 import { ItemIds } from "./item-ids.js";
@@ -96,9 +97,11 @@ export function encodeItem(id: string, payload: Uint8Array, headers: Record<stri
 /**
  * The stored forms of items (encodeItem's bytes for each), framed for one
  * Redis command in a single buffer (no allocation per item), behind `room`
- * free bytes for the command's head.
+ * free bytes for the command's head. RESOURCE_EXHAUSTED, naming the item,
+ * when one's stored form would be larger than `maxItemBytes`: headers count,
+ * since a worker receives them with the payload.
  */
-export function encodeItems(ids: ItemIds, items: NewItems, enqueueTimeMs: number, room = 0): BulkStrings {
+export function encodeItems(ids: ItemIds, items: NewItems, enqueueTimeMs: number, room = 0, maxItemBytes = Infinity): BulkStrings {
   const time = timeField(enqueueTimeMs);
   const idSizes = new Array<number>(items.count);
   const sizes = new Array<number>(items.count);
@@ -107,6 +110,13 @@ export function encodeItems(ids: ItemIds, items: NewItems, enqueueTimeMs: number
   for (let i = 0; i < items.count; i++) {
     idSizes[i] = ids.size(i);
     sizes[i] = measure(idSizes[i], items, i, time, headerSizes);
+    if (sizes[i] > maxItemBytes) {
+      throw new SwitchyardError(
+        "resource_exhausted",
+        `item ${i} takes ${sizes[i]} bytes stored (a payload of ${items.payloadSize(i)} bytes, its headers, id and enqueue time); ` +
+          `the limit is ${maxItemBytes} (SWITCHYARD_MAX_ITEM_BYTES): send smaller headers or payload`,
+      );
+    }
     total += BulkStrings.framedSize(sizes[i]);
   }
   const w = new ProtoWriter(Buffer.allocUnsafe(room + total));

@@ -3,6 +3,7 @@
  * flight), the deliveries it holds, and where to send things. It knows nothing
  * of gRPC: the transport gives it a sink.
  */
+import type { Timer } from "../clock.js";
 import type { QueueConfig } from "./declaration.js";
 import type { Item } from "./envelope.js";
 import type { LeaseRef } from "./token.js";
@@ -28,6 +29,12 @@ export interface LeaseSink {
   drain(graceMs: number): void;
   /** Ends the stream normally (after a drain). */
   end(): void;
+  /**
+   * True while the transport holds more of this stream's deliveries than it
+   * may (a worker not reading): the stream takes nothing more meanwhile, and
+   * the transport calls Queues.resume once it drained.
+   */
+  backlogged?(): boolean;
 }
 
 export class LeaseStream {
@@ -35,6 +42,8 @@ export class LeaseStream {
   readonly held = new Map<string, LeaseRef>();
   closed = false;
   lastSendMs: number;
+  /** The next heartbeat; cancelled when the stream closes, so a closed stream is not kept until it fires. */
+  heartbeat?: Timer;
 
   constructor(
     readonly config: QueueConfig,
@@ -51,6 +60,7 @@ export class LeaseStream {
 
   /** How many more items this stream may take now. */
   free(): number {
-    return this.closed ? 0 : Math.max(0, this.credit - this.held.size);
+    if (this.closed || this.sink.backlogged?.()) return 0;
+    return Math.max(0, this.credit - this.held.size);
   }
 }

@@ -6,7 +6,7 @@ import { SwitchyardError, invalid } from "../errors.js";
 import { systemClock, type Clock } from "../clock.js";
 import type { Logger } from "../log.js";
 import { noMetrics, type Metrics } from "../metrics/hooks.js";
-import type { RedisConnection } from "../redis/connection.js";
+import { MAX_REPLICA_WAIT_MS, type RedisConnection } from "../redis/connection.js";
 import { FramedCommand, type BulkStrings } from "../redis/bulk-strings.js";
 import { pushItems, type DeadLetterAction, type SettleAction } from "../redis/scripts.js";
 import { keysOf, type QueueConfig } from "./declaration.js";
@@ -22,10 +22,15 @@ import type { QueueRegistry } from "./registry.js";
 import { Settler } from "./settler.js";
 import { parseToken, type LeaseRef } from "./token.js";
 import { Watchdog } from "./watchdog.js";
+import { ByteBudget } from "./byte-budget.js";
 
 /** Limits and tuning of the queue capability. */
 export interface QueueOptions extends DispatchOptions {
   maxPayloadBytes: number;
+  /** Largest stored form of one item (payload, headers, envelope). */
+  maxItemBytes: number;
+  /** Bytes of items this instance holds while their pushes wait for Redis. */
+  maxPendingEnqueueBytes: number;
   maxItemsPerEnqueue: number;
   maxCredit: number;
   heartbeatIntervalMs: number;
@@ -115,6 +120,8 @@ export class Queues {
   private readonly settler: Settler;
   /** Enqueues without a replica wait, coalesced per queue and event-loop turn. */
   private readonly pushes: PushBatcher;
+  /** Bytes of items written to Redis and not yet answered, so a hung Redis cannot fill this process. */
+  private readonly pending: ByteBudget;
   readonly watchdog: Watchdog;
 
   constructor(
@@ -127,6 +134,7 @@ export class Queues {
   ) {
     this.settler = new Settler(redis.client, clock, metrics);
     this.pushes = new PushBatcher((queue, ttlMs, values) => this.push(queue, ttlMs, values), options.maxItemsPerEnqueue);
+    this.pending = new ByteBudget(options.maxPendingEnqueueBytes);
     this.watchdog = new Watchdog(redis.client, clock, () => registry.known(), options.watchdogIntervalMs, log, metrics);
     registry.onDeleted((name) => this.onQueueDeleted(name));
   }
@@ -165,6 +173,11 @@ export class Queues {
     const open = [...this.streams];
     await this.stop();
     for (const stream of open) stream.sink.end();
+  }
+
+  /** Bytes of enqueued items written to Redis and not yet answered. */
+  get pendingEnqueueBytes(): number {
+    return this.pending.used;
   }
 
   /** True once a drain (graceful shutdown) has started. */
@@ -219,7 +232,7 @@ export class Queues {
     const config = await this.registry.get(queue);
     const now = this.clock.now();
     const ids = ItemIds.next(items.count);
-    return { config, ids, values: encodeItems(ids, items, now, FramedCommand.lpushRoom(config.name)), ttlMs };
+    return { config, ids, values: encodeItems(ids, items, now, FramedCommand.lpushRoom(config.name), this.options.maxItemBytes), ttlMs };
   }
 
   private async write(p: PreparedEnqueue, wait?: ReplicaWait): Promise<ItemIds> {
@@ -227,6 +240,22 @@ export class Queues {
     // rather than wait behind a push that ioredis holds to send again once it has reconnected,
     // which can take as long as a restarted Redis takes to load its data.
     if (!this.redis.ready()) throw new SwitchyardError("unavailable", "redis is unavailable; retry later");
+    const bytes = p.values.buffer.length;
+    if (!this.pending.take(bytes)) {
+      throw new SwitchyardError(
+        "resource_exhausted",
+        `${this.pending.used} bytes of enqueued items already wait for Redis on this instance, the limit ` +
+          `(SWITCHYARD_MAX_PENDING_ENQUEUE_BYTES=${this.pending.limit}); Redis is slow or unreachable: retry later`,
+      );
+    }
+    try {
+      return await this.pushNow(p, wait);
+    } finally {
+      this.pending.give(bytes);
+    }
+  }
+
+  private async pushNow(p: PreparedEnqueue, wait?: ReplicaWait): Promise<ItemIds> {
     if (!wait) {
       await this.pushes.push(p.config.name, Math.ceil(p.ttlMs), p.values);
       this.metrics.items(p.config.name, "enqueued", p.ids.count);
@@ -257,7 +286,9 @@ export class Queues {
     if (wait && (!Number.isInteger(wait.replicas) || wait.replicas < 0 || wait.replicas > MAX_REPLICAS)) {
       throw invalid(`min_replicas must be between 0 and ${MAX_REPLICAS}`);
     }
-    if (wait && (wait.timeoutMs <= 0 || wait.timeoutMs > 60_000)) throw invalid("replica_timeout must be more than 0 and at most 60s");
+    if (wait && (wait.timeoutMs <= 0 || wait.timeoutMs > MAX_REPLICA_WAIT_MS)) {
+      throw invalid(`replica_timeout must be more than 0 and at most ${MAX_REPLICA_WAIT_MS / 1000}s`);
+    }
     return this.write(await this.prepare(queue, items, ttlMs), wait && wait.replicas > 0 ? wait : undefined);
   }
 
@@ -288,6 +319,11 @@ export class Queues {
     }
   }
 
+  /** Lets a stream take deliveries again once its transport drained (see LeaseSink.backlogged). */
+  resume(stream: LeaseStream): void {
+    if (!stream.closed) this.dispatchers.get(stream.queue)?.kick();
+  }
+
   /** Changes a stream's credit (max in flight). */
   setCredit(stream: LeaseStream, credit: number): void {
     this.checkCredit(credit, false);
@@ -302,8 +338,9 @@ export class Queues {
    * instance stops counting against its credit.
    */
   private scheduleHeartbeat(stream: LeaseStream): void {
+    if (stream.closed) return; // closed while its items were checked
     const interval = this.options.heartbeatIntervalMs;
-    this.clock.setTimer(interval - (this.clock.now() - stream.lastSendMs), async () => {
+    stream.heartbeat = this.clock.setTimer(interval - (this.clock.now() - stream.lastSendMs), async () => {
       if (stream.closed) return;
       const now = this.clock.now();
       if (now - stream.lastSendMs >= interval) {
@@ -340,6 +377,7 @@ export class Queues {
   async closeStream(stream: LeaseStream): Promise<void> {
     if (stream.closed) return;
     stream.closed = true;
+    stream.heartbeat?.cancel();
     this.streams.delete(stream);
     const dispatcher = this.dispatchers.get(stream.queue);
     dispatcher?.remove(stream);
@@ -443,9 +481,18 @@ export class Queues {
     return peekItems(this.redis.client, await this.registry.get(name), list, limit);
   }
 
-  /** Pushes onto `queue`, and a waiting pump of this instance leases right behind it. */
+  /**
+   * Pushes onto `queue`, and a waiting pump of this instance leases right behind it.
+   * A push that waits for replicas goes on the waiter connection (WAIT blocks the
+   * connection it is sent on); its queue's order holds, as nothing else to the queue is
+   * in flight meanwhile (PushBatcher.alone), and the pump's wake-up finds its items.
+   */
   private push(queue: string, ttlMs: number, values: BulkStrings[], wait?: ReplicaWait): Promise<number> {
-    const pushed = pushItems(this.redis.client, queue, ttlMs, values, wait);
+    if (wait) {
+      const replyMs = this.redis.commandTimeoutMs;
+      return this.redis.waiter().then((waiter) => pushItems(waiter, queue, ttlMs, values, { ...wait, replyMs }));
+    }
+    const pushed = pushItems(this.redis.client, queue, ttlMs, values);
     this.dispatchers.get(queue)?.pushed(); // after the push is sent, so the lease reaches Redis after it
     return pushed;
   }

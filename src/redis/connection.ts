@@ -1,12 +1,29 @@
 /**
+/**
  * Connects to Redis in one of four ways: a standalone URL, Redis Cluster seed
  * nodes, Redis Sentinel, or an embedded redis-server child process when nothing
  * is configured.
+ *
+ * Every connection has TCP keepalive, and none waits for Redis forever
+ * (issue 17: a blackholed link hung every call):
+ * - the command connection: a command unanswered within `commandTimeoutMs`
+ *   fails ("Command timed out"), and a connection that has received nothing
+ *   for as long while commands are out is dropped and made again, failing the
+ *   rest (MaxRetriesPerRequestError). Nothing is sent twice: a command in
+ *   flight when its connection drops fails, and is never sent again on the next.
+ *   Either way the command may have run: its outcome is unknown.
+ * - blocking readers (`duplicate()`, for BLMOVE and SUBSCRIBE): no command
+ *   timeout, which would cut a legitimate block; the connection is dropped once
+ *   it has been silent for the longest block plus `commandTimeoutMs`.
+ * - the replica waiter (`waiter()`): pushes followed by WAIT, which blocks its
+ *   connection for up to its timeout, so it must not stall the command
+ *   connection; each of its commands carries its own timeout (pushItems).
  */
 import { readFileSync } from "node:fs";
 import type { ConnectionOptions } from "node:tls";
-import { Cluster, Redis } from "ioredis";
+import { Cluster, Redis, type RedisOptions } from "ioredis";
 import { invalid } from "../errors.js";
+import { defaults } from "../config.js";
 import type { Logger } from "../log.js";
 import { startEmbeddedRedis, type EmbeddedRedis } from "./embedded.js";
 import { defineScripts } from "./scripts.js";
@@ -39,8 +56,12 @@ export interface RedisConnection {
   /** The shared command connection (ioredis pipelines concurrent commands on it). */
   readonly client: RedisClient;
   readonly cluster: boolean;
-  /** A new, connected connection for blocking commands. */
+  /** A new, connected connection for blocking commands (BLMOVE, SUBSCRIBE): no command timeout. */
   duplicate(): Promise<RedisClient>;
+  /** The connection for pushes that WAIT for replicas (made on first use), apart from the command connection that WAIT would block. */
+  waiter(): Promise<RedisClient>;
+  /** How long a command may take before it fails, ms. */
+  readonly commandTimeoutMs: number;
   /**
    * Calls `fn` with every message on `channel`. All subscriptions share one
    * pub/sub connection; the returned function unsubscribes.
@@ -56,11 +77,20 @@ export interface RedisConnection {
   close(): Promise<void>;
 }
 
-const commonOptions = {
-  // Fail commands at once while disconnected: callers see UNAVAILABLE instead of hanging.
-  enableOfflineQueue: false,
-  maxRetriesPerRequest: 1,
-  retryStrategy: (attempt: number) => Math.min(50 * 2 ** attempt, 1000),
+/** How long Redis may take to answer, on every connection. */
+export interface RedisTimeouts {
+  /** A command unanswered this long fails; a connection silent this long with commands out is made again. */
+  commandTimeoutMs: number;
+  /** TCP keepalive: probes start after a connection has been idle this long. */
+  keepAliveMs: number;
+  /** The longest a blocking read (BLMOVE) asks Redis to wait, ms. */
+  longestBlockMs: number;
+}
+
+const defaultTimeouts: RedisTimeouts = {
+  commandTimeoutMs: defaults.redisCommandTimeoutMs,
+  keepAliveMs: defaults.redisKeepAliveMs,
+  longestBlockMs: defaults.blockTimeoutSec * 1000,
 };
 
 function tlsOptions(tls: RedisTls | undefined): ConnectionOptions | undefined {
@@ -73,23 +103,48 @@ function tlsOptions(tls: RedisTls | undefined): ConnectionOptions | undefined {
   }
 }
 
-function createClient(target: Exclude<RedisTarget, { kind: "embedded" }>): RedisClient {
+/** The longest replica_timeout an Enqueue may ask for (queues.ts checks it). */
+export const MAX_REPLICA_WAIT_MS = 60_000;
+
+/** Options of each connection to one Redis node. */
+function nodeOptions(t: RedisTimeouts): RedisOptions {
+  return {
+    // Fail commands at once while disconnected: callers see UNAVAILABLE instead of hanging.
+    enableOfflineQueue: false,
+    // A command in flight when its connection drops fails then; it is never sent again on the
+    // next connection, where a write the caller was told had failed would land after all.
+    maxRetriesPerRequest: 0,
+    commandTimeout: t.commandTimeoutMs,
+    socketTimeout: t.commandTimeoutMs,
+    keepAlive: t.keepAliveMs,
+  };
+}
+
+/** Options for a connection whose commands legitimately get no answer for `silentMs` (a block, a WAIT). */
+function patientOptions(t: RedisTimeouts, silentMs: number): RedisOptions {
+  return { ...nodeOptions(t), commandTimeout: undefined, socketTimeout: silentMs + t.commandTimeoutMs };
+}
+
+const retryStrategy = (attempt: number) => Math.min(50 * 2 ** attempt, 1000);
+
+function createClient(target: Exclude<RedisTarget, { kind: "embedded" }>, t: RedisTimeouts): RedisClient {
   switch (target.kind) {
     case "standalone":
-      return new Redis(target.url, { ...commonOptions, lazyConnect: true, ...(target.tls ? { tls: tlsOptions(target.tls) } : {}) });
+      return new Redis(target.url, { ...nodeOptions(t), retryStrategy, lazyConnect: true, ...(target.tls ? { tls: tlsOptions(target.tls) } : {}) });
     case "socket":
-      return new Redis({ ...commonOptions, path: target.path, lazyConnect: true });
+      return new Redis({ ...nodeOptions(t), retryStrategy, path: target.path, lazyConnect: true });
     case "cluster":
       return new Cluster(target.nodes, {
         lazyConnect: true,
         enableOfflineQueue: false,
-        clusterRetryStrategy: (attempt) => Math.min(50 * 2 ** attempt, 1000),
-        redisOptions: { maxRetriesPerRequest: 1, username: target.username, password: target.password, tls: tlsOptions(target.tls) },
+        clusterRetryStrategy: retryStrategy,
+        redisOptions: { ...nodeOptions(t), username: target.username, password: target.password, tls: tlsOptions(target.tls) },
       });
     case "sentinel": {
       const tls = tlsOptions(target.tls);
       return new Redis({
-        ...commonOptions,
+        ...nodeOptions(t),
+        retryStrategy,
         lazyConnect: true,
         sentinels: target.sentinels,
         name: target.name,
@@ -108,13 +163,21 @@ function createClient(target: Exclude<RedisTarget, { kind: "embedded" }>): Redis
   }
 }
 
+/** A new connection like `client`'s, with `options` for each node; not yet connected. */
+function duplicateWith(client: RedisClient, options: RedisOptions): RedisClient {
+  if (!(client instanceof Cluster)) return client.duplicate(options);
+  // A cluster duplicate skips the ready check (CLUSTER INFO on a connection of its own): the
+  // command client checked the cluster already, so a blocking reader holds one connection.
+  return client.duplicate([], { enableReadyCheck: false, redisOptions: { ...client.options.redisOptions, ...options } });
+}
+
 async function open(client: RedisClient): Promise<RedisClient> {
   await client.connect();
   return client;
 }
 
 /** Connects to `target`, starting an embedded redis-server first when asked to. */
-export async function connectRedis(target: RedisTarget, log: Logger): Promise<RedisConnection> {
+export async function connectRedis(target: RedisTarget, log: Logger, timeouts: RedisTimeouts = defaultTimeouts): Promise<RedisConnection> {
   let embedded: EmbeddedRedis | undefined;
   let direct: Exclude<RedisTarget, { kind: "embedded" }>;
   if (target.kind === "embedded") {
@@ -131,21 +194,21 @@ export async function connectRedis(target: RedisTarget, log: Logger): Promise<Re
     if (err.message !== lastError) log.warn("redis connection error", { err: err.message });
     lastError = err.message;
   };
-  const client = createClient(direct);
+  const client = createClient(direct, timeouts);
   client.on("error", onError);
   client.on("ready", () => (lastError = ""));
   await open(client);
   defineScripts(client);
   const extra = new Set<RedisClient>();
-  const duplicate = async () => {
-    // A cluster duplicate skips the ready check (CLUSTER INFO on a connection of its own): the
-    // command client checked the cluster already, so a blocking reader holds one connection.
-    const dup = client instanceof Cluster ? client.duplicate([], { enableReadyCheck: false }) : client.duplicate();
+  const connectExtra = async (options: RedisOptions) => {
+    const dup = duplicateWith(client, options);
     dup.on("error", onError);
     extra.add(dup);
     dup.once("end", () => extra.delete(dup));
     return open(dup);
   };
+  const duplicate = () => connectExtra(patientOptions(timeouts, timeouts.longestBlockMs));
+  let waiter: Promise<RedisClient> | undefined;
   const listeners = new Map<string, Set<(message: string) => void>>();
   let subscriber: Promise<RedisClient> | undefined;
   // A cluster client subscribes on a connection of its own, apart from its command connections;
@@ -159,6 +222,11 @@ export async function connectRedis(target: RedisTarget, log: Logger): Promise<Re
     client,
     cluster: client instanceof Cluster,
     duplicate,
+    waiter: () => (waiter ??= connectExtra(patientOptions(timeouts, MAX_REPLICA_WAIT_MS)).catch((err: unknown) => {
+      waiter = undefined; // the next push that waits tries again
+      throw err;
+    })),
+    commandTimeoutMs: timeouts.commandTimeoutMs,
     async subscribe(channel, fn) {
       const sub = await subscriberConnection();
       let fns = listeners.get(channel);
@@ -188,10 +256,26 @@ export async function connectRedis(target: RedisTarget, log: Logger): Promise<Re
 // TRYAGAIN and "Too many Cluster redirections": a cluster slot kept migrating past ioredis's retries.
 // READONLY: a Sentinel failover demoted the master this connection still talks to.
 const connectionErrorPattern =
-  /Connection is closed|Stream isn't writeable|ECONNREFUSED|ECONNRESET|ENOENT|EPIPE|ETIMEDOUT|CLUSTERDOWN|LOADING|MASTERDOWN|TRYAGAIN|Too many Cluster redirections|Cluster isn't ready|None of startup nodes|Reached the max retries|^READONLY/;
+  /Connection is closed|Stream isn't writeable|ECONNREFUSED|ECONNRESET|ENOENT|EPIPE|ETIMEDOUT|CLUSTERDOWN|LOADING|MASTERDOWN|TRYAGAIN|Too many Cluster redirections|Cluster isn't ready|None of startup nodes|Reached the max retries|Command timed out|^READONLY/;
 
 /** True for errors that mean Redis could not be reached (as opposed to a bad command). */
 export function isConnectionError(err: unknown): boolean {
   if (!(err instanceof Error)) return false;
   return err.name === "MaxRetriesPerRequestError" || connectionErrorPattern.test(err.message);
+}
+
+/**
+ * True for errors after which a command may have run although its caller saw
+ * it fail: no reply within the command timeout ("Command timed out"), or its
+ * connection dropped while it was out (MaxRetriesPerRequestError). Errors of
+ * a command that was never sent ("Stream isn't writeable …") are not.
+ */
+export function isUnknownOutcome(err: unknown): boolean {
+  if (!(err instanceof Error)) return false;
+  return err.name === "MaxRetriesPerRequestError" || err.message === "Command timed out";
+}
+
+/** True for Redis refusing a write because it is out of memory (maxmemory with noeviction). */
+export function isOutOfMemory(err: unknown): boolean {
+  return err instanceof Error && err.message.startsWith("OOM ");
 }

@@ -7,6 +7,7 @@ import { readFileSync } from "node:fs";
 import type { RedisClient } from "./connection.js";
 import type { QueueKeys, SystemKeys } from "./keys.js";
 import { SwitchyardError } from "../errors.js";
+import { Command } from "ioredis";
 import { FramedCommand, type BulkStrings } from "./bulk-strings.js";
 
 const scriptDir = new URL("./scripts/", import.meta.url);
@@ -47,14 +48,17 @@ function call(client: RedisClient, name: ScriptName | `${ScriptName}Buffer`, arg
  * 0 push.lua, which also resets the key's expiry. Either refuses a key that
  * is not a list and changes nothing: FAILED_PRECONDITION. With `wait`, WAIT
  * follows on the same connection (pipelined, so on a cluster it reaches the
- * queue's master) and it resolves to how many replicas acknowledged.
+ * queue's master) and it resolves to how many replicas acknowledged; both
+ * commands fail ("Command timed out") unless answered within the WAIT's
+ * timeout and `wait.replyMs` (the connection's own command timeout would cut
+ * a WAIT short, so the waiter connection has none).
  *
  * The values go out framed as they are (FramedCommand); push.lua goes as EVAL
  * with its text, which Redis hashes to find it compiled, because an EVALSHA
  * refused with NOSCRIPT could not be sent again with the pipeline's WAIT.
  */
 export async function pushItems(
-  client: RedisClient, key: string, ttlMs: number, values: readonly BulkStrings[], wait?: { replicas: number; timeoutMs: number },
+  client: RedisClient, key: string, ttlMs: number, values: readonly BulkStrings[], wait?: { replicas: number; timeoutMs: number; replyMs: number },
 ): Promise<number> {
   const push = ttlMs > 0 ? new FramedCommand("eval", [pushLua, 1, key, ttlMs], values) : new FramedCommand("lpush", [key], values);
   try {
@@ -62,9 +66,13 @@ export async function pushItems(
       client.sendCommand(push);
       return (await push.promise) as number;
     }
-    const pipeline = client.pipeline() as unknown as { sendCommand(c: FramedCommand): unknown; wait(n: number, ms: number): unknown; exec(): Promise<[Error | null, unknown][]> };
+    const pipeline = client.pipeline() as unknown as { sendCommand(c: Command): unknown; exec(): Promise<[Error | null, unknown][]> };
+    const waitFor = new Command("wait", [String(wait.replicas), String(wait.timeoutMs)]);
+    // A command's first timeout is the one it keeps (ioredis Command.setTimeout).
+    push.setTimeout(wait.timeoutMs + wait.replyMs);
+    waitFor.setTimeout(wait.timeoutMs + wait.replyMs);
     pipeline.sendCommand(push);
-    pipeline.wait(wait.replicas, wait.timeoutMs);
+    pipeline.sendCommand(waitFor);
     const [[pushError], [waitError, acked]] = await pipeline.exec();
     if (pushError) throw pushError;
     if (waitError) throw waitError;

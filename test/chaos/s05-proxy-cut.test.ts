@@ -7,7 +7,7 @@ import { afterAll, it } from "vitest";
 import { SwitchyardClient } from "../../src/client/client.js";
 import { check, readQueue, waitSettled, Scenario } from "./harness/ledger.js";
 import { killStarted, startChaosRedis, startServer, startWorker, until, type ChaosRedis } from "./harness/procs.js";
-import { startProxy, type TcpProxy } from "./harness/proxy.js";
+import { startProxy, type TcpProxy } from "../helpers/proxy.js";
 import { declareReliable } from "./harness/grpc.js";
 
 const s = new Scenario("05", "worker stream cut by the proxy");
