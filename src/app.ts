@@ -24,6 +24,7 @@ import { AuditLogStore } from "./auth/audit-log.js";
 import { Authenticator } from "./auth/authenticator.js";
 import { authInterceptor } from "./grpc/auth-interceptor.js";
 import { serverCredentials } from "./grpc/tls.js";
+import { DeliveryBuffers } from "./grpc/delivery-buffers.js";
 import { observeCalls } from "./grpc/observe.js";
 import { PromMetrics } from "./metrics/registry.js";
 import { startSideServer, type SideServer } from "./metrics/http.js";
@@ -150,8 +151,15 @@ export async function startApp(config: Config, parts: AppParts = {}): Promise<Ap
     const security = authInterceptor({
       authenticator, audit, clock, instanceId: scheduler.instanceId, maxLeaseStreamsPerToken: config.maxLeaseStreamsPerToken, log,
     });
+    const buffers = new DeliveryBuffers(config.maxStreamBufferBytes, config.maxBufferedBytes);
+    metrics.sample(
+      "switchyard_lease_buffered_bytes",
+      "Bytes of deliveries written to Lease streams and not yet taken by their connections (workers not reading).",
+      () => buffers.bytes,
+    );
+    metrics.sample("switchyard_enqueue_pending_bytes", "Bytes of enqueued items written to Redis and not yet answered.", () => queues.pendingEnqueueBytes);
     const { server, health } = createGrpcServer(
-      config, queues, { store, logs, scheduler, clock }, log, [observeCalls(metrics, log), security], audit,
+      config, queues, { store, logs, scheduler, clock }, log, [observeCalls(metrics, log), security], audit, buffers,
     );
     const port = await bind(server, config.grpcAddress, serverCredentials(config.tls));
     const address = `${hostOf(config.grpcAddress)}:${port}`;

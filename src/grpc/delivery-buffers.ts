@@ -7,10 +7,11 @@
  * which it does once HTTP/2 flow control has let the bytes go to the socket:
  * a worker that stops reading stops its stream's window, and its bytes stay
  * counted. While a stream holds `perStream` bytes or more, or all streams
- * together `perInstance`, the stream takes no more deliveries (its LeaseSink
- * says it is backlogged, so the dispatcher gives it no credit); once the bytes
- * drain below both limits it is resumed. One delivery message may overshoot
- * a limit: the check is before a message, not within it.
+ * together hold `perInstance` and it holds any, the stream takes no more
+ * deliveries (its LeaseSink says it is backlogged, so the dispatcher gives it
+ * no credit); once its bytes drain it is resumed. One delivery message may
+ * overshoot a limit: the check is before a message, not within it; and over
+ * the instance's limit each stream with nothing waiting may still take one.
  */
 import { ByteBudget } from "../queue/byte-budget.js";
 
@@ -45,9 +46,12 @@ export class DeliveryBuffers {
   open(resume: () => void): StreamBuffer {
     const own = new ByteBudget(this.perStream);
     let closed = false;
+    // Over the instance's limit, a stream with nothing waiting still takes a message at a
+    // time: a worker that reads is not held up by those that do not.
+    const full = () => own.full || (this.total.full && own.used > 0);
     return {
       backlogged: () => {
-        if (closed || !(own.full || this.total.full)) return false;
+        if (closed || !full()) return false;
         this.waiting.set(own, resume);
         return true;
       },
@@ -60,6 +64,10 @@ export class DeliveryBuffers {
           flushed = true;
           own.give(bytes);
           this.total.give(bytes);
+          if (this.waiting.has(own) && !full()) {
+            this.waiting.delete(own);
+            resume();
+          }
           this.resumeWaiting();
         };
       },

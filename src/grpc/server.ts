@@ -42,6 +42,7 @@ export function createGrpcServer(
   log: Logger,
   interceptors: grpc.ServerInterceptor[] = [],
   audit?: AuditLogStore,
+  buffers = new DeliveryBuffers(config.maxStreamBufferBytes, config.maxBufferedBytes),
 ): GrpcServer {
   const options: grpc.ServerOptions = {
     interceptors,
@@ -67,7 +68,7 @@ export function createGrpcServer(
     heartbeatIntervalMs: config.heartbeatIntervalMs,
     openTimeoutMs: config.leaseOpenTimeoutMs,
     maxAckBatch: config.maxCredit,
-    buffers: new DeliveryBuffers(config.maxStreamBufferBytes, config.maxBufferedBytes),
+    buffers,
   };
   server.addService(serviceDefinition(QueueService), queueServiceHandlers(queues, log, lease));
   server.addService(serviceDefinition(CronService), cronServiceHandlers(cron, log));

@@ -148,6 +148,18 @@ export class PromMetrics implements Metrics, GrpcMetrics {
     return child;
   }
 
+  /** A gauge whose value is read from `read` on each scrape (bytes an instance holds, say). */
+  sample(name: string, help: string, read: () => number): void {
+    new Gauge({
+      name,
+      help,
+      registers: [this.registry],
+      collect() {
+        this.set(read());
+      },
+    });
+  }
+
   /** The text exposition, with the queue gauges read from `source` first. */
   async scrape(source: QueueSource | undefined, log: Logger): Promise<string> {
     if (source) await this.readQueues(source, log);

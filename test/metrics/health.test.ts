@@ -10,6 +10,7 @@ import { QueueMode } from "../../src/gen/switchyard/v1/queue_pb.js";
 import { get } from "../helpers/http.js";
 import { startStandaloneRedis, type StandaloneRedis } from "../helpers/redis.js";
 import { startSwitchyard, type TestSwitchyard } from "../helpers/switchyard.js";
+import { HealthProbe, ServingStatus } from "../helpers/health.js";
 
 let redis: StandaloneRedis | undefined;
 let sy: TestSwitchyard | undefined;
@@ -41,6 +42,32 @@ describe("health endpoints", () => {
 
     restarted = await startEmbeddedRedis({ dir: redis.server.dir, appendOnly: false }); // the same socket
     await expect.poll(async () => (await get(http, "/readyz")).status, { timeout: 15_000 }).toBe(200);
+  });
+
+  it("gRPC health and /readyz answer from one check: both go down while Redis hangs (CLIENT PAUSE) and come back with it", async () => {
+    redis = await startStandaloneRedis();
+    sy = await startSwitchyard(redis);
+    const http = sy.app.httpAddress;
+    const probe = new HealthProbe(sy.address);
+    const watched: ServingStatus[] = [];
+    const unwatch = probe.watch((status) => watched.push(status));
+    try {
+      expect(await probe.check()).toBe(ServingStatus.SERVING);
+      expect((await get(http, "/readyz")).status).toBe(200);
+
+      // The connection stays up; Redis answers nothing for 3 s.
+      await redis.plain.call("CLIENT", "PAUSE", "3000", "ALL");
+      await expect.poll(async () => (await get(http, "/readyz")).status, { timeout: 3000 }).toBe(503);
+      expect(await probe.check()).toBe(ServingStatus.NOT_SERVING); // the same check, no poll
+      expect((await get(http, "/readyz")).body).toMatch(/^not ready: redis did not answer PING within 1000 ms/);
+
+      await expect.poll(async () => (await get(http, "/readyz")).status, { timeout: 10_000 }).toBe(200);
+      expect(await probe.check()).toBe(ServingStatus.SERVING);
+      await expect.poll(() => watched).toEqual([ServingStatus.SERVING, ServingStatus.NOT_SERVING, ServingStatus.SERVING]);
+    } finally {
+      unwatch();
+      probe.close();
+    }
   });
 
   it("/readyz fails as soon as shutdown begins; both endpoints go away once it ends", async () => {

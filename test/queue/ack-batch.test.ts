@@ -21,14 +21,17 @@ const t = useSwitchyard();
 function rawLease(client: SwitchyardClient) {
   const call = (client.grpc as unknown as { lease(): grpc.ClientDuplexStream<LeaseRequest, LeaseResponse> }).lease();
   const received: LeaseResponse[] = [];
+  let failure: grpc.ServiceError | undefined;
   call.on("data", (m: LeaseResponse) => received.push(m));
-  call.on("error", () => undefined);
+  call.on("error", (err: grpc.ServiceError) => (failure = err));
   const of = <K extends LeaseResponse["kind"]["case"]>(k: K) =>
     received.filter((m) => m.kind.case === k).map((m) => m.kind.value as Extract<LeaseResponse["kind"], { case: K }>["value"]);
   return {
     send: (kind: MessageInitShape<typeof LeaseRequestSchema>["kind"]) => call.write(create(LeaseRequestSchema, { kind })),
     of,
     deliveries: () => of("deliveries").flatMap((b) => b!.deliveries),
+    /** The status the stream failed with, once it has. */
+    failure: () => failure,
     close: () => call.end(),
   };
 }
@@ -86,6 +89,27 @@ describe("ack_batch", () => {
     await expect.poll(() => lease.deliveries().length).toBe(4);
     expect(lease.of("settleResult")).toEqual([]);
     lease.close();
+  });
+});
+
+describe("ack_batch size", () => {
+  it("ends the stream with INVALID_ARGUMENT when one batch carries more tokens than any stream may hold (SWITCHYARD_MAX_CREDIT)", async () => {
+    const { sy, redis } = t;
+    const Q = "{batch-huge}";
+    await sy.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
+    await sy.client.enqueue(Q, ["held"]);
+    const lease = rawLease(sy.client);
+    lease.send({ case: "open", value: { queue: Q, credit: 1 } });
+    await expect.poll(() => lease.deliveries().length).toBe(1);
+    // 10,001 tokens: the real one and 10,000 made up, more than the highest credit (10,000) lets a stream hold.
+    const leaseTokens = [lease.deliveries()[0].leaseToken, ...Array.from({ length: 10_000 }, (_, i) => `r.${i}.0000000000000000000000000000000000000000`)];
+    lease.send({ case: "ackBatch", value: { leaseTokens } });
+    await expect.poll(() => lease.failure()?.code).toBe(3); // INVALID_ARGUMENT
+    expect(lease.failure()!.details).toMatch(/ack_batch of 10001 tokens; send at most 10000 per message/);
+    expect(lease.of("settleResult")).toEqual([]); // not one reply per token
+    // Nothing of the batch applied: the stream's item went back to its queue when the stream ended.
+    await expect.poll(() => redis.plain.llen(Q)).toBe(1);
+    expect(await redis.plain.llen(`${Q}.processing`)).toBe(0);
   });
 });
 
