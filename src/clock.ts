@@ -95,6 +95,11 @@ export class ManualClock implements Clock {
     return { cancel: () => void (timer.cancelled = true) };
   }
 
+  /** Timers set and neither fired nor cancelled. */
+  get pending(): number {
+    return this.timers.filter((t) => !t.cancelled).length;
+  }
+
   /** Moves time forward by `ms`, firing every timer that falls due on the way. */
   async advance(ms: number): Promise<void> {
     const target = this.current + ms;

@@ -33,6 +33,19 @@ describe("lease stream health", () => {
     await lease.close();
   });
 
+  it("a closed stream leaves no timer behind (its heartbeat would keep the stream and its call in memory until it fired)", async () => {
+    const Q = "{churn}";
+    await a.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
+    const clock = a.clock as ManualClock;
+    const before = clock.pending;
+    const leases = Array.from({ length: 50 }, () => a.client.lease(Q, 1));
+    await Promise.all(leases.map((l) => l.opened));
+    expect(clock.pending).toBeGreaterThanOrEqual(before + 50);
+    await Promise.all(leases.map((l) => l.close()));
+    await expect.poll(async () => (await a.app.queues.stats(Q)).leaseStreams).toBe(0);
+    expect(clock.pending).toBe(before);
+  });
+
   it("frees the credit of an item acked through another instance by the next heartbeat", async () => {
     const Q = "{elsewhere}";
     await a.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
