@@ -27,7 +27,7 @@ export function toStatus(err: unknown, log: Logger, method: string): grpc.Status
   }
   if (isOutOfMemory(err)) {
     log.warn("redis is out of memory", { method, err });
-    const reason = (err as Error).message.replace(/\.$/, "");
+    const reason = /OOM command not allowed[^.]*/.exec((err as Error).message)![0];
     return {
       code: grpc.status.RESOURCE_EXHAUSTED,
       details: `redis refused the command: ${reason} (redis is full: free memory in Redis, raise its maxmemory, or drain queues, then retry)`,

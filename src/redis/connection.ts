@@ -277,5 +277,6 @@ export function isUnknownOutcome(err: unknown): boolean {
 
 /** True for Redis refusing a write because it is out of memory (maxmemory with noeviction). */
 export function isOutOfMemory(err: unknown): boolean {
-  return err instanceof Error && err.message.startsWith("OOM ");
+  // A plain write answers "OOM command not allowed …"; a script's write the same, behind the script's name.
+  return err instanceof Error && /\bOOM command not allowed\b/.test(err.message);
 }
