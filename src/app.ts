@@ -13,7 +13,7 @@ import { systemKeys } from "./redis/keys.js";
 import { QueueRegistry } from "./queue/registry.js";
 import { Queues } from "./queue/queues.js";
 import { queueSpec } from "./grpc/convert.js";
-import { bind, closeSilentConnections, createGrpcServer } from "./grpc/server.js";
+import { bind, createGrpcServer } from "./grpc/server.js";
 import { ServingStatus, type Health } from "./grpc/health.js";
 import { JobStore } from "./cron/store.js";
 import { JobLogStore } from "./cron/job-log.js";
@@ -162,7 +162,6 @@ export async function startApp(config: Config, parts: AppParts = {}): Promise<Ap
       config, queues, { store, logs, scheduler, clock }, log, [observeCalls(metrics, log), security], audit, buffers,
     );
     const port = await bind(server, config.grpcAddress, serverCredentials(config.tls));
-    closeSilentConnections(server, config.connectionIdleTimeoutMs);
     const address = `${hostOf(config.grpcAddress)}:${port}`;
     // The web API reaches this server over a private unix socket (plain, whatever TLS the port uses;
     // calls still need their tokens), so it passes the same interceptors as every other call.

@@ -1,6 +1,5 @@
 /** Builds the gRPC server: queue service, health and reflection, one adapter for all. */
 import * as grpc from "@grpc/grpc-js";
-import type { Server as NetServer, Socket } from "node:net";
 import type { DescFile } from "@bufbuild/protobuf";
 import { file_grpc_health_v1_health, Health as HealthDesc } from "../gen/grpc/health/v1/health_pb.js";
 import { ServerReflection } from "../gen/grpc/reflection/v1/reflection_pb.js";
@@ -93,34 +92,3 @@ export function bind(
 ): Promise<number> {
   return new Promise((ok, fail) => server.bindAsync(address, credentials, (err, port) => (err ? fail(err) : ok(port))));
 }
-
-/** The HTTP/2 client preface ("PRI * HTTP/2.0…"), 24 bytes; a TLS client hello is longer. */
-const PREFACE_BYTES = 24;
-
-/**
- * Closes connections that have not sent an HTTP/2 preface (or a TLS hello)
- * `afterMs` after they were accepted. grpc-js's idle timeout
- * (grpc.max_connection_idle_ms) closes an HTTP/2 connection with no call open,
- * but its graceful close never completes on a connection that has sent
- * nothing, which then stays open for good (issue 17). grpc-js 1.14.7 has no
- * hook for its listeners' sockets, so this reaches its private map of them
- * (the version is pinned; test/grpc/connection-limits.test.ts fails if it moves).
- * Call after each bind.
- */
-export function closeSilentConnections(server: grpc.Server, afterMs: number): void {
-  const listeners = (server as unknown as { http2Servers?: Map<NetServer, unknown> }).http2Servers;
-  if (!listeners) throw new Error("grpc-js keeps no http2Servers map any more: closeSilentConnections needs a new hook");
-  for (const listener of listeners.keys()) {
-    if (guarded.has(listener)) continue;
-    guarded.add(listener);
-    listener.on("connection", (socket: Socket) => {
-      const timer = setTimeout(() => {
-        if (socket.bytesRead < PREFACE_BYTES) socket.destroy();
-      }, afterMs);
-      timer.unref();
-      socket.once("close", () => clearTimeout(timer));
-    });
-  }
-}
-
-const guarded = new WeakSet<NetServer>();
