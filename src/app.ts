@@ -99,7 +99,7 @@ export async function startApp(config: Config, parts: AppParts = {}): Promise<Ap
   try {
     if (config.httpAddress) {
       const ready = () => readiness.check();
-      side = await startSideServer(config.httpAddress, { metrics, live: () => phase !== "shut down", ready }, log);
+      side = await startSideServer(config.httpAddress, { metrics, hosts: config.httpHosts, live: () => phase !== "shut down", ready }, log);
     }
     let clock = parts.clock;
     let clockResync: Timer | undefined;
@@ -170,7 +170,8 @@ export async function startApp(config: Config, parts: AppParts = {}): Promise<Ap
       const socketDir = mkdtempSync(join(tmpdir(), "switchyard-"));
       const target = `unix:${join(socketDir, "grpc.sock")}`;
       await bind(server, target);
-      web = { api: webApi(target, [QueueService, CronService, AuditService, AuthService], config.maxMessageBytes), socketDir };
+      const limits = { maxMessageBytes: config.maxMessageBytes, maxBodyBytes: config.maxHttpBodyBytes, authenticator };
+      web = { api: webApi(target, [QueueService, CronService, AuditService, AuthService], limits), socketDir };
       side.setWeb({ api: web.api, assets: new DashboardAssets() });
     }
     readiness.onChange((reason) => health.setAll(reason === undefined ? ServingStatus.SERVING : ServingStatus.NOT_SERVING));

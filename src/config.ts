@@ -230,7 +230,7 @@ function onOff(name: string, text: string | undefined): boolean {
 
 /** Host names for SWITCHYARD_HTTP_HOSTS: comma-separated, lower case, no ports. */
 function hostNames(text: string): string[] {
-  const names = text.split(",").map((h) => h.trim().toLowerCase()).filter(Boolean);
+  const names = text.split(",").map((h) => h.trim().toLowerCase().replace(/\.$/, "")).filter(Boolean);
   for (const name of names) {
     if (!/^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*\.?$/.test(name)) {
       throw invalid(`SWITCHYARD_HTTP_HOSTS entry "${name}" is not a host name; list names such as switchyard.internal, without ports`);

@@ -6,12 +6,18 @@
  *
  * - /healthz: 200 while the process serves, 503 once it has shut down. It does
  *   not look at Redis: a Redis outage is no reason to restart Switchyard.
+ * Every request must name a host it may (DNS rebinding: a page on
+ * attacker.example whose name now resolves to 127.0.0.1 would otherwise read
+ * the dashboard's API and metrics from the victim's browser): an IP address,
+ * localhost, or a name in SWITCHYARD_HTTP_HOSTS. A rebinding page can only
+ * send its own name, never an address.
+ *
  * - /readyz: 200 while the instance is ready (src/redis/readiness.ts: Redis
  *   answers a PING within a second, the instance is not starting or shutting
  *   down), else 503 with the reason. gRPC health answers from the same check.
  */
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
-import type { AddressInfo } from "node:net";
+import { isIP, type AddressInfo } from "node:net";
 import type { Logger } from "../log.js";
 import type { PromMetrics, QueueSource } from "./registry.js";
 import { API_PREFIX, type WebApi } from "../web/gateway.js";
@@ -26,6 +32,8 @@ export interface WebParts {
 /** What the endpoints answer from. */
 export interface SideParts {
   metrics: PromMetrics;
+  /** Host names served besides IP addresses and localhost (lower case). */
+  hosts: readonly string[];
   /** Set once the queues are up (see {@link SideServer.setQueues}); until then /metrics has no queue gauges. */
   queues?: QueueSource;
   /** Set once the gRPC server is up (see {@link SideServer.setWeb}). */
@@ -59,8 +67,25 @@ function reply(res: ServerResponse, status: number, body: string, type = "text/p
   res.end(body);
 }
 
+/** The host a request names, without its port (and an IPv6 address without brackets); undefined with no Host header. */
+function hostOf(req: IncomingMessage): string | undefined {
+  const host = req.headers.host?.trim().toLowerCase();
+  if (host === undefined) return undefined;
+  if (host.startsWith("[")) return host.slice(1, host.indexOf("]"));
+  return host.replace(/:\d*$/, "").replace(/\.$/, "");
+}
+
+/** True when a request names a host this port serves (a request with none comes from no browser). */
+function servedHost(req: IncomingMessage, hosts: readonly string[]): boolean {
+  const host = hostOf(req);
+  return host === undefined || isIP(host) !== 0 || host === "localhost" || hosts.includes(host);
+}
+
 async function route(req: IncomingMessage, res: ServerResponse, parts: SideParts, log: Logger): Promise<void> {
   const path = (req.url ?? "/").split("?")[0];
+  if (!servedHost(req, parts.hosts)) {
+    return reply(res, 403, `host "${hostOf(req)}" is not served here: use an IP address or localhost, or list the name in SWITCHYARD_HTTP_HOSTS\n`);
+  }
   if (path.startsWith(`${API_PREFIX}/`)) {
     if (!parts.web) return reply(res, 503, "the web API is not served: the instance is starting, or SWITCHYARD_DASHBOARD is off\n");
     return parts.web.api.handle(req, res);

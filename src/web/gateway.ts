@@ -7,6 +7,11 @@
  * interceptors (authentication, scopes, audit, metrics, logs) and handlers as
  * every other client, and fails with the same status and message.
  *
+ * Before a body is read, the caller's token is checked (a request without a
+ * known one is refused at once: its body is never read) and the body's
+ * announced size: an unauthenticated caller cannot make the instance hold
+ * large bodies. Scopes are checked later, by the gRPC server, as for any call.
+ *
  * Unary methods only: Lease and EnqueueStream are bidirectional streams, for gRPC clients.
  */
 import * as grpc from "@grpc/grpc-js";
@@ -15,6 +20,8 @@ import { Code, ConnectError, type ConnectRouter, type HandlerContext } from "@co
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { clientConstructor } from "../grpc/adapter.js";
+import type { Authenticator } from "../auth/authenticator.js";
+import { SwitchyardError } from "../errors.js";
 
 /** Where the web API is served. */
 export const API_PREFIX = "/api";
@@ -56,11 +63,44 @@ function forward(call: UnaryCall, request: unknown, ctx: HandlerContext): Promis
   });
 }
 
+/** Limits and credentials of the web API. */
+export interface WebApiOptions {
+  /** Largest gRPC message to and from the server. */
+  maxMessageBytes: number;
+  /** Largest request body read. */
+  maxBodyBytes: number;
+  /** Names callers from their `authorization` header before their body is read. */
+  authenticator: Authenticator;
+}
+
+/** Answers a Connect error (JSON) without reading the request's body, and closes the connection rather than read it. */
+function refuse(res: ServerResponse, status: number, code: string, message: string): void {
+  res.writeHead(status, { "content-type": "application/json", connection: "close", "cache-control": "no-store" });
+  res.end(JSON.stringify({ code, message }));
+}
+
+/** Why a request may not be read (unauthenticated, too large), or undefined. */
+function refusal(req: IncomingMessage, options: WebApiOptions): [number, string, string] | undefined {
+  const authorization = req.headers.authorization;
+  try {
+    options.authenticator.authenticate(authorization === undefined ? [] : [authorization], undefined);
+  } catch (err) {
+    if (err instanceof SwitchyardError) return [401, "unauthenticated", err.message];
+    throw err;
+  }
+  const length = Number(req.headers["content-length"] ?? 0);
+  if (length > options.maxBodyBytes) {
+    return [413, "resource_exhausted", `a request body of ${length} bytes; the web API reads at most ${options.maxBodyBytes} (SWITCHYARD_HTTP_MAX_BODY_BYTES)`];
+  }
+  return undefined;
+}
+
 /**
  * Serves `services` under /api, forwarding to the gRPC server at `target`
- * (e.g. "unix:/tmp/switchyard-x/grpc.sock"); requests over `maxBytes` are refused.
+ * (e.g. "unix:/tmp/switchyard-x/grpc.sock").
  */
-export function webApi(target: string, services: readonly DescService[], maxBytes: number): WebApi {
+export function webApi(target: string, services: readonly DescService[], options: WebApiOptions): WebApi {
+  const maxBytes = options.maxMessageBytes;
   const clients: grpc.Client[] = [];
   const routes = (router: ConnectRouter) => {
     for (const service of services) {
@@ -79,9 +119,14 @@ export function webApi(target: string, services: readonly DescService[], maxByte
       router.service(service, impl as never);
     }
   };
-  const handler = connectNodeAdapter({ routes, requestPathPrefix: API_PREFIX, readMaxBytes: maxBytes, grpc: false });
+  // A body sent without a length (chunked) is cut off at the limit as it is read.
+  const handler = connectNodeAdapter({ routes, requestPathPrefix: API_PREFIX, readMaxBytes: options.maxBodyBytes, grpc: false });
   return {
-    handle: (req, res) => handler(req, res),
+    handle: (req, res) => {
+      const refused = refusal(req, options);
+      if (refused) refuse(res, ...refused);
+      else handler(req, res);
+    },
     close: () => clients.forEach((c) => c.close()),
   };
 }

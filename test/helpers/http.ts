@@ -1,4 +1,5 @@
 /** Plain HTTP GETs to an instance's side port, and a reader of Prometheus text. */
+import { request } from "node:http";
 
 /** Status and body of GET http://`address``path`. */
 export async function get(address: string, path: string): Promise<{ status: number; body: string; type: string }> {
@@ -41,4 +42,35 @@ export async function scrape(address: string): Promise<Samples> {
 export function delta(before: Samples, after: Samples, name: string, labels: Record<string, string> = {}): number {
   const k = key(name, labels);
   return (after.get(k) ?? 0) - (before.get(k) ?? 0);
+}
+
+/**
+ * Sends a request to the side port at `address` with any headers (Host too)
+ * and up to `send` bytes of a body that may announce more, and resolves with
+ * the response as soon as it comes, whether or not the body was all sent.
+ */
+export function send(
+  address: string,
+  options: { method?: string; path: string; headers?: Record<string, string>; send?: number },
+): Promise<{ status: number; body: string }> {
+  const i = address.lastIndexOf(":");
+  return new Promise((ok, fail) => {
+    const req = request({ host: address.slice(0, i), port: Number(address.slice(i + 1)), method: options.method ?? "GET", path: options.path, headers: options.headers });
+    const timer = setTimeout(() => {
+      req.destroy();
+      fail(new Error(`no response to ${options.path} within 5 s`));
+    }, 5000);
+    req.on("error", () => undefined); // the server may close as it answers
+    req.on("response", (res) => {
+      let body = "";
+      res.on("data", (chunk: Buffer) => (body += chunk.toString()));
+      res.on("end", () => {
+        clearTimeout(timer);
+        req.destroy();
+        ok({ status: res.statusCode ?? 0, body });
+      });
+    });
+    if (options.send) req.write(Buffer.alloc(options.send, 0x7b));
+    else req.end();
+  });
 }

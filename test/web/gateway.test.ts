@@ -15,6 +15,7 @@ import { AuditService } from "../../src/gen/switchyard/v1/audit_pb.js";
 import { SwitchyardClient } from "../../src/client/client.js";
 import { startRedis, type TestRedis } from "../helpers/redis.js";
 import { startSwitchyard, type TestSwitchyard } from "../helpers/switchyard.js";
+import { send } from "../helpers/http.js";
 
 const adminToken = randomBytes(18).toString("base64url");
 const viewerToken = randomBytes(18).toString("base64url");
@@ -96,6 +97,43 @@ describe("the web API", () => {
       json: { code: "unauthenticated", message: "unknown bearer token" },
     });
     expect(await redis.plain.llen("{web}")).toBe(2);
+  });
+
+  it("checks the token before reading the body: a request announcing 60 MB without a known token is refused at once", async () => {
+    const path = "/api/switchyard.v1.QueueService/Enqueue";
+    const headers = { "content-type": "application/json", "content-length": String(60_000_000) };
+    // 64 KB of the 60 MB sent: the answer comes without the rest.
+    expect(await send(sy.app.httpAddress, { method: "POST", path, headers, send: 65_536 })).toEqual({
+      status: 401,
+      body: JSON.stringify({ code: "unauthenticated", message: 'missing credentials: send metadata "authorization: Bearer <token>"' }),
+    });
+    const unknown = await send(sy.app.httpAddress, { method: "POST", path, headers: { ...headers, authorization: "Bearer nope" }, send: 65_536 });
+    expect(unknown).toMatchObject({ status: 401, body: expect.stringContaining("unknown bearer token") });
+  });
+
+  it("reads at most SWITCHYARD_HTTP_MAX_BODY_BYTES (4 MiB) of a body, announced or not", async () => {
+    const path = "/api/switchyard.v1.QueueService/Enqueue";
+    const auth = { "content-type": "application/json", authorization: `Bearer ${adminToken}` };
+    const announced = await send(sy.app.httpAddress, { method: "POST", path, headers: { ...auth, "content-length": String(5 * 1024 * 1024) }, send: 65_536 });
+    expect(announced.status).toBe(413);
+    expect(JSON.parse(announced.body)).toEqual({
+      code: "resource_exhausted",
+      message: "a request body of 5242880 bytes; the web API reads at most 4194304 (SWITCHYARD_HTTP_MAX_BODY_BYTES)",
+    });
+    // Chunked, with no length: cut off once 4 MiB have been read.
+    const chunked = await fetch(`${base}/switchyard.v1.QueueService/Enqueue`, {
+      method: "POST",
+      headers: auth,
+      body: new ReadableStream({
+        start(controller) {
+          for (let i = 0; i < 5; i++) controller.enqueue(new Uint8Array(1024 * 1024).fill(0x20));
+          controller.close();
+        },
+      }),
+      duplex: "half",
+    } as RequestInit);
+    expect(chunked.ok).toBe(false);
+    expect(((await chunked.json()) as { code: string }).code).toBe("resource_exhausted");
   });
 
   it("refuses a read-only token's writes with the gRPC API's status and message, and changes nothing", async () => {
