@@ -130,7 +130,7 @@ export const defaults = {
   readinessTimeoutMs: 1 * SECOND,
   /** Over the payload limit: room for headers. */
   itemOverheadBytes: 64 * 1024,
-  maxPendingEnqueueBytes: 256 * 1024 * 1024,
+  maxPendingEnqueueBytes: 128 * 1024 * 1024,
   maxStreamBufferBytes: 16 * 1024 * 1024,
   maxBufferedBytes: 256 * 1024 * 1024,
   leaseOpenTimeoutMs: 10 * SECOND,

@@ -40,6 +40,7 @@ beforeAll(async () => {
       // The built-in LogClean job counts as one.
       SWITCHYARD_MAX_CRON_JOBS: "3",
       SWITCHYARD_MAX_PAYLOAD_BYTES: "16",
+      SWITCHYARD_MAX_ITEM_BYTES: "200",
       SWITCHYARD_MAX_ITEMS_PER_ENQUEUE: "2",
     },
     token: admin.token,
@@ -108,6 +109,21 @@ describe("Enqueue limits", () => {
       grpc.status.INVALID_ARGUMENT,
       "3 items in one Enqueue; send at most 2 per call (SWITCHYARD_MAX_ITEMS_PER_ENQUEUE)",
     ]);
+  });
+});
+
+describe("the stored size of an item", () => {
+  it("counts its headers: an item whose headers take it over SWITCHYARD_MAX_ITEM_BYTES is refused, and nothing of the call is written", async () => {
+    const before = await redis.plain.llen("{lim}");
+    const err = (await sy.client
+      .enqueue("{lim}", ["small", { payload: "tiny", headers: { note: "h".repeat(300) } }])
+      .catch((e: grpc.ServiceError) => e)) as grpc.ServiceError;
+    expect(err.code).toBe(grpc.status.RESOURCE_EXHAUSTED);
+    expect(err.details).toMatch(
+      /^item 1 takes 3\d\d bytes stored \(a payload of 4 bytes, its headers, id and enqueue time\); the limit is 200 \(SWITCHYARD_MAX_ITEM_BYTES\)/,
+    );
+    expect(await redis.plain.llen("{lim}")).toBe(before);
+    expect(await sy.client.enqueue("{lim}", [{ payload: "tiny", headers: { note: "fits" } }])).toHaveLength(1);
   });
 });
 

@@ -39,6 +39,22 @@ describe("loadConfig", () => {
   });
 });
 
+describe("hardening settings (issue 17)", () => {
+  it("have documented defaults, and refuse values that would turn a bound off", () => {
+    const c = loadConfig({});
+    expect([c.redisCommandTimeoutMs, c.redisKeepAliveMs, c.maxItemBytes, c.maxPendingEnqueueBytes]).toEqual([5000, 10_000, 1024 * 1024 + 65_536, 128 * 1024 * 1024]);
+    expect([c.maxStreamBufferBytes, c.maxBufferedBytes, c.leaseOpenTimeoutMs, c.maxStreamsPerConnection]).toEqual([16 * 1024 * 1024, 256 * 1024 * 1024, 10_000, 1000]);
+    expect([c.connectionIdleTimeoutMs, c.maxHealthWatches, c.httpHosts, c.maxHttpBodyBytes]).toEqual([300_000, 1000, [], 4 * 1024 * 1024]);
+    expect(loadConfig({ SWITCHYARD_MAX_PAYLOAD_BYTES: "100" }).maxItemBytes).toBe(100 + 65_536);
+    expect(loadConfig({ SWITCHYARD_REDIS_COMMAND_TIMEOUT: "2s", SWITCHYARD_HTTP_HOSTS: "a.example, B.example." })).toMatchObject({
+      redisCommandTimeoutMs: 2000,
+      httpHosts: ["a.example", "b.example"],
+    });
+    expect(() => loadConfig({ SWITCHYARD_REDIS_COMMAND_TIMEOUT: "0s" })).toThrow(/SWITCHYARD_REDIS_COMMAND_TIMEOUT must be more than 0/);
+    expect(() => loadConfig({ SWITCHYARD_MAX_ITEM_BYTES: "10", SWITCHYARD_MAX_PAYLOAD_BYTES: "100" })).toThrow(/is below SWITCHYARD_MAX_PAYLOAD_BYTES=100/);
+  });
+});
+
 describe("embedded Redis", () => {
   it("runs redis-server on a unix socket with its data in an append-only file in the data folder", async () => {
     const dataDir = join(dir, "data");
