@@ -175,6 +175,27 @@ describe.runIf(onCluster)("on a Redis Cluster", () => {
     await lease.close();
   });
 
+  it("a master that hangs (CLIENT PAUSE) fails calls on its queues with UNAVAILABLE within the command timeout, and health follows", async () => {
+    const hung = await startSwitchyard(redis, { config: { redisCommandTimeoutMs: 500 } });
+    const Q = "{paused}";
+    try {
+      await hung.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
+      await hung.client.enqueue(Q, ["before"]);
+      // Every node connection has the timeout and keepalive.
+      for (const node of hung.app.redis.client.nodes("all")) expect([node.options.commandTimeout, node.options.keepAlive]).toEqual([500, 10_000]);
+      const owner = redis.nodeFor(Q);
+      await owner.call("CLIENT", "PAUSE", "2500", "ALL");
+      const started = Date.now();
+      const code = await hung.client.enqueue(Q, ["during"]).then(() => 0, (e: { code: number }) => e.code);
+      expect([code, Date.now() - started < 2000]).toEqual([UNAVAILABLE, true]);
+      await expect.poll(() => hung.app.readiness.current ?? "ready").toMatch(/^redis (did not answer PING|PING failed: Command timed out)/);
+      await expect.poll(() => hung.app.readiness.current, { timeout: 10_000 }).toBeUndefined();
+      expect(await hung.client.enqueue(Q, ["after"])).toHaveLength(1);
+    } finally {
+      await hung.stop();
+    }
+  });
+
   describe("while its slot migrates, every key still on the old master", () => {
     const T0 = Date.UTC(2026, 0, 1);
     beforeAll(() => defineScripts(redis.plain));
