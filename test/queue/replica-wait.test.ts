@@ -61,4 +61,21 @@ describe("enqueue with min_replicas", () => {
       details: expect.stringContaining("only 1 of 2 replica(s)"),
     });
   });
+
+  it("waits longer than the command timeout when asked to, without holding up other calls meanwhile", async () => {
+    const quick = await startSwitchyard(redisAt(master.socketPath), { config: { redisCommandTimeoutMs: 300 } });
+    try {
+      const started = Date.now();
+      const waiting = quick.client.enqueue("{w}", ["slow"], { minReplicas: 2, replicaTimeoutMs: 1000 }).catch((e: { code: number; details: string }) => e);
+      // WAIT blocks the connection it is sent on: other calls must not queue behind it.
+      await quick.client.getQueueStats("{w}");
+      const statsMs = Date.now() - started;
+      const outcome = await waiting;
+      expect(outcome).toMatchObject({ code: 14, details: expect.stringContaining("only 1 of 2 replica(s) acknowledged them within 1000 ms") });
+      expect(Date.now() - started).toBeGreaterThanOrEqual(1000); // not cut at the 300 ms command timeout
+      expect(statsMs).toBeLessThan(500);
+    } finally {
+      await quick.stop();
+    }
+  });
 });
