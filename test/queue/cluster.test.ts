@@ -6,6 +6,7 @@
  * they start while their slot migrates.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { Cluster } from "ioredis";
 import { QueueMode } from "../../src/gen/switchyard/v1/queue_pb.js";
 import { queueKeys, slotOf } from "../../src/redis/keys.js";
 import { defineScripts, leaseItems, recoverStale, settleItems } from "../../src/redis/scripts.js";
@@ -182,7 +183,7 @@ describe.runIf(onCluster)("on a Redis Cluster", () => {
       await hung.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
       await hung.client.enqueue(Q, ["before"]);
       // Every node connection has the timeout and keepalive.
-      for (const node of hung.app.redis.client.nodes("all")) expect([node.options.commandTimeout, node.options.keepAlive]).toEqual([500, 10_000]);
+      for (const node of (hung.app.redis.client as Cluster).nodes("all")) expect([node.options.commandTimeout, node.options.keepAlive]).toEqual([500, 10_000]);
       const owner = redis.nodeFor(Q);
       await owner.call("CLIENT", "PAUSE", "2500", "ALL");
       const started = Date.now();

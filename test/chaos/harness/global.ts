@@ -1,7 +1,8 @@
 /**
  * globalSetup of the chaos suite: clears the previous results before the run,
  * and after it prints the table of every scenario's figures (lost, duplicates,
- * recovery time) from test-artifacts/chaos/results/*.json, and writes it to
+ * stranded, recovery time, time to fail calls, gRPC health transitions, peak
+ * server RSS) from test-artifacts/chaos/results/*.json, and writes it to
  * test-artifacts/chaos/summary.md.
  */
 import { existsSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -24,14 +25,19 @@ export function teardown(): void {
     r.pass ? "pass" : "FAIL",
     cell(r.lost),
     cell(r.duplicates),
+    cell(r.stranded),
     r.recoveryMs === undefined ? "–" : `${Math.round(r.recoveryMs)} ms`,
+    r.failMs === undefined ? "–" : `${Math.round(r.failMs)} ms`,
+    cell(r.health),
+    r.peakRssMb === undefined ? "–" : `${Math.round(r.peakRssMb)} MB`,
     `${(r.durationMs / 1000).toFixed(1)} s`,
     r.pass ? r.notes.join("; ") : [...r.checks.filter((c) => !c.ok).map((c) => `✗ ${c.name}${c.detail ? ` (${c.detail.slice(0, 160)})` : ""}`), ...r.notes].join("; "),
   ]);
-  const header = ["#", "scenario", "result", "lost", "dup", "recovery", "time", "notes"];
-  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (i === 7 ? 0 : r[i].length))));
-  const line = (r: string[]) => r.map((c, i) => (i === 7 ? c : c.padEnd(widths[i]))).join("  ");
-  const table = [line(header), line(widths.map((w, i) => "-".repeat(i === 7 ? 5 : w))), ...rows.map(line)].join("\n");
+  const header = ["#", "scenario", "result", "lost", "dup", "stranded", "recovery", "calls fail", "gRPC health", "peak RSS", "time", "notes"];
+  const last = header.length - 1;
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (i === last ? 0 : r[i].length))));
+  const line = (r: string[]) => r.map((c, i) => (i === last ? c : c.padEnd(widths[i]))).join("  ");
+  const table = [line(header), line(widths.map((w, i) => "-".repeat(i === last ? 5 : w))), ...rows.map(line)].join("\n");
   const md = [
     "| " + header.join(" | ") + " |",
     "|" + header.map(() => "---").join("|") + "|",

@@ -1,6 +1,35 @@
 /** gRPC helpers for the chaos suite: health checks and statuses of failed calls. */
 import * as grpc from "@grpc/grpc-js";
-export { HealthProbe, ServingStatus } from "../../helpers/health.js";
+import { HealthProbe, ServingStatus } from "../../helpers/health.js";
+
+export { HealthProbe, ServingStatus };
+
+/** gRPC health as one Watch call saw it: every status with when it came. */
+export interface HealthRecord {
+  readonly seen: { status: ServingStatus; t: number }[];
+  /** When `status` was first seen after `after` (ms since the epoch), if it was. */
+  firstAfter(status: ServingStatus, after: number): number | undefined;
+  /** "SERVING → NOT_SERVING +5.1 s → SERVING +16.0 s", times from `origin`. */
+  summary(origin: number): string;
+  stop(): void;
+}
+
+/** Watches `address`'s server-wide health until stop(). */
+export function recordHealth(address: string): HealthRecord {
+  const probe = new HealthProbe(address);
+  const seen: { status: ServingStatus; t: number }[] = [];
+  const unwatch = probe.watch((status, t) => seen.push({ status, t }));
+  return {
+    seen,
+    firstAfter: (status, after) => seen.find((s) => s.status === status && s.t >= after)?.t,
+    summary: (origin) =>
+      seen.map((s, i) => (i === 0 ? ServingStatus[s.status] : `${ServingStatus[s.status]} +${((s.t - origin) / 1000).toFixed(1)} s`)).join(" → "),
+    stop() {
+      unwatch();
+      probe.close();
+    },
+  };
+}
 
 /** The gRPC status code a promise failed with (0 when it succeeded). */
 export async function codeOf(p: Promise<unknown>): Promise<number> {

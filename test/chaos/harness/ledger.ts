@@ -189,23 +189,24 @@ export function produce(
   client: SwitchyardClient,
   queue: string,
   options: { batch?: number; everyMs?: number; payload?: (i: number) => string; call?: (payloads: string[]) => Promise<string[]> } = {},
-): { stop(): Promise<void>; readonly ok: number; readonly failed: number; lastOkAt(): number; failures: { t: number; code?: number }[] } {
+): { stop(): Promise<void>; readonly ok: number; readonly failed: number; lastOkAt(): number; failures: { t: number; code?: number; ms: number }[] } {
   let stopped = false;
   let ok = 0;
   let failed = 0;
   let lastOk = 0;
   let n = 0;
-  const failures: { t: number; code?: number }[] = [];
+  const failures: { t: number; code?: number; ms: number }[] = [];
   const loop = (async () => {
     while (!stopped) {
       const payloads = Array.from({ length: options.batch ?? 5 }, () => (options.payload ?? ((i) => `item-${i}`))(n++));
+      const started = Date.now();
       try {
         await ledger.enqueue(client, queue, payloads, options.call && (() => options.call!(payloads)));
         ok++;
         lastOk = Date.now();
       } catch (err) {
         failed++;
-        failures.push({ t: Date.now(), code: (err as { code?: number }).code });
+        failures.push({ t: Date.now(), code: (err as { code?: number }).code, ms: Date.now() - started });
       }
       await new Promise((r) => setTimeout(r, options.everyMs ?? 20));
     }
@@ -356,6 +357,10 @@ export class Scenario {
   lost?: number;
   duplicates?: number;
   recoveryMs?: number;
+  stranded?: number;
+  failMs?: number;
+  health?: string;
+  peakRssMb?: number;
   private readonly started = Date.now();
   /** Extra state written with the history on failure (e.g. Redis contents). */
   history: Record<string, unknown> = {};
@@ -391,6 +396,10 @@ export class Scenario {
       lost: this.lost,
       duplicates: this.duplicates,
       recoveryMs: this.recoveryMs,
+      stranded: this.stranded,
+      failMs: this.failMs,
+      health: this.health,
+      peakRssMb: this.peakRssMb,
       notes: error ? [...this.notes, `error: ${error instanceof Error ? error.message : String(error)}`] : this.notes,
       checks: this.checks,
       figures: this.figures,

@@ -217,6 +217,21 @@ export async function startServer(
   };
 }
 
+/** Samples a server's RSS every 100 ms until stopped; `peakMb` is the highest so far. */
+export function sampleRss(server: ServerProc): { readonly peakMb: number; stop(): number } {
+  let peak = server.rss();
+  const timer = setInterval(() => (peak = Math.max(peak, server.rss())), 100);
+  return {
+    get peakMb() {
+      return peak / 1024 / 1024;
+    },
+    stop() {
+      clearInterval(timer);
+      return peak / 1024 / 1024;
+    },
+  };
+}
+
 function tail(file: string, lines = 20): string {
   try {
     return readFileSync(file, "utf8").trim().split("\n").slice(-lines).join("\n");

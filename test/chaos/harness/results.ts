@@ -14,6 +14,14 @@ export interface ScenarioResult {
   duplicates?: number;
   /** Fault to service (or items) back, ms. */
   recoveryMs?: number;
+  /** Items left in a processing list with no holder once everything settled. */
+  stranded?: number;
+  /** Fault to the first call failing (ms); the slowest failed call is in the notes. */
+  failMs?: number;
+  /** gRPC health as a Watch saw it, e.g. "SERVING → NOT_SERVING +1.2 s → SERVING +11.4 s". */
+  health?: string;
+  /** Highest resident set size of the server process, MB. */
+  peakRssMb?: number;
   notes: string[];
   checks: { name: string; ok: boolean; detail?: string }[];
   figures: Record<string, unknown>;
