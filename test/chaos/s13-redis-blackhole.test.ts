@@ -2,7 +2,7 @@
  * Scenario 13: the link to Redis blackholed (TCP open, nothing carried) for
  * 15 s under load, through a proxy between the server and Redis. Must hold:
  * calls fail with UNAVAILABLE within the command timeout (5 s, the default)
- * and none waits longer; gRPC health turns NOT_SERVING within 2 s and back
+ * and none waits longer; gRPC health turns NOT_SERVING within 3 s and back
  * once the link is; the server's RSS stays bounded; afterwards every
  * acknowledged item is delivered (0 lost) and none is left stranded in processing.
  */
@@ -66,7 +66,8 @@ it("a blackholed Redis fails calls within the command timeout, health follows, m
     s.check("every failure is UNAVAILABLE", failed.every((f) => f.code === Code.UNAVAILABLE), failed.slice(0, 5));
     s.check("the first call fails within the command timeout and 1 s", s.failMs !== undefined && s.failMs <= COMMAND_TIMEOUT_MS + 1000, { failMs: s.failMs });
     s.check("no call waits longer than the command timeout and 1 s", slowest <= COMMAND_TIMEOUT_MS + 1000, { slowest });
-    s.check("gRPC health turns NOT_SERVING within 2 s", notServing !== undefined && notServing - from <= 2000, { ms: notServing && notServing - from });
+    // The readiness check runs every second and gives a PING a second: 2 s, and room for a busy machine.
+    s.check("gRPC health turns NOT_SERVING within 3 s", notServing !== undefined && notServing - from <= 3000, { ms: notServing && notServing - from });
     s.check("health SERVING and enqueues acknowledged again within 10 s of the link's return", back && s.recoveryMs! < 10_000, { recoveryMs: s.recoveryMs });
 
     await producer.stop();
