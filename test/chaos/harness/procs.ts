@@ -143,6 +143,8 @@ export interface ServerProc {
   readonly pid: number;
   readonly logFile: string;
   readonly exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  /** host:port of its side HTTP port (/metrics), once it has printed it. */
+  httpAddress(): string | undefined;
   alive(): boolean;
   kill(signal: NodeJS.Signals): void;
   /** Resident set size in bytes (from /proc), or 0 once it exited. */
@@ -181,6 +183,7 @@ export async function startServer(
   );
   closeSync(fd);
   const exited = exitOf(child);
+  let httpAddress: string | undefined;
   const address = await new Promise<string>((ok, fail) => {
     const timer = setTimeout(() => fail(new Error(`server ${name} did not listen within 20 s; see ${logFile}`)), 20_000);
     void exited.then(({ code, signal }) => {
@@ -188,6 +191,8 @@ export async function startServer(
       fail(new Error(`server ${name} exited (code ${code}, signal ${signal}) before listening:\n${tail(logFile)}`));
     });
     createInterface({ input: child.stdout! }).on("line", (line) => {
+      const metrics = /switchyard metrics on http:\/\/(\S+)\/metrics/.exec(line);
+      if (metrics) httpAddress = metrics[1];
       const m = /switchyard listening on (\S+)/.exec(line);
       if (m) {
         clearTimeout(timer);
@@ -202,6 +207,7 @@ export async function startServer(
     pid: child.pid!,
     logFile,
     exited,
+    httpAddress: () => httpAddress,
     alive: () => alive(child),
     kill: (signal) => {
       if (alive(child)) process.kill(child.pid!, signal);
