@@ -1504,6 +1504,12 @@ export const QueueService: GenService<{
   },
   /**
    * Pushes items onto a declared queue (LPUSH) in the order given.
+   * UNAVAILABLE saying "may or may not have taken effect" means Redis did not
+   * answer within the server's command timeout (or its connection dropped with
+   * the push out): the items may have been written, or may be written once
+   * Redis is back, so a retry may write them twice. An idempotency key per
+   * item (EnqueueItem.idempotency_key, coming with issue 14) is the remedy: a
+   * retry with the same keys writes each item once.
    *
    * @generated from rpc switchyard.v1.QueueService.Enqueue
    */
