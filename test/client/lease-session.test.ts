@@ -1,23 +1,14 @@
 /** LeaseSession's own behaviour against a real server. */
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { QueueMode } from "../../src/gen/switchyard/v1/queue_pb.js";
 import { SwitchyardClient } from "../../src/client/client.js";
-import { startRedis, type TestRedis } from "../helpers/redis.js";
-import { startSwitchyard, type TestSwitchyard } from "../helpers/switchyard.js";
+import { useSwitchyard } from "../helpers/switchyard.js";
 
-let redis: TestRedis;
-let sy: TestSwitchyard;
-beforeAll(async () => {
-  redis = await startRedis();
-  sy = await startSwitchyard(redis);
-});
-afterAll(async () => {
-  await sy.stop();
-  await redis.stop();
-});
+const t = useSwitchyard();
 
 describe("LeaseSession.cancel", () => {
   it("ends the stream on the server too when called in the same turn as lease(), returning what it was given", async () => {
+    const { sy, redis } = t;
     const Q = "{cancelled}";
     await sy.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
     await sy.client.enqueue(Q, Array.from({ length: 300 }, (_, i) => `item-${i}`));
