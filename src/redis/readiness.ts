@@ -91,7 +91,11 @@ export class Readiness {
     const { client } = this.redis;
     const { timeoutMs } = this.options;
     let timer: NodeJS.Timeout | undefined;
-    const timeout = new Promise<string>((ok) => (timer = setTimeout(() => ok(`redis did not answer PING within ${timeoutMs} ms`), timeoutMs)));
+    // The verdict waits for the I/O after the timer: when the event loop was blocked (a GC, a large
+    // message), timers run before the socket's data is read, and a PING already answered would lose.
+    const timeout = new Promise<string>((ok) => {
+      timer = setTimeout(() => setImmediate(() => ok(`redis did not answer PING within ${timeoutMs} ms`)), timeoutMs);
+    });
     const nodes = client instanceof Cluster ? client.nodes("master") : [client];
     const pings = Promise.all(nodes.map((node) => node.ping())).then(
       () => undefined,

@@ -238,6 +238,8 @@ describe("health follows Redis", () => {
     const watch = health.watch(create(HealthCheckRequestSchema, { service: "switchyard.v1.QueueService" }));
     watch.on("data", (r: HealthCheckResponse) => watched.push(r.status));
     watch.on("error", () => undefined);
+    // The watch has its first status (SERVING) before Redis goes, so it sees the change.
+    await expect.poll(() => watched.length).toBe(1);
 
     // The test's own checking client reconnects on its own; it need not report the outage.
     redis.plain.on("error", () => undefined);

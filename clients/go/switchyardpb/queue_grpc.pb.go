@@ -41,6 +41,12 @@ type QueueServiceClient interface {
 	// Deletes dead letters.
 	DeleteDeadLetters(ctx context.Context, in *DeleteDeadLettersRequest, opts ...grpc.CallOption) (*DeleteDeadLettersResponse, error)
 	// Pushes items onto a declared queue (LPUSH) in the order given.
+	// UNAVAILABLE saying "may or may not have taken effect" means Redis did not
+	// answer within the server's command timeout (or its connection dropped with
+	// the push out): the items may have been written, or may be written once
+	// Redis is back, so a retry may write them twice. An idempotency key per
+	// item (EnqueueItem.idempotency_key, coming with issue 14) is the remedy: a
+	// retry with the same keys writes each item once.
 	Enqueue(ctx context.Context, in *EnqueueRequest, opts ...grpc.CallOption) (*EnqueueResponse, error)
 	// Enqueue calls over one long-lived stream, for producers that enqueue often:
 	// a unary call pays for its HTTP/2 headers and trailers, a message on an
@@ -291,6 +297,12 @@ type QueueServiceServer interface {
 	// Deletes dead letters.
 	DeleteDeadLetters(context.Context, *DeleteDeadLettersRequest) (*DeleteDeadLettersResponse, error)
 	// Pushes items onto a declared queue (LPUSH) in the order given.
+	// UNAVAILABLE saying "may or may not have taken effect" means Redis did not
+	// answer within the server's command timeout (or its connection dropped with
+	// the push out): the items may have been written, or may be written once
+	// Redis is back, so a retry may write them twice. An idempotency key per
+	// item (EnqueueItem.idempotency_key, coming with issue 14) is the remedy: a
+	// retry with the same keys writes each item once.
 	Enqueue(context.Context, *EnqueueRequest) (*EnqueueResponse, error)
 	// Enqueue calls over one long-lived stream, for producers that enqueue often:
 	// a unary call pays for its HTTP/2 headers and trailers, a message on an
