@@ -57,7 +57,7 @@ describe("a blackholed Redis link", () => {
   });
 
   it("holds at most SWITCHYARD_MAX_PENDING_ENQUEUE_BYTES of items waiting for Redis: more is RESOURCE_EXHAUSTED at once", async () => {
-    await behindProxy({ config: { redisCommandTimeoutMs: 5000, maxPendingEnqueueBytes: 1_000_000 } });
+    await behindProxy({ config: { redisCommandTimeoutMs: 1500, maxPendingEnqueueBytes: 1_000_000 } });
     await client!.createQueue({ name: "{full}", mode: QueueMode.RELIABLE });
     await client!.enqueue("{full}", ["before"]);
 
