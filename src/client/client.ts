@@ -92,7 +92,7 @@ const utf8 = new TextEncoder();
 
 /** The EnqueueItem create(EnqueueItemSchema, …) would make, without its generic walk over the fields. */
 function item(payload: Uint8Array, headers?: Record<string, string> | null): EnqueueItem {
-  return { $typeName: "switchyard.v1.EnqueueItem", payload, headers: headers ?? {} };
+  return { $typeName: "switchyard.v1.EnqueueItem", payload, headers: headers ?? {}, idempotencyKey: "" };
 }
 
 function toItem(input: ItemInput): EnqueueItem {

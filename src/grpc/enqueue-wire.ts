@@ -222,7 +222,7 @@ export function decodeEnqueueRequest(bytes: Uint8Array): EnqueueRequest {
   if (ttl) request.ttl = ttl;
   if (replicaTimeout) request.replicaTimeout = replicaTimeout;
   for (let i = 0; i < items.count; i++) {
-    request.items.push({ $typeName: "switchyard.v1.EnqueueItem", payload: items.payload(i), headers: items.givenHeaders(i) ?? {} });
+    request.items.push({ $typeName: "switchyard.v1.EnqueueItem", payload: items.payload(i), headers: items.givenHeaders(i) ?? {}, idempotencyKey: "" });
   }
   return request;
 }
@@ -274,7 +274,7 @@ export function decodeEnqueueResponse(bytes: Uint8Array): EnqueueResponse {
     if (no === 1) ids.push(r.strictString());
     else r.skip(wireType, no, RECURSION_LIMIT - 1);
   }
-  return { $typeName: "switchyard.v1.EnqueueResponse", ids };
+  return { $typeName: "switchyard.v1.EnqueueResponse", ids, duplicates: [] };
 }
 
 /** The fields of an EnqueueRequest to write; items need no $typeName. */
@@ -365,7 +365,7 @@ export function encodeEnqueueStreamIds(id: number, ids: ItemIds): Buffer {
 /** fromBinary(EnqueueStreamResponseSchema, bytes), by hand: the same message, or the same kind of error. */
 export function decodeEnqueueStreamResponse(bytes: Uint8Array): EnqueueStreamResponse {
   const r = new Reader(bytes);
-  const response: EnqueueStreamResponse = { $typeName: "switchyard.v1.EnqueueStreamResponse", id: 0, code: 0, message: "", ids: [] };
+  const response: EnqueueStreamResponse = { $typeName: "switchyard.v1.EnqueueStreamResponse", id: 0, code: 0, message: "", ids: [], duplicates: [] };
   while (r.pos < bytes.byteLength) {
     if (r.skipTag(STREAM_ID_TAG)) {
       response.ids.push(r.strictString());

@@ -4,15 +4,118 @@
 
 import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
-import type { Duration, Timestamp } from "@bufbuild/protobuf/wkt";
-import { file_google_protobuf_duration, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
+import type { Duration, FieldMask, Timestamp } from "@bufbuild/protobuf/wkt";
+import { file_google_protobuf_duration, file_google_protobuf_field_mask, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
 import type { Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file switchyard/v1/queue.proto.
  */
 export const file_switchyard_v1_queue: GenFile = /*@__PURE__*/
-  fileDesc("Chlzd2l0Y2h5YXJkL3YxL3F1ZXVlLnByb3RvEg1zd2l0Y2h5YXJkLnYxIq0CCgVRdWV1ZRIMCgRuYW1lGAEgASgJEiYKBG1vZGUYAiABKA4yGC5zd2l0Y2h5YXJkLnYxLlF1ZXVlTW9kZRIXCg9wcm9jZXNzaW5nX2xpc3QYAyABKAkSFAoMcmVjb3Zlcnlfc2V0GAQgASgJEisKCG1pbl9pZGxlGAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEi8KDHJlY292ZXJ5X3R0bBgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIWCg5tYXhfZGVsaXZlcmllcxgHIAEoDRIYChBkZWFkX2xldHRlcl9saXN0GAggASgJEi8KC2NyZWF0ZV90aW1lGAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCI5ChJDcmVhdGVRdWV1ZVJlcXVlc3QSIwoFcXVldWUYASABKAsyFC5zd2l0Y2h5YXJkLnYxLlF1ZXVlIjoKE0NyZWF0ZVF1ZXVlUmVzcG9uc2USIwoFcXVldWUYASABKAsyFC5zd2l0Y2h5YXJkLnYxLlF1ZXVlIh8KD0dldFF1ZXVlUmVxdWVzdBIMCgRuYW1lGAEgASgJIjcKEEdldFF1ZXVlUmVzcG9uc2USIwoFcXVldWUYASABKAsyFC5zd2l0Y2h5YXJkLnYxLlF1ZXVlIjoKEUxpc3RRdWV1ZXNSZXF1ZXN0EhEKCXBhZ2Vfc2l6ZRgBIAEoBRISCgpwYWdlX3Rva2VuGAIgASgJIlMKEkxpc3RRdWV1ZXNSZXNwb25zZRIkCgZxdWV1ZXMYASADKAsyFC5zd2l0Y2h5YXJkLnYxLlF1ZXVlEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSIxChJEZWxldGVRdWV1ZVJlcXVlc3QSDAoEbmFtZRgBIAEoCRINCgVwdXJnZRgCIAEoCCIVChNEZWxldGVRdWV1ZVJlc3BvbnNlIiQKFEdldFF1ZXVlU3RhdHNSZXF1ZXN0EgwKBG5hbWUYASABKAkiQQoVR2V0UXVldWVTdGF0c1Jlc3BvbnNlEigKBXN0YXRzGAEgASgLMhkuc3dpdGNoeWFyZC52MS5RdWV1ZVN0YXRzIs4BCgpRdWV1ZVN0YXRzEg0KBXF1ZXVlGAEgASgJEg0KBXJlYWR5GAIgASgDEhIKCnByb2Nlc3NpbmcYAyABKAMSEwoLZGVhZF9sZXR0ZXIYBCABKAMSMwoQb2xkZXN0X2NsYWltX2FnZRgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIVCg1sZWFzZV9zdHJlYW1zGAYgASgFEhQKDGxlYXNlZF90b3RhbBgHIAEoAxIXCg9jb21wbGV0ZWRfdG90YWwYCCABKAMiVwoQUGVla1F1ZXVlUmVxdWVzdBIMCgRuYW1lGAEgASgJEiYKBGxpc3QYAiABKA4yGC5zd2l0Y2h5YXJkLnYxLlF1ZXVlTGlzdBINCgVsaW1pdBgDIAEoBSJMChFQZWVrUXVldWVSZXNwb25zZRIoCgVpdGVtcxgBIAMoCzIZLnN3aXRjaHlhcmQudjEuUGVla2VkSXRlbRINCgV0b3RhbBgCIAEoAyLcAQoKUGVla2VkSXRlbRIKCgJpZBgBIAEoCRIPCgdwYXlsb2FkGAIgASgMEjcKB2hlYWRlcnMYAyADKAsyJi5zd2l0Y2h5YXJkLnYxLlBlZWtlZEl0ZW0uSGVhZGVyc0VudHJ5EjAKDGVucXVldWVfdGltZRgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFgoOZGVsaXZlcnlfY291bnQYBSABKA0aLgoMSGVhZGVyc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiIQoRUHVyZ2VRdWV1ZVJlcXVlc3QSDAoEbmFtZRgBIAEoCSIkChJQdXJnZVF1ZXVlUmVzcG9uc2USDgoGcHVyZ2VkGAEgASgDIkMKGVJlcXVldWVEZWFkTGV0dGVyc1JlcXVlc3QSDAoEbmFtZRgBIAEoCRILCgNpZHMYAiADKAkSCwoDYWxsGAMgASgIIi4KGlJlcXVldWVEZWFkTGV0dGVyc1Jlc3BvbnNlEhAKCHJlcXVldWVkGAEgASgDIkIKGERlbGV0ZURlYWRMZXR0ZXJzUmVxdWVzdBIMCgRuYW1lGAEgASgJEgsKA2lkcxgCIAMoCRILCgNhbGwYAyABKAgiLAoZRGVsZXRlRGVhZExldHRlcnNSZXNwb25zZRIPCgdkZWxldGVkGAEgASgDIogBCgtFbnF1ZXVlSXRlbRIPCgdwYXlsb2FkGAEgASgMEjgKB2hlYWRlcnMYAiADKAsyJy5zd2l0Y2h5YXJkLnYxLkVucXVldWVJdGVtLkhlYWRlcnNFbnRyeRouCgxIZWFkZXJzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASK8AQoORW5xdWV1ZVJlcXVlc3QSDQoFcXVldWUYASABKAkSKQoFaXRlbXMYAiADKAsyGi5zd2l0Y2h5YXJkLnYxLkVucXVldWVJdGVtEiYKA3R0bBgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIUCgxtaW5fcmVwbGljYXMYBCABKA0SMgoPcmVwbGljYV90aW1lb3V0GAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIh4KD0VucXVldWVSZXNwb25zZRILCgNpZHMYASADKAkiUgoURW5xdWV1ZVN0cmVhbVJlcXVlc3QSCgoCaWQYASABKA0SLgoHcmVxdWVzdBgCIAEoCzIdLnN3aXRjaHlhcmQudjEuRW5xdWV1ZVJlcXVlc3QiTwoVRW5xdWV1ZVN0cmVhbVJlc3BvbnNlEgoKAmlkGAEgASgNEgwKBGNvZGUYAiABKAUSDwoHbWVzc2FnZRgDIAEoCRILCgNpZHMYBCADKAki2gIKDExlYXNlUmVxdWVzdBIoCgRvcGVuGAEgASgLMhguc3dpdGNoeWFyZC52MS5MZWFzZU9wZW5IABIoCgNhY2sYAiABKAsyGS5zd2l0Y2h5YXJkLnYxLkFja1JlcXVlc3RIABIsCgVyZXRyeRgDIAEoCzIbLnN3aXRjaHlhcmQudjEuUmV0cnlSZXF1ZXN0SAASKgoEZHJvcBgEIAEoCzIaLnN3aXRjaHlhcmQudjEuRHJvcFJlcXVlc3RIABIzCgZleHRlbmQYBSABKAsyIS5zd2l0Y2h5YXJkLnYxLkV4dGVuZExlYXNlUmVxdWVzdEgAEiwKBmNyZWRpdBgGIAEoCzIaLnN3aXRjaHlhcmQudjEuTGVhc2VDcmVkaXRIABIxCglhY2tfYmF0Y2gYByABKAsyHC5zd2l0Y2h5YXJkLnYxLkxlYXNlQWNrQmF0Y2hIAEIGCgRraW5kIiUKDUxlYXNlQWNrQmF0Y2gSFAoMbGVhc2VfdG9rZW5zGAEgAygJIioKCUxlYXNlT3BlbhINCgVxdWV1ZRgBIAEoCRIOCgZjcmVkaXQYAiABKA0iHQoLTGVhc2VDcmVkaXQSDgoGY3JlZGl0GAEgASgNIoUCCg1MZWFzZVJlc3BvbnNlEiwKBm9wZW5lZBgBIAEoCzIaLnN3aXRjaHlhcmQudjEuTGVhc2VPcGVuZWRIABIyCgpkZWxpdmVyaWVzGAIgASgLMhwuc3dpdGNoeWFyZC52MS5EZWxpdmVyeUJhdGNoSAASLQoJaGVhcnRiZWF0GAMgASgLMhguc3dpdGNoeWFyZC52MS5IZWFydGJlYXRIABI0Cg1zZXR0bGVfcmVzdWx0GAQgASgLMhsuc3dpdGNoeWFyZC52MS5TZXR0bGVSZXN1bHRIABIlCgVkcmFpbhgFIAEoCzIULnN3aXRjaHlhcmQudjEuRHJhaW5IAEIGCgRraW5kIpABCgtMZWFzZU9wZW5lZBINCgVxdWV1ZRgBIAEoCRImCgRtb2RlGAIgASgOMhguc3dpdGNoeWFyZC52MS5RdWV1ZU1vZGUSNQoSaGVhcnRiZWF0X2ludGVydmFsGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhMKC2Fja19iYXRjaGVzGAQgASgIIjwKDURlbGl2ZXJ5QmF0Y2gSKwoKZGVsaXZlcmllcxgBIAMoCzIXLnN3aXRjaHlhcmQudjEuRGVsaXZlcnkiiwIKCERlbGl2ZXJ5EhMKC2xlYXNlX3Rva2VuGAEgASgJEg0KBWZlbmNlGAIgASgEEgoKAmlkGAMgASgJEg8KB3BheWxvYWQYBCABKAwSNQoHaGVhZGVycxgFIAMoCzIkLnN3aXRjaHlhcmQudjEuRGVsaXZlcnkuSGVhZGVyc0VudHJ5EjAKDGVucXVldWVfdGltZRgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFgoOZGVsaXZlcnlfY291bnQYByABKA0SDQoFcXVldWUYCCABKAkaLgoMSGVhZGVyc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiPAoJSGVhcnRiZWF0Ei8KC3NlcnZlcl90aW1lGAEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCIxCgVEcmFpbhIoCgVncmFjZRgBIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJzCgxTZXR0bGVSZXN1bHQSEwoLbGVhc2VfdG9rZW4YASABKAkSDAoEY29kZRgCIAEoBRIPCgdtZXNzYWdlGAMgASgJEi8KC2V4cGlyZV90aW1lGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKRAQoKQWNrUmVxdWVzdBITCgtsZWFzZV90b2tlbhgBIAEoCRIrCgdyZXBsaWVzGAIgAygLMhouc3dpdGNoeWFyZC52MS5FbnF1ZXVlSXRlbRITCgtyZXBseV9xdWV1ZRgDIAEoCRIsCglyZXBseV90dGwYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iIAoLQWNrUmVzcG9uc2USEQoJcmVwbHlfaWRzGAEgAygJIiMKDFJldHJ5UmVxdWVzdBITCgtsZWFzZV90b2tlbhgBIAEoCSImCg1SZXRyeVJlc3BvbnNlEhUKDWRlYWRfbGV0dGVyZWQYASABKAgiIgoLRHJvcFJlcXVlc3QSEwoLbGVhc2VfdG9rZW4YASABKAkiDgoMRHJvcFJlc3BvbnNlIikKEkV4dGVuZExlYXNlUmVxdWVzdBITCgtsZWFzZV90b2tlbhgBIAEoCSJGChNFeHRlbmRMZWFzZVJlc3BvbnNlEi8KC2V4cGlyZV90aW1lGAEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKnAQoIRW52ZWxvcGUSCgoCaWQYASABKAkSDwoHcGF5bG9hZBgCIAEoDBI1CgdoZWFkZXJzGAMgAygLMiQuc3dpdGNoeWFyZC52MS5FbnZlbG9wZS5IZWFkZXJzRW50cnkSFwoPZW5xdWV1ZV90aW1lX21zGAQgASgDGi4KDEhlYWRlcnNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBKlcKCVF1ZXVlTW9kZRIaChZRVUVVRV9NT0RFX1VOU1BFQ0lGSUVEEAASFQoRUVVFVUVfTU9ERV9TSU1QTEUQARIXChNRVUVVRV9NT0RFX1JFTElBQkxFEAIqWQoJUXVldWVMaXN0EhoKFlFVRVVFX0xJU1RfVU5TUEVDSUZJRUQQABIUChBRVUVVRV9MSVNUX1JFQURZEAESGgoWUVVFVUVfTElTVF9ERUFEX0xFVFRFUhACMrcKCgxRdWV1ZVNlcnZpY2USVAoLQ3JlYXRlUXVldWUSIS5zd2l0Y2h5YXJkLnYxLkNyZWF0ZVF1ZXVlUmVxdWVzdBoiLnN3aXRjaHlhcmQudjEuQ3JlYXRlUXVldWVSZXNwb25zZRJLCghHZXRRdWV1ZRIeLnN3aXRjaHlhcmQudjEuR2V0UXVldWVSZXF1ZXN0Gh8uc3dpdGNoeWFyZC52MS5HZXRRdWV1ZVJlc3BvbnNlElEKCkxpc3RRdWV1ZXMSIC5zd2l0Y2h5YXJkLnYxLkxpc3RRdWV1ZXNSZXF1ZXN0GiEuc3dpdGNoeWFyZC52MS5MaXN0UXVldWVzUmVzcG9uc2USVAoLRGVsZXRlUXVldWUSIS5zd2l0Y2h5YXJkLnYxLkRlbGV0ZVF1ZXVlUmVxdWVzdBoiLnN3aXRjaHlhcmQudjEuRGVsZXRlUXVldWVSZXNwb25zZRJaCg1HZXRRdWV1ZVN0YXRzEiMuc3dpdGNoeWFyZC52MS5HZXRRdWV1ZVN0YXRzUmVxdWVzdBokLnN3aXRjaHlhcmQudjEuR2V0UXVldWVTdGF0c1Jlc3BvbnNlEk4KCVBlZWtRdWV1ZRIfLnN3aXRjaHlhcmQudjEuUGVla1F1ZXVlUmVxdWVzdBogLnN3aXRjaHlhcmQudjEuUGVla1F1ZXVlUmVzcG9uc2USUQoKUHVyZ2VRdWV1ZRIgLnN3aXRjaHlhcmQudjEuUHVyZ2VRdWV1ZVJlcXVlc3QaIS5zd2l0Y2h5YXJkLnYxLlB1cmdlUXVldWVSZXNwb25zZRJpChJSZXF1ZXVlRGVhZExldHRlcnMSKC5zd2l0Y2h5YXJkLnYxLlJlcXVldWVEZWFkTGV0dGVyc1JlcXVlc3QaKS5zd2l0Y2h5YXJkLnYxLlJlcXVldWVEZWFkTGV0dGVyc1Jlc3BvbnNlEmYKEURlbGV0ZURlYWRMZXR0ZXJzEicuc3dpdGNoeWFyZC52MS5EZWxldGVEZWFkTGV0dGVyc1JlcXVlc3QaKC5zd2l0Y2h5YXJkLnYxLkRlbGV0ZURlYWRMZXR0ZXJzUmVzcG9uc2USSAoHRW5xdWV1ZRIdLnN3aXRjaHlhcmQudjEuRW5xdWV1ZVJlcXVlc3QaHi5zd2l0Y2h5YXJkLnYxLkVucXVldWVSZXNwb25zZRJeCg1FbnF1ZXVlU3RyZWFtEiMuc3dpdGNoeWFyZC52MS5FbnF1ZXVlU3RyZWFtUmVxdWVzdBokLnN3aXRjaHlhcmQudjEuRW5xdWV1ZVN0cmVhbVJlc3BvbnNlKAEwARJGCgVMZWFzZRIbLnN3aXRjaHlhcmQudjEuTGVhc2VSZXF1ZXN0Ghwuc3dpdGNoeWFyZC52MS5MZWFzZVJlc3BvbnNlKAEwARI8CgNBY2sSGS5zd2l0Y2h5YXJkLnYxLkFja1JlcXVlc3QaGi5zd2l0Y2h5YXJkLnYxLkFja1Jlc3BvbnNlEkIKBVJldHJ5Ehsuc3dpdGNoeWFyZC52MS5SZXRyeVJlcXVlc3QaHC5zd2l0Y2h5YXJkLnYxLlJldHJ5UmVzcG9uc2USPwoERHJvcBIaLnN3aXRjaHlhcmQudjEuRHJvcFJlcXVlc3QaGy5zd2l0Y2h5YXJkLnYxLkRyb3BSZXNwb25zZRJUCgtFeHRlbmRMZWFzZRIhLnN3aXRjaHlhcmQudjEuRXh0ZW5kTGVhc2VSZXF1ZXN0GiIuc3dpdGNoeWFyZC52MS5FeHRlbmRMZWFzZVJlc3BvbnNlYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("Chlzd2l0Y2h5YXJkL3YxL3F1ZXVlLnByb3RvEg1zd2l0Y2h5YXJkLnYxIpUBCgtSZXRyeVBvbGljeRIyCg9pbml0aWFsX2JhY2tvZmYYASABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEgoKbXVsdGlwbGllchgCIAEoARIuCgttYXhfYmFja29mZhgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIOCgZqaXR0ZXIYBCABKAEiLwoNQ29uc3VtZXJHcm91cBIMCgRuYW1lGAEgASgJEhAKCHN0YXJ0X2lkGAIgASgJIkkKClN0cmVhbVRyaW0SDwoHbWF4X2xlbhgBIAEoBBIqCgdtYXhfYWdlGAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIskECgVRdWV1ZRIMCgRuYW1lGAEgASgJEiYKBG1vZGUYAiABKA4yGC5zd2l0Y2h5YXJkLnYxLlF1ZXVlTW9kZRIXCg9wcm9jZXNzaW5nX2xpc3QYAyABKAkSFAoMcmVjb3Zlcnlfc2V0GAQgASgJEisKCG1pbl9pZGxlGAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEi8KDHJlY292ZXJ5X3R0bBgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIWCg5tYXhfZGVsaXZlcmllcxgHIAEoDRIYChBkZWFkX2xldHRlcl9saXN0GAggASgJEi8KC2NyZWF0ZV90aW1lGAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIwCgxyZXRyeV9wb2xpY3kYCiABKAsyGi5zd2l0Y2h5YXJkLnYxLlJldHJ5UG9saWN5EjUKEmlkZW1wb3RlbmN5X3dpbmRvdxgLIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIOCgZwYXVzZWQYDCABKAgSLgoLcHVibGlzaF90dGwYDSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEwoLcmVwbHlfcXVldWUYDiABKAkSLAoGZ3JvdXBzGA8gAygLMhwuc3dpdGNoeWFyZC52MS5Db25zdW1lckdyb3VwEi4KC3N0cmVhbV90cmltGBAgASgLMhkuc3dpdGNoeWFyZC52MS5TdHJlYW1UcmltIjkKEkNyZWF0ZVF1ZXVlUmVxdWVzdBIjCgVxdWV1ZRgBIAEoCzIULnN3aXRjaHlhcmQudjEuUXVldWUiOgoTQ3JlYXRlUXVldWVSZXNwb25zZRIjCgVxdWV1ZRgBIAEoCzIULnN3aXRjaHlhcmQudjEuUXVldWUiHwoPR2V0UXVldWVSZXF1ZXN0EgwKBG5hbWUYASABKAkiNwoQR2V0UXVldWVSZXNwb25zZRIjCgVxdWV1ZRgBIAEoCzIULnN3aXRjaHlhcmQudjEuUXVldWUiagoSVXBkYXRlUXVldWVSZXF1ZXN0EiMKBXF1ZXVlGAEgASgLMhQuc3dpdGNoeWFyZC52MS5RdWV1ZRIvCgt1cGRhdGVfbWFzaxgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5GaWVsZE1hc2siOgoTVXBkYXRlUXVldWVSZXNwb25zZRIjCgVxdWV1ZRgBIAEoCzIULnN3aXRjaHlhcmQudjEuUXVldWUiIQoRUGF1c2VRdWV1ZVJlcXVlc3QSDAoEbmFtZRgBIAEoCSI5ChJQYXVzZVF1ZXVlUmVzcG9uc2USIwoFcXVldWUYASABKAsyFC5zd2l0Y2h5YXJkLnYxLlF1ZXVlIiIKElJlc3VtZVF1ZXVlUmVxdWVzdBIMCgRuYW1lGAEgASgJIjoKE1Jlc3VtZVF1ZXVlUmVzcG9uc2USIwoFcXVldWUYASABKAsyFC5zd2l0Y2h5YXJkLnYxLlF1ZXVlIjoKEUxpc3RRdWV1ZXNSZXF1ZXN0EhEKCXBhZ2Vfc2l6ZRgBIAEoBRISCgpwYWdlX3Rva2VuGAIgASgJIlMKEkxpc3RRdWV1ZXNSZXNwb25zZRIkCgZxdWV1ZXMYASADKAsyFC5zd2l0Y2h5YXJkLnYxLlF1ZXVlEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSIxChJEZWxldGVRdWV1ZVJlcXVlc3QSDAoEbmFtZRgBIAEoCRINCgVwdXJnZRgCIAEoCCIVChNEZWxldGVRdWV1ZVJlc3BvbnNlIiQKFEdldFF1ZXVlU3RhdHNSZXF1ZXN0EgwKBG5hbWUYASABKAkiQQoVR2V0UXVldWVTdGF0c1Jlc3BvbnNlEigKBXN0YXRzGAEgASgLMhkuc3dpdGNoeWFyZC52MS5RdWV1ZVN0YXRzIqICCgpRdWV1ZVN0YXRzEg0KBXF1ZXVlGAEgASgJEg0KBXJlYWR5GAIgASgDEhIKCnByb2Nlc3NpbmcYAyABKAMSEwoLZGVhZF9sZXR0ZXIYBCABKAMSMwoQb2xkZXN0X2NsYWltX2FnZRgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIVCg1sZWFzZV9zdHJlYW1zGAYgASgFEhQKDGxlYXNlZF90b3RhbBgHIAEoAxIXCg9jb21wbGV0ZWRfdG90YWwYCCABKAMSDwoHZGVsYXllZBgJIAEoAxIOCgZwYXVzZWQYCiABKAgSMQoGZ3JvdXBzGAsgAygLMiEuc3dpdGNoeWFyZC52MS5Db25zdW1lckdyb3VwU3RhdHMipgEKEkNvbnN1bWVyR3JvdXBTdGF0cxIMCgRuYW1lGAEgASgJEg8KB3BlbmRpbmcYAiABKAMSCwoDbGFnGAMgASgDEjYKE29sZGVzdF9wZW5kaW5nX2lkbGUYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEQoJY29uc3VtZXJzGAUgASgFEhkKEWxhc3RfZGVsaXZlcmVkX2lkGAYgASgJIlcKEFBlZWtRdWV1ZVJlcXVlc3QSDAoEbmFtZRgBIAEoCRImCgRsaXN0GAIgASgOMhguc3dpdGNoeWFyZC52MS5RdWV1ZUxpc3QSDQoFbGltaXQYAyABKAUiTAoRUGVla1F1ZXVlUmVzcG9uc2USKAoFaXRlbXMYASADKAsyGS5zd2l0Y2h5YXJkLnYxLlBlZWtlZEl0ZW0SDQoFdG90YWwYAiABKAMioAIKClBlZWtlZEl0ZW0SCgoCaWQYASABKAkSDwoHcGF5bG9hZBgCIAEoDBI3CgdoZWFkZXJzGAMgAygLMiYuc3dpdGNoeWFyZC52MS5QZWVrZWRJdGVtLkhlYWRlcnNFbnRyeRIwCgxlbnF1ZXVlX3RpbWUYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhYKDmRlbGl2ZXJ5X2NvdW50GAUgASgNEhIKCmxhc3RfZXJyb3IYBiABKAkSLgoKbm90X2JlZm9yZRgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAaLgoMSGVhZGVyc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiIQoRUHVyZ2VRdWV1ZVJlcXVlc3QSDAoEbmFtZRgBIAEoCSIkChJQdXJnZVF1ZXVlUmVzcG9uc2USDgoGcHVyZ2VkGAEgASgDIkMKGVJlcXVldWVEZWFkTGV0dGVyc1JlcXVlc3QSDAoEbmFtZRgBIAEoCRILCgNpZHMYAiADKAkSCwoDYWxsGAMgASgIIi4KGlJlcXVldWVEZWFkTGV0dGVyc1Jlc3BvbnNlEhAKCHJlcXVldWVkGAEgASgDIkIKGERlbGV0ZURlYWRMZXR0ZXJzUmVxdWVzdBIMCgRuYW1lGAEgASgJEgsKA2lkcxgCIAMoCRILCgNhbGwYAyABKAgiLAoZRGVsZXRlRGVhZExldHRlcnNSZXNwb25zZRIPCgdkZWxldGVkGAEgASgDIvsBCgtFbnF1ZXVlSXRlbRIPCgdwYXlsb2FkGAEgASgMEjgKB2hlYWRlcnMYAiADKAsyJy5zd2l0Y2h5YXJkLnYxLkVucXVldWVJdGVtLkhlYWRlcnNFbnRyeRIuCgpub3RfYmVmb3JlGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIoCgVkZWxheRgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIXCg9pZGVtcG90ZW5jeV9rZXkYBSABKAkaLgoMSGVhZGVyc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEivAEKDkVucXVldWVSZXF1ZXN0Eg0KBXF1ZXVlGAEgASgJEikKBWl0ZW1zGAIgAygLMhouc3dpdGNoeWFyZC52MS5FbnF1ZXVlSXRlbRImCgN0dGwYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SFAoMbWluX3JlcGxpY2FzGAQgASgNEjIKD3JlcGxpY2FfdGltZW91dBgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiIyCg9FbnF1ZXVlUmVzcG9uc2USCwoDaWRzGAEgAygJEhIKCmR1cGxpY2F0ZXMYAiADKA0iUgoURW5xdWV1ZVN0cmVhbVJlcXVlc3QSCgoCaWQYASABKA0SLgoHcmVxdWVzdBgCIAEoCzIdLnN3aXRjaHlhcmQudjEuRW5xdWV1ZVJlcXVlc3QiYwoVRW5xdWV1ZVN0cmVhbVJlc3BvbnNlEgoKAmlkGAEgASgNEgwKBGNvZGUYAiABKAUSDwoHbWVzc2FnZRgDIAEoCRILCgNpZHMYBCADKAkSEgoKZHVwbGljYXRlcxgFIAMoDSLaAgoMTGVhc2VSZXF1ZXN0EigKBG9wZW4YASABKAsyGC5zd2l0Y2h5YXJkLnYxLkxlYXNlT3BlbkgAEigKA2FjaxgCIAEoCzIZLnN3aXRjaHlhcmQudjEuQWNrUmVxdWVzdEgAEiwKBXJldHJ5GAMgASgLMhsuc3dpdGNoeWFyZC52MS5SZXRyeVJlcXVlc3RIABIqCgRkcm9wGAQgASgLMhouc3dpdGNoeWFyZC52MS5Ecm9wUmVxdWVzdEgAEjMKBmV4dGVuZBgFIAEoCzIhLnN3aXRjaHlhcmQudjEuRXh0ZW5kTGVhc2VSZXF1ZXN0SAASLAoGY3JlZGl0GAYgASgLMhouc3dpdGNoeWFyZC52MS5MZWFzZUNyZWRpdEgAEjEKCWFja19iYXRjaBgHIAEoCzIcLnN3aXRjaHlhcmQudjEuTGVhc2VBY2tCYXRjaEgAQgYKBGtpbmQiJQoNTGVhc2VBY2tCYXRjaBIUCgxsZWFzZV90b2tlbnMYASADKAkiVAoJTGVhc2VPcGVuEg0KBXF1ZXVlGAEgASgJEg4KBmNyZWRpdBgCIAEoDRINCgVncm91cBgDIAEoCRIZChFtYXhfbWVzc2FnZV9ieXRlcxgEIAEoDSIdCgtMZWFzZUNyZWRpdBIOCgZjcmVkaXQYASABKA0ihQIKDUxlYXNlUmVzcG9uc2USLAoGb3BlbmVkGAEgASgLMhouc3dpdGNoeWFyZC52MS5MZWFzZU9wZW5lZEgAEjIKCmRlbGl2ZXJpZXMYAiABKAsyHC5zd2l0Y2h5YXJkLnYxLkRlbGl2ZXJ5QmF0Y2hIABItCgloZWFydGJlYXQYAyABKAsyGC5zd2l0Y2h5YXJkLnYxLkhlYXJ0YmVhdEgAEjQKDXNldHRsZV9yZXN1bHQYBCABKAsyGy5zd2l0Y2h5YXJkLnYxLlNldHRsZVJlc3VsdEgAEiUKBWRyYWluGAUgASgLMhQuc3dpdGNoeWFyZC52MS5EcmFpbkgAQgYKBGtpbmQizQEKC0xlYXNlT3BlbmVkEg0KBXF1ZXVlGAEgASgJEiYKBG1vZGUYAiABKA4yGC5zd2l0Y2h5YXJkLnYxLlF1ZXVlTW9kZRI1ChJoZWFydGJlYXRfaW50ZXJ2YWwYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEwoLYWNrX2JhdGNoZXMYBCABKAgSKwoIbWluX2lkbGUYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SDgoGcGF1c2VkGAYgASgIIjwKDURlbGl2ZXJ5QmF0Y2gSKwoKZGVsaXZlcmllcxgBIAMoCzIXLnN3aXRjaHlhcmQudjEuRGVsaXZlcnkinwIKCERlbGl2ZXJ5EhMKC2xlYXNlX3Rva2VuGAEgASgJEg0KBWZlbmNlGAIgASgEEgoKAmlkGAMgASgJEg8KB3BheWxvYWQYBCABKAwSNQoHaGVhZGVycxgFIAMoCzIkLnN3aXRjaHlhcmQudjEuRGVsaXZlcnkuSGVhZGVyc0VudHJ5EjAKDGVucXVldWVfdGltZRgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFgoOZGVsaXZlcnlfY291bnQYByABKA0SDQoFcXVldWUYCCABKAkSEgoKbGFzdF9lcnJvchgJIAEoCRouCgxIZWFkZXJzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASI8CglIZWFydGJlYXQSLwoLc2VydmVyX3RpbWUYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIjEKBURyYWluEigKBWdyYWNlGAEgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uInMKDFNldHRsZVJlc3VsdBITCgtsZWFzZV90b2tlbhgBIAEoCRIMCgRjb2RlGAIgASgFEg8KB21lc3NhZ2UYAyABKAkSLwoLZXhwaXJlX3RpbWUYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIpEBCgpBY2tSZXF1ZXN0EhMKC2xlYXNlX3Rva2VuGAEgASgJEisKB3JlcGxpZXMYAiADKAsyGi5zd2l0Y2h5YXJkLnYxLkVucXVldWVJdGVtEhMKC3JlcGx5X3F1ZXVlGAMgASgJEiwKCXJlcGx5X3R0bBgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiIgCgtBY2tSZXNwb25zZRIRCglyZXBseV9pZHMYASADKAkiXQoMUmV0cnlSZXF1ZXN0EhMKC2xlYXNlX3Rva2VuGAEgASgJEg4KBnJlYXNvbhgCIAEoCRIoCgVkZWxheRgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJWCg1SZXRyeVJlc3BvbnNlEhUKDWRlYWRfbGV0dGVyZWQYASABKAgSLgoKbm90X2JlZm9yZRgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiMgoLRHJvcFJlcXVlc3QSEwoLbGVhc2VfdG9rZW4YASABKAkSDgoGcmVhc29uGAIgASgJIg4KDERyb3BSZXNwb25zZSIpChJFeHRlbmRMZWFzZVJlcXVlc3QSEwoLbGVhc2VfdG9rZW4YASABKAkiVwoaQ3JlYXRlQ29uc3VtZXJHcm91cFJlcXVlc3QSDAoEbmFtZRgBIAEoCRIrCgVncm91cBgCIAEoCzIcLnN3aXRjaHlhcmQudjEuQ29uc3VtZXJHcm91cCJCChtDcmVhdGVDb25zdW1lckdyb3VwUmVzcG9uc2USIwoFcXVldWUYASABKAsyFC5zd2l0Y2h5YXJkLnYxLlF1ZXVlIkoKH1NldENvbnN1bWVyR3JvdXBQb3NpdGlvblJlcXVlc3QSDAoEbmFtZRgBIAEoCRINCgVncm91cBgCIAEoCRIKCgJpZBgDIAEoCSIiCiBTZXRDb25zdW1lckdyb3VwUG9zaXRpb25SZXNwb25zZSI5ChpEZWxldGVDb25zdW1lckdyb3VwUmVxdWVzdBIMCgRuYW1lGAEgASgJEg0KBWdyb3VwGAIgASgJIkIKG0RlbGV0ZUNvbnN1bWVyR3JvdXBSZXNwb25zZRIjCgVxdWV1ZRgBIAEoCzIULnN3aXRjaHlhcmQudjEuUXVldWUiRgoTRXh0ZW5kTGVhc2VSZXNwb25zZRIvCgtleHBpcmVfdGltZRgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAipwEKCEVudmVsb3BlEgoKAmlkGAEgASgJEg8KB3BheWxvYWQYAiABKAwSNQoHaGVhZGVycxgDIAMoCzIkLnN3aXRjaHlhcmQudjEuRW52ZWxvcGUuSGVhZGVyc0VudHJ5EhcKD2VucXVldWVfdGltZV9tcxgEIAEoAxouCgxIZWFkZXJzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASpuCglRdWV1ZU1vZGUSGgoWUVVFVUVfTU9ERV9VTlNQRUNJRklFRBAAEhUKEVFVRVVFX01PREVfU0lNUExFEAESFwoTUVVFVUVfTU9ERV9SRUxJQUJMRRACEhUKEVFVRVVFX01PREVfU1RSRUFNEAMqcQoJUXVldWVMaXN0EhoKFlFVRVVFX0xJU1RfVU5TUEVDSUZJRUQQABIUChBRVUVVRV9MSVNUX1JFQURZEAESGgoWUVVFVUVfTElTVF9ERUFEX0xFVFRFUhACEhYKElFVRVVFX0xJU1RfREVMQVlFRBADMo8PCgxRdWV1ZVNlcnZpY2USVAoLQ3JlYXRlUXVldWUSIS5zd2l0Y2h5YXJkLnYxLkNyZWF0ZVF1ZXVlUmVxdWVzdBoiLnN3aXRjaHlhcmQudjEuQ3JlYXRlUXVldWVSZXNwb25zZRJLCghHZXRRdWV1ZRIeLnN3aXRjaHlhcmQudjEuR2V0UXVldWVSZXF1ZXN0Gh8uc3dpdGNoeWFyZC52MS5HZXRRdWV1ZVJlc3BvbnNlElQKC1VwZGF0ZVF1ZXVlEiEuc3dpdGNoeWFyZC52MS5VcGRhdGVRdWV1ZVJlcXVlc3QaIi5zd2l0Y2h5YXJkLnYxLlVwZGF0ZVF1ZXVlUmVzcG9uc2USUQoKUGF1c2VRdWV1ZRIgLnN3aXRjaHlhcmQudjEuUGF1c2VRdWV1ZVJlcXVlc3QaIS5zd2l0Y2h5YXJkLnYxLlBhdXNlUXVldWVSZXNwb25zZRJUCgtSZXN1bWVRdWV1ZRIhLnN3aXRjaHlhcmQudjEuUmVzdW1lUXVldWVSZXF1ZXN0GiIuc3dpdGNoeWFyZC52MS5SZXN1bWVRdWV1ZVJlc3BvbnNlElEKCkxpc3RRdWV1ZXMSIC5zd2l0Y2h5YXJkLnYxLkxpc3RRdWV1ZXNSZXF1ZXN0GiEuc3dpdGNoeWFyZC52MS5MaXN0UXVldWVzUmVzcG9uc2USVAoLRGVsZXRlUXVldWUSIS5zd2l0Y2h5YXJkLnYxLkRlbGV0ZVF1ZXVlUmVxdWVzdBoiLnN3aXRjaHlhcmQudjEuRGVsZXRlUXVldWVSZXNwb25zZRJaCg1HZXRRdWV1ZVN0YXRzEiMuc3dpdGNoeWFyZC52MS5HZXRRdWV1ZVN0YXRzUmVxdWVzdBokLnN3aXRjaHlhcmQudjEuR2V0UXVldWVTdGF0c1Jlc3BvbnNlEk4KCVBlZWtRdWV1ZRIfLnN3aXRjaHlhcmQudjEuUGVla1F1ZXVlUmVxdWVzdBogLnN3aXRjaHlhcmQudjEuUGVla1F1ZXVlUmVzcG9uc2USUQoKUHVyZ2VRdWV1ZRIgLnN3aXRjaHlhcmQudjEuUHVyZ2VRdWV1ZVJlcXVlc3QaIS5zd2l0Y2h5YXJkLnYxLlB1cmdlUXVldWVSZXNwb25zZRJpChJSZXF1ZXVlRGVhZExldHRlcnMSKC5zd2l0Y2h5YXJkLnYxLlJlcXVldWVEZWFkTGV0dGVyc1JlcXVlc3QaKS5zd2l0Y2h5YXJkLnYxLlJlcXVldWVEZWFkTGV0dGVyc1Jlc3BvbnNlEmYKEURlbGV0ZURlYWRMZXR0ZXJzEicuc3dpdGNoeWFyZC52MS5EZWxldGVEZWFkTGV0dGVyc1JlcXVlc3QaKC5zd2l0Y2h5YXJkLnYxLkRlbGV0ZURlYWRMZXR0ZXJzUmVzcG9uc2USbAoTQ3JlYXRlQ29uc3VtZXJHcm91cBIpLnN3aXRjaHlhcmQudjEuQ3JlYXRlQ29uc3VtZXJHcm91cFJlcXVlc3QaKi5zd2l0Y2h5YXJkLnYxLkNyZWF0ZUNvbnN1bWVyR3JvdXBSZXNwb25zZRJ7ChhTZXRDb25zdW1lckdyb3VwUG9zaXRpb24SLi5zd2l0Y2h5YXJkLnYxLlNldENvbnN1bWVyR3JvdXBQb3NpdGlvblJlcXVlc3QaLy5zd2l0Y2h5YXJkLnYxLlNldENvbnN1bWVyR3JvdXBQb3NpdGlvblJlc3BvbnNlEmwKE0RlbGV0ZUNvbnN1bWVyR3JvdXASKS5zd2l0Y2h5YXJkLnYxLkRlbGV0ZUNvbnN1bWVyR3JvdXBSZXF1ZXN0Giouc3dpdGNoeWFyZC52MS5EZWxldGVDb25zdW1lckdyb3VwUmVzcG9uc2USSAoHRW5xdWV1ZRIdLnN3aXRjaHlhcmQudjEuRW5xdWV1ZVJlcXVlc3QaHi5zd2l0Y2h5YXJkLnYxLkVucXVldWVSZXNwb25zZRJeCg1FbnF1ZXVlU3RyZWFtEiMuc3dpdGNoeWFyZC52MS5FbnF1ZXVlU3RyZWFtUmVxdWVzdBokLnN3aXRjaHlhcmQudjEuRW5xdWV1ZVN0cmVhbVJlc3BvbnNlKAEwARJGCgVMZWFzZRIbLnN3aXRjaHlhcmQudjEuTGVhc2VSZXF1ZXN0Ghwuc3dpdGNoeWFyZC52MS5MZWFzZVJlc3BvbnNlKAEwARI8CgNBY2sSGS5zd2l0Y2h5YXJkLnYxLkFja1JlcXVlc3QaGi5zd2l0Y2h5YXJkLnYxLkFja1Jlc3BvbnNlEkIKBVJldHJ5Ehsuc3dpdGNoeWFyZC52MS5SZXRyeVJlcXVlc3QaHC5zd2l0Y2h5YXJkLnYxLlJldHJ5UmVzcG9uc2USPwoERHJvcBIaLnN3aXRjaHlhcmQudjEuRHJvcFJlcXVlc3QaGy5zd2l0Y2h5YXJkLnYxLkRyb3BSZXNwb25zZRJUCgtFeHRlbmRMZWFzZRIhLnN3aXRjaHlhcmQudjEuRXh0ZW5kTGVhc2VSZXF1ZXN0GiIuc3dpdGNoeWFyZC52MS5FeHRlbmRMZWFzZVJlc3BvbnNlYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_field_mask, file_google_protobuf_timestamp]);
+
+/**
+ * How long a retried or recovered item waits before it is delivered again:
+ * attempt n (n = 1 after the first failed delivery) waits
+ * min(initial_backoff * multiplier^(n-1), max_backoff), then a random part of
+ * jitter is taken off: the wait is uniform in [w * (1 - jitter), w].
+ *
+ * @generated from message switchyard.v1.RetryPolicy
+ */
+export type RetryPolicy = Message<"switchyard.v1.RetryPolicy"> & {
+  /**
+   * Default 1s. 0s retries at once.
+   *
+   * @generated from field: google.protobuf.Duration initial_backoff = 1;
+   */
+  initialBackoff?: Duration | undefined;
+
+  /**
+   * Default 2. At least 1.
+   *
+   * @generated from field: double multiplier = 2;
+   */
+  multiplier: number;
+
+  /**
+   * Default 10m. At least initial_backoff.
+   *
+   * @generated from field: google.protobuf.Duration max_backoff = 3;
+   */
+  maxBackoff?: Duration | undefined;
+
+  /**
+   * Default 0.2. Between 0 and 1.
+   *
+   * @generated from field: double jitter = 4;
+   */
+  jitter: number;
+};
+
+/**
+ * Describes the message switchyard.v1.RetryPolicy.
+ * Use `create(RetryPolicySchema)` to create a new message.
+ */
+export const RetryPolicySchema: GenMessage<RetryPolicy> = /*@__PURE__*/
+  messageDesc(file_switchyard_v1_queue, 0);
+
+/**
+ * A consumer group of a STREAM queue.
+ *
+ * @generated from message switchyard.v1.ConsumerGroup
+ */
+export type ConsumerGroup = Message<"switchyard.v1.ConsumerGroup"> & {
+  /**
+   * The group's name, e.g. "thumbnailer".
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * Where a new group starts: "$" (the default) for entries added from now
+   * on, "0" for the whole stream, or an entry id. Input only.
+   *
+   * @generated from field: string start_id = 2;
+   */
+  startId: string;
+};
+
+/**
+ * Describes the message switchyard.v1.ConsumerGroup.
+ * Use `create(ConsumerGroupSchema)` to create a new message.
+ */
+export const ConsumerGroupSchema: GenMessage<ConsumerGroup> = /*@__PURE__*/
+  messageDesc(file_switchyard_v1_queue, 1);
+
+/**
+ * How a STREAM queue's history is trimmed on every append (approximately, as
+ * XADD's "~" does). Without either field the stream is never trimmed.
+ *
+ * @generated from message switchyard.v1.StreamTrim
+ */
+export type StreamTrim = Message<"switchyard.v1.StreamTrim"> & {
+  /**
+   * Keep about this many entries (MAXLEN).
+   *
+   * @generated from field: uint64 max_len = 1;
+   */
+  maxLen: bigint;
+
+  /**
+   * Keep entries younger than this (MINID from the entry ids' times).
+   *
+   * @generated from field: google.protobuf.Duration max_age = 2;
+   */
+  maxAge?: Duration | undefined;
+};
+
+/**
+ * Describes the message switchyard.v1.StreamTrim.
+ * Use `create(StreamTrimSchema)` to create a new message.
+ */
+export const StreamTrimSchema: GenMessage<StreamTrim> = /*@__PURE__*/
+  messageDesc(file_switchyard_v1_queue, 2);
 
 /**
  * A queue declaration.
@@ -83,6 +186,58 @@ export type Queue = Message<"switchyard.v1.Queue"> & {
    * @generated from field: google.protobuf.Timestamp create_time = 9;
    */
   createTime?: Timestamp | undefined;
+
+  /**
+   * RELIABLE and STREAM: how long a retried or recovered item waits. Unset:
+   * the defaults of RetryPolicy.
+   *
+   * @generated from field: switchyard.v1.RetryPolicy retry_policy = 10;
+   */
+  retryPolicy?: RetryPolicy | undefined;
+
+  /**
+   * How long an item's idempotency_key is remembered (default 24h).
+   *
+   * @generated from field: google.protobuf.Duration idempotency_window = 11;
+   */
+  idempotencyWindow?: Duration | undefined;
+
+  /**
+   * Output only: deliveries are paused (PauseQueue).
+   *
+   * @generated from field: bool paused = 12;
+   */
+  paused: boolean;
+
+  /**
+   * A standing publish TTL: every push onto this queue (Enqueue, replies,
+   * retries) resets the key's expiry to this, unless the push gives its own.
+   *
+   * @generated from field: google.protobuf.Duration publish_ttl = 13;
+   */
+  publishTtl?: Duration | undefined;
+
+  /**
+   * Where an ack's replies go when the ack names no reply_queue (seed 000's
+   * reply route).
+   *
+   * @generated from field: string reply_queue = 14;
+   */
+  replyQueue: string;
+
+  /**
+   * STREAM only: the consumer groups created when the queue is declared.
+   *
+   * @generated from field: repeated switchyard.v1.ConsumerGroup groups = 15;
+   */
+  groups: ConsumerGroup[];
+
+  /**
+   * STREAM only: how the stream's history is trimmed.
+   *
+   * @generated from field: switchyard.v1.StreamTrim stream_trim = 16;
+   */
+  streamTrim?: StreamTrim | undefined;
 };
 
 /**
@@ -90,7 +245,7 @@ export type Queue = Message<"switchyard.v1.Queue"> & {
  * Use `create(QueueSchema)` to create a new message.
  */
 export const QueueSchema: GenMessage<Queue> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 0);
+  messageDesc(file_switchyard_v1_queue, 3);
 
 /**
  * @generated from message switchyard.v1.CreateQueueRequest
@@ -107,7 +262,7 @@ export type CreateQueueRequest = Message<"switchyard.v1.CreateQueueRequest"> & {
  * Use `create(CreateQueueRequestSchema)` to create a new message.
  */
 export const CreateQueueRequestSchema: GenMessage<CreateQueueRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 1);
+  messageDesc(file_switchyard_v1_queue, 4);
 
 /**
  * @generated from message switchyard.v1.CreateQueueResponse
@@ -126,7 +281,7 @@ export type CreateQueueResponse = Message<"switchyard.v1.CreateQueueResponse"> &
  * Use `create(CreateQueueResponseSchema)` to create a new message.
  */
 export const CreateQueueResponseSchema: GenMessage<CreateQueueResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 2);
+  messageDesc(file_switchyard_v1_queue, 5);
 
 /**
  * @generated from message switchyard.v1.GetQueueRequest
@@ -143,7 +298,7 @@ export type GetQueueRequest = Message<"switchyard.v1.GetQueueRequest"> & {
  * Use `create(GetQueueRequestSchema)` to create a new message.
  */
 export const GetQueueRequestSchema: GenMessage<GetQueueRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 3);
+  messageDesc(file_switchyard_v1_queue, 6);
 
 /**
  * @generated from message switchyard.v1.GetQueueResponse
@@ -160,7 +315,120 @@ export type GetQueueResponse = Message<"switchyard.v1.GetQueueResponse"> & {
  * Use `create(GetQueueResponseSchema)` to create a new message.
  */
 export const GetQueueResponseSchema: GenMessage<GetQueueResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 4);
+  messageDesc(file_switchyard_v1_queue, 7);
+
+/**
+ * @generated from message switchyard.v1.UpdateQueueRequest
+ */
+export type UpdateQueueRequest = Message<"switchyard.v1.UpdateQueueRequest"> & {
+  /**
+   * The queue, by name, with the new values of the fields in update_mask.
+   *
+   * @generated from field: switchyard.v1.Queue queue = 1;
+   */
+  queue?: Queue | undefined;
+
+  /**
+   * Paths of Queue fields, e.g. "max_deliveries", "retry_policy".
+   *
+   * @generated from field: google.protobuf.FieldMask update_mask = 2;
+   */
+  updateMask?: FieldMask | undefined;
+};
+
+/**
+ * Describes the message switchyard.v1.UpdateQueueRequest.
+ * Use `create(UpdateQueueRequestSchema)` to create a new message.
+ */
+export const UpdateQueueRequestSchema: GenMessage<UpdateQueueRequest> = /*@__PURE__*/
+  messageDesc(file_switchyard_v1_queue, 8);
+
+/**
+ * @generated from message switchyard.v1.UpdateQueueResponse
+ */
+export type UpdateQueueResponse = Message<"switchyard.v1.UpdateQueueResponse"> & {
+  /**
+   * The stored declaration after the update.
+   *
+   * @generated from field: switchyard.v1.Queue queue = 1;
+   */
+  queue?: Queue | undefined;
+};
+
+/**
+ * Describes the message switchyard.v1.UpdateQueueResponse.
+ * Use `create(UpdateQueueResponseSchema)` to create a new message.
+ */
+export const UpdateQueueResponseSchema: GenMessage<UpdateQueueResponse> = /*@__PURE__*/
+  messageDesc(file_switchyard_v1_queue, 9);
+
+/**
+ * @generated from message switchyard.v1.PauseQueueRequest
+ */
+export type PauseQueueRequest = Message<"switchyard.v1.PauseQueueRequest"> & {
+  /**
+   * @generated from field: string name = 1;
+   */
+  name: string;
+};
+
+/**
+ * Describes the message switchyard.v1.PauseQueueRequest.
+ * Use `create(PauseQueueRequestSchema)` to create a new message.
+ */
+export const PauseQueueRequestSchema: GenMessage<PauseQueueRequest> = /*@__PURE__*/
+  messageDesc(file_switchyard_v1_queue, 10);
+
+/**
+ * @generated from message switchyard.v1.PauseQueueResponse
+ */
+export type PauseQueueResponse = Message<"switchyard.v1.PauseQueueResponse"> & {
+  /**
+   * @generated from field: switchyard.v1.Queue queue = 1;
+   */
+  queue?: Queue | undefined;
+};
+
+/**
+ * Describes the message switchyard.v1.PauseQueueResponse.
+ * Use `create(PauseQueueResponseSchema)` to create a new message.
+ */
+export const PauseQueueResponseSchema: GenMessage<PauseQueueResponse> = /*@__PURE__*/
+  messageDesc(file_switchyard_v1_queue, 11);
+
+/**
+ * @generated from message switchyard.v1.ResumeQueueRequest
+ */
+export type ResumeQueueRequest = Message<"switchyard.v1.ResumeQueueRequest"> & {
+  /**
+   * @generated from field: string name = 1;
+   */
+  name: string;
+};
+
+/**
+ * Describes the message switchyard.v1.ResumeQueueRequest.
+ * Use `create(ResumeQueueRequestSchema)` to create a new message.
+ */
+export const ResumeQueueRequestSchema: GenMessage<ResumeQueueRequest> = /*@__PURE__*/
+  messageDesc(file_switchyard_v1_queue, 12);
+
+/**
+ * @generated from message switchyard.v1.ResumeQueueResponse
+ */
+export type ResumeQueueResponse = Message<"switchyard.v1.ResumeQueueResponse"> & {
+  /**
+   * @generated from field: switchyard.v1.Queue queue = 1;
+   */
+  queue?: Queue | undefined;
+};
+
+/**
+ * Describes the message switchyard.v1.ResumeQueueResponse.
+ * Use `create(ResumeQueueResponseSchema)` to create a new message.
+ */
+export const ResumeQueueResponseSchema: GenMessage<ResumeQueueResponse> = /*@__PURE__*/
+  messageDesc(file_switchyard_v1_queue, 13);
 
 /**
  * @generated from message switchyard.v1.ListQueuesRequest
@@ -186,7 +454,7 @@ export type ListQueuesRequest = Message<"switchyard.v1.ListQueuesRequest"> & {
  * Use `create(ListQueuesRequestSchema)` to create a new message.
  */
 export const ListQueuesRequestSchema: GenMessage<ListQueuesRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 5);
+  messageDesc(file_switchyard_v1_queue, 14);
 
 /**
  * @generated from message switchyard.v1.ListQueuesResponse
@@ -210,7 +478,7 @@ export type ListQueuesResponse = Message<"switchyard.v1.ListQueuesResponse"> & {
  * Use `create(ListQueuesResponseSchema)` to create a new message.
  */
 export const ListQueuesResponseSchema: GenMessage<ListQueuesResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 6);
+  messageDesc(file_switchyard_v1_queue, 15);
 
 /**
  * @generated from message switchyard.v1.DeleteQueueRequest
@@ -234,7 +502,7 @@ export type DeleteQueueRequest = Message<"switchyard.v1.DeleteQueueRequest"> & {
  * Use `create(DeleteQueueRequestSchema)` to create a new message.
  */
 export const DeleteQueueRequestSchema: GenMessage<DeleteQueueRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 7);
+  messageDesc(file_switchyard_v1_queue, 16);
 
 /**
  * @generated from message switchyard.v1.DeleteQueueResponse
@@ -247,7 +515,7 @@ export type DeleteQueueResponse = Message<"switchyard.v1.DeleteQueueResponse"> &
  * Use `create(DeleteQueueResponseSchema)` to create a new message.
  */
 export const DeleteQueueResponseSchema: GenMessage<DeleteQueueResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 8);
+  messageDesc(file_switchyard_v1_queue, 17);
 
 /**
  * @generated from message switchyard.v1.GetQueueStatsRequest
@@ -264,7 +532,7 @@ export type GetQueueStatsRequest = Message<"switchyard.v1.GetQueueStatsRequest">
  * Use `create(GetQueueStatsRequestSchema)` to create a new message.
  */
 export const GetQueueStatsRequestSchema: GenMessage<GetQueueStatsRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 9);
+  messageDesc(file_switchyard_v1_queue, 18);
 
 /**
  * @generated from message switchyard.v1.GetQueueStatsResponse
@@ -281,7 +549,7 @@ export type GetQueueStatsResponse = Message<"switchyard.v1.GetQueueStatsResponse
  * Use `create(GetQueueStatsResponseSchema)` to create a new message.
  */
 export const GetQueueStatsResponseSchema: GenMessage<GetQueueStatsResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 10);
+  messageDesc(file_switchyard_v1_queue, 19);
 
 /**
  * @generated from message switchyard.v1.QueueStats
@@ -341,6 +609,27 @@ export type QueueStats = Message<"switchyard.v1.QueueStats"> & {
    * @generated from field: int64 completed_total = 8;
    */
   completedTotal: bigint;
+
+  /**
+   * Items waiting for their time (delay, not_before, retry backoff).
+   *
+   * @generated from field: int64 delayed = 9;
+   */
+  delayed: bigint;
+
+  /**
+   * Deliveries are paused (PauseQueue).
+   *
+   * @generated from field: bool paused = 10;
+   */
+  paused: boolean;
+
+  /**
+   * STREAM: one entry per consumer group.
+   *
+   * @generated from field: repeated switchyard.v1.ConsumerGroupStats groups = 11;
+   */
+  groups: ConsumerGroupStats[];
 };
 
 /**
@@ -348,7 +637,61 @@ export type QueueStats = Message<"switchyard.v1.QueueStats"> & {
  * Use `create(QueueStatsSchema)` to create a new message.
  */
 export const QueueStatsSchema: GenMessage<QueueStats> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 11);
+  messageDesc(file_switchyard_v1_queue, 20);
+
+/**
+ * A consumer group of a STREAM queue, as GetQueueStats sees it.
+ *
+ * @generated from message switchyard.v1.ConsumerGroupStats
+ */
+export type ConsumerGroupStats = Message<"switchyard.v1.ConsumerGroupStats"> & {
+  /**
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * Entries delivered to the group and not yet acknowledged.
+   *
+   * @generated from field: int64 pending = 2;
+   */
+  pending: bigint;
+
+  /**
+   * Entries not yet delivered to the group.
+   *
+   * @generated from field: int64 lag = 3;
+   */
+  lag: bigint;
+
+  /**
+   * How long the oldest pending entry has been idle.
+   *
+   * @generated from field: google.protobuf.Duration oldest_pending_idle = 4;
+   */
+  oldestPendingIdle?: Duration | undefined;
+
+  /**
+   * Consumers the group knows.
+   *
+   * @generated from field: int32 consumers = 5;
+   */
+  consumers: number;
+
+  /**
+   * The id of the last entry delivered to the group.
+   *
+   * @generated from field: string last_delivered_id = 6;
+   */
+  lastDeliveredId: string;
+};
+
+/**
+ * Describes the message switchyard.v1.ConsumerGroupStats.
+ * Use `create(ConsumerGroupStatsSchema)` to create a new message.
+ */
+export const ConsumerGroupStatsSchema: GenMessage<ConsumerGroupStats> = /*@__PURE__*/
+  messageDesc(file_switchyard_v1_queue, 21);
 
 /**
  * @generated from message switchyard.v1.PeekQueueRequest
@@ -381,7 +724,7 @@ export type PeekQueueRequest = Message<"switchyard.v1.PeekQueueRequest"> & {
  * Use `create(PeekQueueRequestSchema)` to create a new message.
  */
 export const PeekQueueRequestSchema: GenMessage<PeekQueueRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 12);
+  messageDesc(file_switchyard_v1_queue, 22);
 
 /**
  * @generated from message switchyard.v1.PeekQueueResponse
@@ -405,7 +748,7 @@ export type PeekQueueResponse = Message<"switchyard.v1.PeekQueueResponse"> & {
  * Use `create(PeekQueueResponseSchema)` to create a new message.
  */
 export const PeekQueueResponseSchema: GenMessage<PeekQueueResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 13);
+  messageDesc(file_switchyard_v1_queue, 23);
 
 /**
  * An item as it sits in a list.
@@ -445,6 +788,20 @@ export type PeekedItem = Message<"switchyard.v1.PeekedItem"> & {
    * @generated from field: uint32 delivery_count = 5;
    */
   deliveryCount: number;
+
+  /**
+   * Why its last delivery failed (Retry, Drop or dead-lettering reason).
+   *
+   * @generated from field: string last_error = 6;
+   */
+  lastError: string;
+
+  /**
+   * DELAYED: when it becomes ready.
+   *
+   * @generated from field: google.protobuf.Timestamp not_before = 7;
+   */
+  notBefore?: Timestamp | undefined;
 };
 
 /**
@@ -452,7 +809,7 @@ export type PeekedItem = Message<"switchyard.v1.PeekedItem"> & {
  * Use `create(PeekedItemSchema)` to create a new message.
  */
 export const PeekedItemSchema: GenMessage<PeekedItem> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 14);
+  messageDesc(file_switchyard_v1_queue, 24);
 
 /**
  * @generated from message switchyard.v1.PurgeQueueRequest
@@ -471,7 +828,7 @@ export type PurgeQueueRequest = Message<"switchyard.v1.PurgeQueueRequest"> & {
  * Use `create(PurgeQueueRequestSchema)` to create a new message.
  */
 export const PurgeQueueRequestSchema: GenMessage<PurgeQueueRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 15);
+  messageDesc(file_switchyard_v1_queue, 25);
 
 /**
  * @generated from message switchyard.v1.PurgeQueueResponse
@@ -490,7 +847,7 @@ export type PurgeQueueResponse = Message<"switchyard.v1.PurgeQueueResponse"> & {
  * Use `create(PurgeQueueResponseSchema)` to create a new message.
  */
 export const PurgeQueueResponseSchema: GenMessage<PurgeQueueResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 16);
+  messageDesc(file_switchyard_v1_queue, 26);
 
 /**
  * @generated from message switchyard.v1.RequeueDeadLettersRequest
@@ -525,7 +882,7 @@ export type RequeueDeadLettersRequest = Message<"switchyard.v1.RequeueDeadLetter
  * Use `create(RequeueDeadLettersRequestSchema)` to create a new message.
  */
 export const RequeueDeadLettersRequestSchema: GenMessage<RequeueDeadLettersRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 17);
+  messageDesc(file_switchyard_v1_queue, 27);
 
 /**
  * @generated from message switchyard.v1.RequeueDeadLettersResponse
@@ -544,7 +901,7 @@ export type RequeueDeadLettersResponse = Message<"switchyard.v1.RequeueDeadLette
  * Use `create(RequeueDeadLettersResponseSchema)` to create a new message.
  */
 export const RequeueDeadLettersResponseSchema: GenMessage<RequeueDeadLettersResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 18);
+  messageDesc(file_switchyard_v1_queue, 28);
 
 /**
  * @generated from message switchyard.v1.DeleteDeadLettersRequest
@@ -577,7 +934,7 @@ export type DeleteDeadLettersRequest = Message<"switchyard.v1.DeleteDeadLettersR
  * Use `create(DeleteDeadLettersRequestSchema)` to create a new message.
  */
 export const DeleteDeadLettersRequestSchema: GenMessage<DeleteDeadLettersRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 19);
+  messageDesc(file_switchyard_v1_queue, 29);
 
 /**
  * @generated from message switchyard.v1.DeleteDeadLettersResponse
@@ -596,7 +953,7 @@ export type DeleteDeadLettersResponse = Message<"switchyard.v1.DeleteDeadLetters
  * Use `create(DeleteDeadLettersResponseSchema)` to create a new message.
  */
 export const DeleteDeadLettersResponseSchema: GenMessage<DeleteDeadLettersResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 20);
+  messageDesc(file_switchyard_v1_queue, 30);
 
 /**
  * An item to enqueue.
@@ -615,6 +972,29 @@ export type EnqueueItem = Message<"switchyard.v1.EnqueueItem"> & {
    * @generated from field: map<string, string> headers = 2;
    */
   headers: { [key: string]: string };
+
+  /**
+   * Not delivered before this time (Redis's clock). Exclusive with delay.
+   *
+   * @generated from field: google.protobuf.Timestamp not_before = 3;
+   */
+  notBefore?: Timestamp | undefined;
+
+  /**
+   * Not delivered before this long from now. Exclusive with not_before.
+   *
+   * @generated from field: google.protobuf.Duration delay = 4;
+   */
+  delay?: Duration | undefined;
+
+  /**
+   * Makes the enqueue idempotent: another item with the same key on the same
+   * queue within the queue's idempotency_window adds nothing, and the
+   * response answers the first item's id. At most 256 bytes.
+   *
+   * @generated from field: string idempotency_key = 5;
+   */
+  idempotencyKey: string;
 };
 
 /**
@@ -622,7 +1002,7 @@ export type EnqueueItem = Message<"switchyard.v1.EnqueueItem"> & {
  * Use `create(EnqueueItemSchema)` to create a new message.
  */
 export const EnqueueItemSchema: GenMessage<EnqueueItem> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 21);
+  messageDesc(file_switchyard_v1_queue, 31);
 
 /**
  * @generated from message switchyard.v1.EnqueueRequest
@@ -671,18 +1051,26 @@ export type EnqueueRequest = Message<"switchyard.v1.EnqueueRequest"> & {
  * Use `create(EnqueueRequestSchema)` to create a new message.
  */
 export const EnqueueRequestSchema: GenMessage<EnqueueRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 22);
+  messageDesc(file_switchyard_v1_queue, 32);
 
 /**
  * @generated from message switchyard.v1.EnqueueResponse
  */
 export type EnqueueResponse = Message<"switchyard.v1.EnqueueResponse"> & {
   /**
-   * One id per item, in request order.
+   * One id per item, in request order (for STREAM queues, the entry ids).
    *
    * @generated from field: repeated string ids = 1;
    */
   ids: string[];
+
+  /**
+   * Indexes of items whose idempotency_key was seen before: nothing was
+   * added for them, and their ids are the first item's.
+   *
+   * @generated from field: repeated uint32 duplicates = 2;
+   */
+  duplicates: number[];
 };
 
 /**
@@ -690,7 +1078,7 @@ export type EnqueueResponse = Message<"switchyard.v1.EnqueueResponse"> & {
  * Use `create(EnqueueResponseSchema)` to create a new message.
  */
 export const EnqueueResponseSchema: GenMessage<EnqueueResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 23);
+  messageDesc(file_switchyard_v1_queue, 33);
 
 /**
  * One Enqueue call on an EnqueueStream.
@@ -716,7 +1104,7 @@ export type EnqueueStreamRequest = Message<"switchyard.v1.EnqueueStreamRequest">
  * Use `create(EnqueueStreamRequestSchema)` to create a new message.
  */
 export const EnqueueStreamRequestSchema: GenMessage<EnqueueStreamRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 24);
+  messageDesc(file_switchyard_v1_queue, 34);
 
 /**
  * The answer to the EnqueueStreamRequest with the same id.
@@ -749,6 +1137,13 @@ export type EnqueueStreamResponse = Message<"switchyard.v1.EnqueueStreamResponse
    * @generated from field: repeated string ids = 4;
    */
   ids: string[];
+
+  /**
+   * When OK: as EnqueueResponse.duplicates.
+   *
+   * @generated from field: repeated uint32 duplicates = 5;
+   */
+  duplicates: number[];
 };
 
 /**
@@ -756,7 +1151,7 @@ export type EnqueueStreamResponse = Message<"switchyard.v1.EnqueueStreamResponse
  * Use `create(EnqueueStreamResponseSchema)` to create a new message.
  */
 export const EnqueueStreamResponseSchema: GenMessage<EnqueueStreamResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 25);
+  messageDesc(file_switchyard_v1_queue, 35);
 
 /**
  * A message from the worker on a Lease stream.
@@ -823,7 +1218,7 @@ export type LeaseRequest = Message<"switchyard.v1.LeaseRequest"> & {
  * Use `create(LeaseRequestSchema)` to create a new message.
  */
 export const LeaseRequestSchema: GenMessage<LeaseRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 26);
+  messageDesc(file_switchyard_v1_queue, 36);
 
 /**
  * Acknowledges deliveries, as one ack (without replies) per token would, in
@@ -845,7 +1240,7 @@ export type LeaseAckBatch = Message<"switchyard.v1.LeaseAckBatch"> & {
  * Use `create(LeaseAckBatchSchema)` to create a new message.
  */
 export const LeaseAckBatchSchema: GenMessage<LeaseAckBatch> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 27);
+  messageDesc(file_switchyard_v1_queue, 37);
 
 /**
  * @generated from message switchyard.v1.LeaseOpen
@@ -862,6 +1257,21 @@ export type LeaseOpen = Message<"switchyard.v1.LeaseOpen"> & {
    * @generated from field: uint32 credit = 2;
    */
   credit: number;
+
+  /**
+   * STREAM queues: the consumer group to read as (required).
+   *
+   * @generated from field: string group = 3;
+   */
+  group: string;
+
+  /**
+   * The largest message the worker accepts (its gRPC receive limit); the
+   * server keeps each DeliveryBatch under it. Default 4 MiB.
+   *
+   * @generated from field: uint32 max_message_bytes = 4;
+   */
+  maxMessageBytes: number;
 };
 
 /**
@@ -869,7 +1279,7 @@ export type LeaseOpen = Message<"switchyard.v1.LeaseOpen"> & {
  * Use `create(LeaseOpenSchema)` to create a new message.
  */
 export const LeaseOpenSchema: GenMessage<LeaseOpen> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 28);
+  messageDesc(file_switchyard_v1_queue, 38);
 
 /**
  * @generated from message switchyard.v1.LeaseCredit
@@ -888,7 +1298,7 @@ export type LeaseCredit = Message<"switchyard.v1.LeaseCredit"> & {
  * Use `create(LeaseCreditSchema)` to create a new message.
  */
 export const LeaseCreditSchema: GenMessage<LeaseCredit> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 29);
+  messageDesc(file_switchyard_v1_queue, 39);
 
 /**
  * A message from the server on a Lease stream.
@@ -948,7 +1358,7 @@ export type LeaseResponse = Message<"switchyard.v1.LeaseResponse"> & {
  * Use `create(LeaseResponseSchema)` to create a new message.
  */
 export const LeaseResponseSchema: GenMessage<LeaseResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 30);
+  messageDesc(file_switchyard_v1_queue, 40);
 
 /**
  * @generated from message switchyard.v1.LeaseOpened
@@ -976,6 +1386,21 @@ export type LeaseOpened = Message<"switchyard.v1.LeaseOpened"> & {
    * @generated from field: bool ack_batches = 4;
    */
   ackBatches: boolean;
+
+  /**
+   * The queue's min_idle (unset without one): extend a delivery's lease
+   * before this passes, or the watchdog may hand it to another worker.
+   *
+   * @generated from field: google.protobuf.Duration min_idle = 5;
+   */
+  minIdle?: Duration | undefined;
+
+  /**
+   * Deliveries are paused (PauseQueue); the stream stays open.
+   *
+   * @generated from field: bool paused = 6;
+   */
+  paused: boolean;
 };
 
 /**
@@ -983,7 +1408,7 @@ export type LeaseOpened = Message<"switchyard.v1.LeaseOpened"> & {
  * Use `create(LeaseOpenedSchema)` to create a new message.
  */
 export const LeaseOpenedSchema: GenMessage<LeaseOpened> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 31);
+  messageDesc(file_switchyard_v1_queue, 41);
 
 /**
  * @generated from message switchyard.v1.DeliveryBatch
@@ -1000,7 +1425,7 @@ export type DeliveryBatch = Message<"switchyard.v1.DeliveryBatch"> & {
  * Use `create(DeliveryBatchSchema)` to create a new message.
  */
 export const DeliveryBatchSchema: GenMessage<DeliveryBatch> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 32);
+  messageDesc(file_switchyard_v1_queue, 42);
 
 /**
  * One leased item.
@@ -1047,7 +1472,7 @@ export type Delivery = Message<"switchyard.v1.Delivery"> & {
   enqueueTime?: Timestamp | undefined;
 
   /**
-   * 1 on the first delivery (RELIABLE); always 1 for SIMPLE.
+   * 1 on the first delivery (RELIABLE, STREAM); always 1 for SIMPLE.
    *
    * @generated from field: uint32 delivery_count = 7;
    */
@@ -1057,6 +1482,14 @@ export type Delivery = Message<"switchyard.v1.Delivery"> & {
    * @generated from field: string queue = 8;
    */
   queue: string;
+
+  /**
+   * Why the previous delivery failed: the reason of its Retry, or of the
+   * watchdog's recovery. Empty on a first delivery.
+   *
+   * @generated from field: string last_error = 9;
+   */
+  lastError: string;
 };
 
 /**
@@ -1064,7 +1497,7 @@ export type Delivery = Message<"switchyard.v1.Delivery"> & {
  * Use `create(DeliverySchema)` to create a new message.
  */
 export const DeliverySchema: GenMessage<Delivery> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 33);
+  messageDesc(file_switchyard_v1_queue, 43);
 
 /**
  * @generated from message switchyard.v1.Heartbeat
@@ -1081,7 +1514,7 @@ export type Heartbeat = Message<"switchyard.v1.Heartbeat"> & {
  * Use `create(HeartbeatSchema)` to create a new message.
  */
 export const HeartbeatSchema: GenMessage<Heartbeat> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 34);
+  messageDesc(file_switchyard_v1_queue, 44);
 
 /**
  * @generated from message switchyard.v1.Drain
@@ -1100,7 +1533,7 @@ export type Drain = Message<"switchyard.v1.Drain"> & {
  * Use `create(DrainSchema)` to create a new message.
  */
 export const DrainSchema: GenMessage<Drain> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 35);
+  messageDesc(file_switchyard_v1_queue, 45);
 
 /**
  * @generated from message switchyard.v1.SettleResult
@@ -1136,7 +1569,7 @@ export type SettleResult = Message<"switchyard.v1.SettleResult"> & {
  * Use `create(SettleResultSchema)` to create a new message.
  */
 export const SettleResultSchema: GenMessage<SettleResult> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 36);
+  messageDesc(file_switchyard_v1_queue, 46);
 
 /**
  * @generated from message switchyard.v1.AckRequest
@@ -1172,7 +1605,7 @@ export type AckRequest = Message<"switchyard.v1.AckRequest"> & {
  * Use `create(AckRequestSchema)` to create a new message.
  */
 export const AckRequestSchema: GenMessage<AckRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 37);
+  messageDesc(file_switchyard_v1_queue, 47);
 
 /**
  * @generated from message switchyard.v1.AckResponse
@@ -1191,7 +1624,7 @@ export type AckResponse = Message<"switchyard.v1.AckResponse"> & {
  * Use `create(AckResponseSchema)` to create a new message.
  */
 export const AckResponseSchema: GenMessage<AckResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 38);
+  messageDesc(file_switchyard_v1_queue, 48);
 
 /**
  * @generated from message switchyard.v1.RetryRequest
@@ -1201,6 +1634,22 @@ export type RetryRequest = Message<"switchyard.v1.RetryRequest"> & {
    * @generated from field: string lease_token = 1;
    */
   leaseToken: string;
+
+  /**
+   * Why the delivery failed (at most 1,000 characters; longer is cut).
+   * The next delivery carries it as last_error; a dead letter keeps it.
+   *
+   * @generated from field: string reason = 2;
+   */
+  reason: string;
+
+  /**
+   * Wait this long before the next delivery, instead of the queue's
+   * retry_policy. 0s retries at once.
+   *
+   * @generated from field: google.protobuf.Duration delay = 3;
+   */
+  delay?: Duration | undefined;
 };
 
 /**
@@ -1208,7 +1657,7 @@ export type RetryRequest = Message<"switchyard.v1.RetryRequest"> & {
  * Use `create(RetryRequestSchema)` to create a new message.
  */
 export const RetryRequestSchema: GenMessage<RetryRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 39);
+  messageDesc(file_switchyard_v1_queue, 49);
 
 /**
  * @generated from message switchyard.v1.RetryResponse
@@ -1220,6 +1669,13 @@ export type RetryResponse = Message<"switchyard.v1.RetryResponse"> & {
    * @generated from field: bool dead_lettered = 1;
    */
   deadLettered: boolean;
+
+  /**
+   * When the item will be delivered again (unset when dead-lettered).
+   *
+   * @generated from field: google.protobuf.Timestamp not_before = 2;
+   */
+  notBefore?: Timestamp | undefined;
 };
 
 /**
@@ -1227,7 +1683,7 @@ export type RetryResponse = Message<"switchyard.v1.RetryResponse"> & {
  * Use `create(RetryResponseSchema)` to create a new message.
  */
 export const RetryResponseSchema: GenMessage<RetryResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 40);
+  messageDesc(file_switchyard_v1_queue, 50);
 
 /**
  * @generated from message switchyard.v1.DropRequest
@@ -1237,6 +1693,13 @@ export type DropRequest = Message<"switchyard.v1.DropRequest"> & {
    * @generated from field: string lease_token = 1;
    */
   leaseToken: string;
+
+  /**
+   * Why the item was dropped (at most 1,000 characters), for the log.
+   *
+   * @generated from field: string reason = 2;
+   */
+  reason: string;
 };
 
 /**
@@ -1244,7 +1707,7 @@ export type DropRequest = Message<"switchyard.v1.DropRequest"> & {
  * Use `create(DropRequestSchema)` to create a new message.
  */
 export const DropRequestSchema: GenMessage<DropRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 41);
+  messageDesc(file_switchyard_v1_queue, 51);
 
 /**
  * @generated from message switchyard.v1.DropResponse
@@ -1257,7 +1720,7 @@ export type DropResponse = Message<"switchyard.v1.DropResponse"> & {
  * Use `create(DropResponseSchema)` to create a new message.
  */
 export const DropResponseSchema: GenMessage<DropResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 42);
+  messageDesc(file_switchyard_v1_queue, 52);
 
 /**
  * @generated from message switchyard.v1.ExtendLeaseRequest
@@ -1274,7 +1737,133 @@ export type ExtendLeaseRequest = Message<"switchyard.v1.ExtendLeaseRequest"> & {
  * Use `create(ExtendLeaseRequestSchema)` to create a new message.
  */
 export const ExtendLeaseRequestSchema: GenMessage<ExtendLeaseRequest> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 43);
+  messageDesc(file_switchyard_v1_queue, 53);
+
+/**
+ * @generated from message switchyard.v1.CreateConsumerGroupRequest
+ */
+export type CreateConsumerGroupRequest = Message<"switchyard.v1.CreateConsumerGroupRequest"> & {
+  /**
+   * A declared STREAM queue.
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * @generated from field: switchyard.v1.ConsumerGroup group = 2;
+   */
+  group?: ConsumerGroup | undefined;
+};
+
+/**
+ * Describes the message switchyard.v1.CreateConsumerGroupRequest.
+ * Use `create(CreateConsumerGroupRequestSchema)` to create a new message.
+ */
+export const CreateConsumerGroupRequestSchema: GenMessage<CreateConsumerGroupRequest> = /*@__PURE__*/
+  messageDesc(file_switchyard_v1_queue, 54);
+
+/**
+ * @generated from message switchyard.v1.CreateConsumerGroupResponse
+ */
+export type CreateConsumerGroupResponse = Message<"switchyard.v1.CreateConsumerGroupResponse"> & {
+  /**
+   * @generated from field: switchyard.v1.Queue queue = 1;
+   */
+  queue?: Queue | undefined;
+};
+
+/**
+ * Describes the message switchyard.v1.CreateConsumerGroupResponse.
+ * Use `create(CreateConsumerGroupResponseSchema)` to create a new message.
+ */
+export const CreateConsumerGroupResponseSchema: GenMessage<CreateConsumerGroupResponse> = /*@__PURE__*/
+  messageDesc(file_switchyard_v1_queue, 55);
+
+/**
+ * @generated from message switchyard.v1.SetConsumerGroupPositionRequest
+ */
+export type SetConsumerGroupPositionRequest = Message<"switchyard.v1.SetConsumerGroupPositionRequest"> & {
+  /**
+   * A declared STREAM queue.
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * @generated from field: string group = 2;
+   */
+  group: string;
+
+  /**
+   * An entry id, "0" (replay everything) or "$" (skip to the end).
+   *
+   * @generated from field: string id = 3;
+   */
+  id: string;
+};
+
+/**
+ * Describes the message switchyard.v1.SetConsumerGroupPositionRequest.
+ * Use `create(SetConsumerGroupPositionRequestSchema)` to create a new message.
+ */
+export const SetConsumerGroupPositionRequestSchema: GenMessage<SetConsumerGroupPositionRequest> = /*@__PURE__*/
+  messageDesc(file_switchyard_v1_queue, 56);
+
+/**
+ * @generated from message switchyard.v1.SetConsumerGroupPositionResponse
+ */
+export type SetConsumerGroupPositionResponse = Message<"switchyard.v1.SetConsumerGroupPositionResponse"> & {
+};
+
+/**
+ * Describes the message switchyard.v1.SetConsumerGroupPositionResponse.
+ * Use `create(SetConsumerGroupPositionResponseSchema)` to create a new message.
+ */
+export const SetConsumerGroupPositionResponseSchema: GenMessage<SetConsumerGroupPositionResponse> = /*@__PURE__*/
+  messageDesc(file_switchyard_v1_queue, 57);
+
+/**
+ * @generated from message switchyard.v1.DeleteConsumerGroupRequest
+ */
+export type DeleteConsumerGroupRequest = Message<"switchyard.v1.DeleteConsumerGroupRequest"> & {
+  /**
+   * A declared STREAM queue.
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * @generated from field: string group = 2;
+   */
+  group: string;
+};
+
+/**
+ * Describes the message switchyard.v1.DeleteConsumerGroupRequest.
+ * Use `create(DeleteConsumerGroupRequestSchema)` to create a new message.
+ */
+export const DeleteConsumerGroupRequestSchema: GenMessage<DeleteConsumerGroupRequest> = /*@__PURE__*/
+  messageDesc(file_switchyard_v1_queue, 58);
+
+/**
+ * @generated from message switchyard.v1.DeleteConsumerGroupResponse
+ */
+export type DeleteConsumerGroupResponse = Message<"switchyard.v1.DeleteConsumerGroupResponse"> & {
+  /**
+   * @generated from field: switchyard.v1.Queue queue = 1;
+   */
+  queue?: Queue | undefined;
+};
+
+/**
+ * Describes the message switchyard.v1.DeleteConsumerGroupResponse.
+ * Use `create(DeleteConsumerGroupResponseSchema)` to create a new message.
+ */
+export const DeleteConsumerGroupResponseSchema: GenMessage<DeleteConsumerGroupResponse> = /*@__PURE__*/
+  messageDesc(file_switchyard_v1_queue, 59);
 
 /**
  * @generated from message switchyard.v1.ExtendLeaseResponse
@@ -1293,11 +1882,18 @@ export type ExtendLeaseResponse = Message<"switchyard.v1.ExtendLeaseResponse"> &
  * Use `create(ExtendLeaseResponseSchema)` to create a new message.
  */
 export const ExtendLeaseResponseSchema: GenMessage<ExtendLeaseResponse> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 44);
+  messageDesc(file_switchyard_v1_queue, 60);
 
 /**
  * How Switchyard stores an item it enqueued: the bytes "SYE1" followed by this
  * message. Any other value in a queue list is a raw payload with no envelope.
+ *
+ * An item that was delivered and came back (retry, watchdog recovery, a closed
+ * stream) or was dead-lettered carries its history in front: the bytes "SYS1",
+ * a 4-byte big-endian length n, n bytes of JSON {"d": deliveries so far,
+ * "e": last error, "f": fence of the last delivery}, then the item as it was
+ * first stored (an envelope or a raw payload). Equal values that came back are
+ * so told apart, each keeping its own count.
  *
  * @generated from message switchyard.v1.Envelope
  */
@@ -1330,7 +1926,7 @@ export type Envelope = Message<"switchyard.v1.Envelope"> & {
  * Use `create(EnvelopeSchema)` to create a new message.
  */
 export const EnvelopeSchema: GenMessage<Envelope> = /*@__PURE__*/
-  messageDesc(file_switchyard_v1_queue, 45);
+  messageDesc(file_switchyard_v1_queue, 61);
 
 /**
  * How items leave a queue.
@@ -1356,6 +1952,14 @@ export enum QueueMode {
    * @generated from enum value: QUEUE_MODE_RELIABLE = 2;
    */
   RELIABLE = 2,
+
+  /**
+   * A Redis Stream read by consumer groups (XREADGROUP, XACK, XAUTOCLAIM):
+   * at least once per group; entries stay as history until trimmed.
+   *
+   * @generated from enum value: QUEUE_MODE_STREAM = 3;
+   */
+  STREAM = 3,
 }
 
 /**
@@ -1383,11 +1987,18 @@ export enum QueueList {
   READY = 1,
 
   /**
-   * The dead-letter list (RELIABLE).
+   * The dead-letter list (RELIABLE, STREAM).
    *
    * @generated from enum value: QUEUE_LIST_DEAD_LETTER = 2;
    */
   DEAD_LETTER = 2,
+
+  /**
+   * Items waiting for their time (delay, not_before, retry backoff), next due first.
+   *
+   * @generated from enum value: QUEUE_LIST_DELAYED = 3;
+   */
+  DELAYED = 3,
 }
 
 /**
@@ -1402,7 +2013,12 @@ export const QueueListSchema: GenEnum<QueueList> = /*@__PURE__*/
  * A queue is a Redis list whose key is the queue's name. Producers push at the
  * left, workers take from the right. A SIMPLE queue pops the item before the
  * worker runs (at most once); a RELIABLE queue moves it into a processing list
- * and removes it only when a worker settles it (at least once).
+ * and removes it only when a worker settles it (at least once). A STREAM queue
+ * is a Redis Stream read by consumer groups: each group sees every entry.
+ *
+ * Errors carry a google.rpc.ErrorInfo (domain "switchyard.v1") whose reason is
+ * one of ErrorReason's names without the "ERROR_REASON_" prefix, and, for bad
+ * input, a google.rpc.BadRequest naming each offending field.
  *
  * @generated from service switchyard.v1.QueueService
  */
@@ -1427,6 +2043,42 @@ export const QueueService: GenService<{
     methodKind: "unary";
     input: typeof GetQueueRequestSchema;
     output: typeof GetQueueResponseSchema;
+  },
+  /**
+   * Changes the settings of a declared queue that can change safely while
+   * items are in flight: max_deliveries, min_idle, recovery_ttl, retry_policy,
+   * idempotency_window, publish_ttl, reply_queue, stream_trim. Only the fields
+   * named in update_mask change; a field that cannot change (a key name, the
+   * mode) is FAILED_PRECONDITION with reason IMMUTABLE_FIELD.
+   *
+   * @generated from rpc switchyard.v1.QueueService.UpdateQueue
+   */
+  updateQueue: {
+    methodKind: "unary";
+    input: typeof UpdateQueueRequestSchema;
+    output: typeof UpdateQueueResponseSchema;
+  },
+  /**
+   * Stops deliveries of a queue on every instance within a second. Enqueue
+   * still accepts items; leased items can still be settled; open Lease streams
+   * stay open and receive items again after ResumeQueue.
+   *
+   * @generated from rpc switchyard.v1.QueueService.PauseQueue
+   */
+  pauseQueue: {
+    methodKind: "unary";
+    input: typeof PauseQueueRequestSchema;
+    output: typeof PauseQueueResponseSchema;
+  },
+  /**
+   * Restarts deliveries of a paused queue.
+   *
+   * @generated from rpc switchyard.v1.QueueService.ResumeQueue
+   */
+  resumeQueue: {
+    methodKind: "unary";
+    input: typeof ResumeQueueRequestSchema;
+    output: typeof ResumeQueueResponseSchema;
   },
   /**
    * Lists declarations in name order.
@@ -1501,6 +2153,38 @@ export const QueueService: GenService<{
     methodKind: "unary";
     input: typeof DeleteDeadLettersRequestSchema;
     output: typeof DeleteDeadLettersResponseSchema;
+  },
+  /**
+   * STREAM queues: creates a consumer group at a start position ("$": new
+   * entries only, "0": replay the whole stream, or an entry id).
+   *
+   * @generated from rpc switchyard.v1.QueueService.CreateConsumerGroup
+   */
+  createConsumerGroup: {
+    methodKind: "unary";
+    input: typeof CreateConsumerGroupRequestSchema;
+    output: typeof CreateConsumerGroupResponseSchema;
+  },
+  /**
+   * STREAM queues: moves a consumer group's position to an entry id (XGROUP
+   * SETID): entries after it are delivered to the group (again).
+   *
+   * @generated from rpc switchyard.v1.QueueService.SetConsumerGroupPosition
+   */
+  setConsumerGroupPosition: {
+    methodKind: "unary";
+    input: typeof SetConsumerGroupPositionRequestSchema;
+    output: typeof SetConsumerGroupPositionResponseSchema;
+  },
+  /**
+   * STREAM queues: deletes a consumer group and its pending entries list.
+   *
+   * @generated from rpc switchyard.v1.QueueService.DeleteConsumerGroup
+   */
+  deleteConsumerGroup: {
+    methodKind: "unary";
+    input: typeof DeleteConsumerGroupRequestSchema;
+    output: typeof DeleteConsumerGroupResponseSchema;
   },
   /**
    * Pushes items onto a declared queue (LPUSH) in the order given.
