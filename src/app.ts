@@ -114,11 +114,11 @@ export async function startApp(config: Config, parts: AppParts = {}): Promise<Ap
       resync();
       clock = synced;
     }
-    const registry = new QueueRegistry(redis, systemKeys(config.namespace), clock, log);
+    const registry = new QueueRegistry(redis, systemKeys(config.namespace), clock, log, config.namespace);
     await registry.start();
     if (config.configFile) await declareFromFile(config.configFile, registry);
     const queues = new Queues(registry, redis, clock, config, log, metrics);
-    queues.start();
+    await queues.start();
     const keys = systemKeys(config.namespace);
     const store = new JobStore(redis, keys, clock, config.maxCronJobs);
     const logs = new JobLogStore(redis, keys);

@@ -36,6 +36,8 @@ export interface Config {
   readonly leaseBatch: number;
   readonly heartbeatIntervalMs: number;
   readonly watchdogIntervalMs: number;
+  /** Silence after which a queue-serving instance counts as dead, and another returns its deliveries. */
+  readonly instanceTimeoutMs: number;
   readonly blockTimeoutSec: number;
   /** 0: connections live as long as clients keep them. */
   readonly maxConnectionAgeMs: number;
@@ -111,6 +113,7 @@ export const defaults = {
   leaseBatch: 256,
   heartbeatIntervalMs: 15 * SECOND,
   watchdogIntervalMs: 1 * SECOND,
+  instanceTimeoutMs: 30 * SECOND,
   blockTimeoutSec: 1,
   maxConnectionAgeMs: 0,
   maxConnectionAgeGraceMs: 5 * MINUTE,
@@ -273,6 +276,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     leaseBatch: num("SWITCHYARD_LEASE_BATCH", defaults.leaseBatch),
     heartbeatIntervalMs: dur("SWITCHYARD_HEARTBEAT_INTERVAL", defaults.heartbeatIntervalMs),
     watchdogIntervalMs: dur("SWITCHYARD_WATCHDOG_INTERVAL", defaults.watchdogIntervalMs),
+    instanceTimeoutMs: dur("SWITCHYARD_INSTANCE_TIMEOUT", defaults.instanceTimeoutMs),
     blockTimeoutSec: defaults.blockTimeoutSec,
     maxConnectionAgeMs: dur("SWITCHYARD_MAX_CONNECTION_AGE", defaults.maxConnectionAgeMs),
     maxConnectionAgeGraceMs: dur("SWITCHYARD_MAX_CONNECTION_AGE_GRACE", defaults.maxConnectionAgeGraceMs),

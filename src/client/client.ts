@@ -197,6 +197,21 @@ export class SwitchyardClient {
     return (await this.call<{ queue: Queue }>("getQueue", { name })).queue;
   }
 
+  /** Changes the settings named by `paths` (e.g. "max_deliveries", "retry_policy") to those of `queue`; resolves to the stored declaration. */
+  async updateQueue(queue: MessageInitShape<typeof QueueSchema>, paths: string[]): Promise<Queue> {
+    return (await this.call<{ queue: Queue }>("updateQueue", { queue, updateMask: { paths } })).queue;
+  }
+
+  /** Stops deliveries of a queue on every instance (enqueues still land). */
+  async pauseQueue(name: string): Promise<Queue> {
+    return (await this.call<{ queue: Queue }>("pauseQueue", { name })).queue;
+  }
+
+  /** Restarts deliveries of a paused queue. */
+  async resumeQueue(name: string): Promise<Queue> {
+    return (await this.call<{ queue: Queue }>("resumeQueue", { name })).queue;
+  }
+
   listQueues(pageSize = 0, pageToken = ""): Promise<ListQueuesResponse> {
     return this.call("listQueues", { pageSize, pageToken });
   }
@@ -247,12 +262,14 @@ export class SwitchyardClient {
     return this.call("ack", { leaseToken, ...replyFields(reply) });
   }
 
-  retry(leaseToken: string): Promise<RetryResponse> {
-    return this.call("retry", { leaseToken });
+  /** Returns a delivery for another attempt, saying why; after `delayMs`, or the queue's retry policy's wait. */
+  retry(leaseToken: string, options: { reason?: string; delayMs?: number } = {}): Promise<RetryResponse> {
+    const delay = options.delayMs === undefined ? undefined : durationFromMs(options.delayMs);
+    return this.call("retry", { leaseToken, reason: options.reason ?? "", delay });
   }
 
-  async drop(leaseToken: string): Promise<void> {
-    await this.call("drop", { leaseToken });
+  async drop(leaseToken: string, reason = ""): Promise<void> {
+    await this.call("drop", { leaseToken, reason });
   }
 
   extendLease(leaseToken: string): Promise<ExtendLeaseResponse> {

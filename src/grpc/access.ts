@@ -5,7 +5,10 @@
  * that every method of every service has a row.
  */
 import type { SwitchyardError } from "../errors.js";
-import type { AckRequest, CreateQueueRequest, DeleteQueueRequest, EnqueueStreamRequest, LeaseRequest } from "../gen/switchyard/v1/queue_pb.js";
+import type {
+  AckRequest, CreateQueueRequest, DeleteQueueRequest, EnqueueStreamRequest, LeaseRequest, Queue, UpdateQueueRequest,
+} from "../gen/switchyard/v1/queue_pb.js";
+import { namedKeys } from "../queue/declaration.js";
 import {
   JobStatus,
   type BatchDeleteJobsRequest,
@@ -89,6 +92,24 @@ function leaseNeeds(r: LeaseRequest): Need[] {
 }
 
 const admin = (name: string): Need[] => [{ scope: "queue:admin", queue: name }];
+
+/**
+ * A declaration needs admin on its name and on every key it names outside its
+ * own namespace (`<name>.…`), so a caller can point a queue only at keys it
+ * administers (SPEC Q15); a standing reply route needs enqueue on its queue.
+ */
+function declarationNeeds(q: Queue | undefined): Need[] {
+  if (!q) return admin("");
+  const needs = [q.name, ...namedKeys(q)].map((k): Need => ({ scope: "queue:admin", queue: k }));
+  if (q.replyQueue) needs.push({ scope: "queue:enqueue", queue: q.replyQueue });
+  return needs;
+}
+
+function updateNeeds(r: UpdateQueueRequest): Need[] {
+  const needs = admin(r.queue?.name ?? "");
+  if (r.queue?.replyQueue && r.updateMask?.paths.includes("reply_queue")) needs.push({ scope: "queue:enqueue", queue: r.queue.replyQueue });
+  return needs;
+}
 const read = (name: string): Need[] => [{ scope: "queue:read", queue: name }];
 const id = (r: { id: string }): AuditTarget => ({ target: r.id });
 const name = (r: { name: string }): AuditTarget => ({ target: r.name });
@@ -106,10 +127,18 @@ const AU = "/switchyard.v1.AuthService/";
 export const accessRules: Readonly<Record<string, AccessRule>> = {
   [`${Q}CreateQueue`]: {
     scopes: ["queue:admin"],
-    needs: (r: CreateQueueRequest) => admin(r.queue?.name ?? ""),
+    needs: (r: CreateQueueRequest) => declarationNeeds(r.queue),
     audit: (r: CreateQueueRequest) => ({ target: r.queue?.name ?? "" }),
   },
   [`${Q}GetQueue`]: { scopes: ["queue:read"], needs: (r: { name: string }) => read(r.name) },
+  [`${Q}UpdateQueue`]: {
+    scopes: ["queue:admin"],
+    needs: updateNeeds,
+    audit: (r: UpdateQueueRequest) => ({ target: r.queue?.name ?? "", detail: `fields=${r.updateMask?.paths.join(",") ?? ""}` }),
+  },
+  [`${Q}PauseQueue`]: { scopes: ["queue:admin"], needs: (r: { name: string }) => admin(r.name), audit: name },
+  [`${Q}ResumeQueue`]: { scopes: ["queue:admin"], needs: (r: { name: string }) => admin(r.name), audit: name },
+
   // Listing shows every queue: only a reader of every queue may.
   [`${Q}ListQueues`]: { scopes: ["queue:read"], needs: () => read("*") },
   [`${Q}DeleteQueue`]: {

@@ -6,6 +6,7 @@ import {
   QueueMode,
   QueueSchema,
   type Queue,
+  type RetryPolicy,
 } from "../gen/switchyard/v1/queue_pb.js";
 import type { QueueConfig, QueueSpec } from "../queue/declaration.js";
 
@@ -33,6 +34,17 @@ export function msTimestamp(ms: number | undefined): Timestamp | undefined {
   return ms ? timestampFromMs(ms) : undefined;
 }
 
+/** A caller's retry policy as a domain one (unset fields take the defaults). */
+function retryPolicy(p: RetryPolicy | undefined): QueueSpec["retryPolicy"] {
+  if (!p) return undefined;
+  return {
+    initialMs: durationMs("retry_policy.initial_backoff", p.initialBackoff),
+    multiplier: p.multiplier || undefined,
+    maxMs: durationMs("retry_policy.max_backoff", p.maxBackoff),
+    jitter: p.jitter || undefined,
+  };
+}
+
 /** A caller's declaration as a domain spec. */
 export function queueSpec(queue: Queue | undefined): QueueSpec {
   if (!queue) throw invalid("queue is required");
@@ -46,11 +58,16 @@ export function queueSpec(queue: Queue | undefined): QueueSpec {
     recoveryTtlMs: durationMs("recovery_ttl", queue.recoveryTtl),
     maxDeliveries: queue.maxDeliveries || undefined,
     deadLetterList: queue.deadLetterList || undefined,
+    retryPolicy: retryPolicy(queue.retryPolicy),
+    idempotencyWindowMs: durationMs("idempotency_window", queue.idempotencyWindow),
+    publishTtlMs: durationMs("publish_ttl", queue.publishTtl),
+    replyQueue: queue.replyQueue || undefined,
   };
 }
 
 /** A stored declaration as the API shows it. */
 export function queueMessage(config: QueueConfig): Queue {
+  const reliable = config.mode === "reliable";
   return create(QueueSchema, {
     name: config.name,
     mode: config.mode === "simple" ? QueueMode.SIMPLE : QueueMode.RELIABLE,
@@ -61,5 +78,17 @@ export function queueMessage(config: QueueConfig): Queue {
     maxDeliveries: config.maxDeliveries,
     deadLetterList: config.deadLetterList,
     createTime: msTimestamp(config.createTimeMs),
+    retryPolicy: reliable
+      ? {
+          initialBackoff: msDuration(config.retryPolicy.initialMs),
+          multiplier: config.retryPolicy.multiplier,
+          maxBackoff: msDuration(config.retryPolicy.maxMs),
+          jitter: config.retryPolicy.jitter,
+        }
+      : undefined,
+    idempotencyWindow: msDuration(config.idempotencyWindowMs),
+    paused: config.paused,
+    publishTtl: config.publishTtlMs ? msDuration(config.publishTtlMs) : undefined,
+    replyQueue: config.replyQueue,
   });
 }

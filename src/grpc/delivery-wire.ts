@@ -10,6 +10,7 @@
  *   DeliveryBatch  1 deliveries: repeated Delivery
  *   Delivery       1 lease_token  2 fence  3 id  4 payload  5 headers (map entries: 1 key, 2 value)
  *                  6 enqueue_time (Timestamp: 1 seconds, 2 nanos)  7 delivery_count  8 queue
+ *                  9 last_error
  */
 import type { Delivery } from "../queue/lease-stream.js";
 import { lenFieldSize as lenField, measureStringMap, ProtoWriter as Writer, varintFieldSize } from "../wire/proto-writer.js";
@@ -25,6 +26,7 @@ interface Measured {
   seconds: number;
   nanos: number;
   time: number;
+  lastError: number;
   size: number;
 }
 
@@ -42,7 +44,9 @@ function measure(d: Delivery, queueSize: number): Measured {
   if (item.enqueueTimeMs) size += lenField(time);
   if (d.deliveryCount) size += varintFieldSize(d.deliveryCount);
   if (queueSize) size += lenField(queueSize);
-  return { d, token, id, headers, seconds, nanos, time, size };
+  const lastError = d.lastError ? Buffer.byteLength(d.lastError) : 0;
+  if (lastError) size += lenField(lastError);
+  return { d, token, id, headers, seconds, nanos, time, lastError, size };
 }
 
 function write(w: Writer, m: Measured, queueSize: number): void {
@@ -60,6 +64,7 @@ function write(w: Writer, m: Measured, queueSize: number): void {
   }
   if (d.deliveryCount) w.uint(7, d.deliveryCount);
   if (queueSize) w.string(8, d.queue, queueSize);
+  if (m.lastError) w.string(9, d.lastError, m.lastError);
 }
 
 /** A LeaseResponse { deliveries: DeliveryBatch { deliveries } }, ready for the wire. */

@@ -7,8 +7,9 @@
  *   EnqueueRequest   1 queue  2 items: repeated EnqueueItem  3 ttl: Duration
  *                    4 min_replicas  5 replica_timeout: Duration
  *   EnqueueItem      1 payload  2 headers (map entries: 1 key, 2 value)
- *   Duration         1 seconds (int64)  2 nanos (int32)
- *   EnqueueResponse  1 ids: repeated string
+ *                    3 not_before: Timestamp  4 delay: Duration  5 idempotency_key
+ *   Duration, Timestamp  1 seconds (int64)  2 nanos (int32)
+ *   EnqueueResponse  1 ids: repeated string  2 duplicates: repeated uint32 (packed)
  *
  * The encoders write exactly protobuf-es' bytes: fields in number order,
  * fields at their default left out, each header an entry with its key and
@@ -25,16 +26,18 @@
  */
 import { create, toBinary } from "@bufbuild/protobuf";
 import { BinaryReader, getTextEncoding } from "@bufbuild/protobuf/wire";
-import type { Duration } from "@bufbuild/protobuf/wkt";
+import type { Duration, Timestamp } from "@bufbuild/protobuf/wkt";
 import {
   type EnqueueRequest,
   EnqueueRequestSchema,
   type EnqueueResponse,
   type EnqueueStreamResponse,
+  EnqueueStreamResponseSchema,
+  EnqueueItemSchema,
 } from "../gen/switchyard/v1/queue_pb.js";
 import type { ItemIds } from "../queue/item-ids.js";
-import { PackedItems } from "../queue/new-items.js";
-import { lenFieldSize, measureStringMap, ProtoWriter, varintFieldSize } from "../wire/proto-writer.js";
+import { PackedItems, type PackedExtras } from "../queue/new-items.js";
+import { lenFieldSize, measureStringMap, ProtoWriter, varintFieldSize, varintSize } from "../wire/proto-writer.js";
 
 /**
  * fromBinary's recursion limit: a message read at depth d may skip unknown
@@ -119,6 +122,19 @@ function readDuration(r: Reader, into: Duration | undefined, depth: number): Dur
   return d;
 }
 
+/** Reads a Timestamp into `into` (a repeated message field merges) or a new one; `depth` as readDuration's. */
+function readTimestamp(r: Reader, into: Timestamp | undefined, depth: number): Timestamp {
+  const t: Timestamp = into ?? { $typeName: "google.protobuf.Timestamp", seconds: 0n, nanos: 0 };
+  const end = r.messageEnd();
+  while (r.pos < end) {
+    const [no, wireType] = r.tag();
+    if (no === 1) t.seconds = r.int64() as bigint;
+    else if (no === 2) t.nanos = r.int32();
+    else r.skip(wireType, no, RECURSION_LIMIT - depth - 1);
+  }
+  return t;
+}
+
 /** Reads one map entry into `headers`: a missing key or value is "", a repeated key's last value wins. */
 function readHeader(r: Reader, headers: Record<string, string>, depth: number): void {
   let key = "";
@@ -135,11 +151,12 @@ function readHeader(r: Reader, headers: Record<string, string>, depth: number): 
   else headers[key] = value;
 }
 
-/** Reads an item into `items`: its last payload, its headers in the order given. */
+/** Reads an item into `items`: its last payload, its headers in the order given, its other fields as fromBinary reads them. */
 function readItem(r: Reader, items: PackedItems, depth: number): void {
   let start = -1;
   let end = 0;
   let headers: Record<string, string> | undefined;
+  let extras: PackedExtras | undefined;
   const stop = r.messageEnd();
   while (r.pos < stop) {
     if (r.skipTag(PAYLOAD_TAG)) {
@@ -148,13 +165,31 @@ function readItem(r: Reader, items: PackedItems, depth: number): void {
       continue;
     }
     const [no, wireType] = r.tag();
-    if (no === 1) {
-      start = r.bytesStart();
-      end = r.pos;
-    } else if (no === 2) readHeader(r, (headers ??= {}), depth);
-    else r.skip(wireType, no, RECURSION_LIMIT - depth - 1);
+    switch (no) {
+      case 1:
+        start = r.bytesStart();
+        end = r.pos;
+        break;
+      case 2:
+        readHeader(r, (headers ??= {}), depth);
+        break;
+      case 3:
+        extras ??= { idempotencyKey: "" };
+        extras.notBefore = readTimestamp(r, extras.notBefore, depth + 1);
+        break;
+      case 4:
+        extras ??= { idempotencyKey: "" };
+        extras.delay = readDuration(r, extras.delay, depth + 1);
+        break;
+      case 5:
+        extras ??= { idempotencyKey: "" };
+        extras.idempotencyKey = r.string(true);
+        break;
+      default:
+        r.skip(wireType, no, RECURSION_LIMIT - depth - 1);
+    }
   }
-  items.add(start, end, headers);
+  items.add(start, end, headers, extras);
 }
 
 /** An Enqueue request as the server reads it: its items packed, left in the request's bytes. */
@@ -222,13 +257,31 @@ export function decodeEnqueueRequest(bytes: Uint8Array): EnqueueRequest {
   if (ttl) request.ttl = ttl;
   if (replicaTimeout) request.replicaTimeout = replicaTimeout;
   for (let i = 0; i < items.count; i++) {
-    request.items.push({ $typeName: "switchyard.v1.EnqueueItem", payload: items.payload(i), headers: items.givenHeaders(i) ?? {}, idempotencyKey: "" });
+    const item: EnqueueRequest["items"][number] = {
+      $typeName: "switchyard.v1.EnqueueItem", payload: items.payload(i), headers: items.givenHeaders(i) ?? {}, idempotencyKey: "",
+    };
+    const extras = items.givenExtras(i);
+    if (extras?.notBefore) item.notBefore = extras.notBefore;
+    if (extras?.delay) item.delay = extras.delay;
+    if (extras) item.idempotencyKey = extras.idempotencyKey;
+    request.items.push(item);
   }
   return request;
 }
 
+/** The bytes of a packed repeated uint32 field (nothing when empty), as protobuf-es writes them. */
+function packedUints(field: number, values: readonly number[]): Buffer {
+  if (values.length === 0) return Buffer.alloc(0);
+  let body = 0;
+  for (const v of values) body += varintSize(v);
+  const w = new ProtoWriter(Buffer.allocUnsafe(lenFieldSize(body)));
+  w.len(field, body);
+  for (const v of values) w.varint(v);
+  return w.buf;
+}
+
 /** toBinary(EnqueueResponseSchema, response), by hand: the same bytes. */
-export function encodeEnqueueResponse({ ids }: { ids: readonly string[] }): Buffer {
+export function encodeEnqueueResponse({ ids, duplicates = [] }: { ids: readonly string[]; duplicates?: readonly number[] }): Buffer {
   const sizes = new Array<number>(ids.length);
   let size = 0;
   for (let i = 0; i < ids.length; i++) {
@@ -237,12 +290,25 @@ export function encodeEnqueueResponse({ ids }: { ids: readonly string[] }): Buff
   }
   const w = new ProtoWriter(Buffer.allocUnsafe(size));
   for (let i = 0; i < ids.length; i++) w.string(1, ids[i], sizes[i]);
-  return w.buf;
+  return duplicates.length > 0 ? Buffer.concat([w.buf, packedUints(2, duplicates)]) : w.buf;
 }
 
 /** The bytes encodeEnqueueResponse writes for { ids: ids.toArray() }, written without the strings. */
 export function encodeEnqueueResponseIds(ids: ItemIds): Buffer {
   return idsMessage(0, 1, ids);
+}
+
+/**
+ * Reads a repeated uint32 field into `into`, packed (wire type LEN) or not, as
+ * fromBinary reads one.
+ */
+function readUints(r: Reader, wireType: number, into: number[]): void {
+  if (wireType !== 2) {
+    into.push(r.uint32());
+    return;
+  }
+  const end = r.messageEnd();
+  while (r.pos < end) into.push(r.uint32());
 }
 
 /**
@@ -265,6 +331,7 @@ function idsMessage(id: number, idsField: number, ids: ItemIds): Buffer {
 export function decodeEnqueueResponse(bytes: Uint8Array): EnqueueResponse {
   const r = new Reader(bytes);
   const ids: string[] = [];
+  const duplicates: number[] = [];
   while (r.pos < bytes.byteLength) {
     if (r.skipTag(ID_TAG)) {
       ids.push(r.strictString());
@@ -272,15 +339,25 @@ export function decodeEnqueueResponse(bytes: Uint8Array): EnqueueResponse {
     }
     const [no, wireType] = r.tag();
     if (no === 1) ids.push(r.strictString());
+    else if (no === 2) readUints(r, wireType, duplicates);
     else r.skip(wireType, no, RECURSION_LIMIT - 1);
   }
-  return { $typeName: "switchyard.v1.EnqueueResponse", ids, duplicates: [] };
+  return { $typeName: "switchyard.v1.EnqueueResponse", ids, duplicates };
+}
+
+/** An item's fields to write; it needs no $typeName. */
+export interface EnqueueItemFields {
+  payload: Uint8Array;
+  headers?: Record<string, string>;
+  notBefore?: Timestamp;
+  delay?: Duration;
+  idempotencyKey?: string;
 }
 
 /** The fields of an EnqueueRequest to write; items need no $typeName. */
 export interface EnqueueRequestFields {
   queue: string;
-  items: readonly { payload: Uint8Array; headers?: Record<string, string> }[];
+  items: readonly EnqueueItemFields[];
   ttl?: Duration;
   minReplicas?: number;
   replicaTimeout?: Duration;
@@ -296,10 +373,16 @@ export function encodeEnqueueRequest(request: EnqueueRequestFields): Buffer {
   // Key bytes, value bytes and entry bytes of every header of every item, in writing order.
   const headerSizes: number[] = [];
   let size = (queueSize > 0 ? lenFieldSize(queueSize) : 0) + (tail?.byteLength ?? 0);
+  // Fields 3–5 of the few items that have them: protobuf-es writes them (they follow payload and headers).
+  const extras = new Array<Uint8Array | undefined>(items.length);
   for (let i = 0; i < items.length; i++) {
-    const { payload, headers } = items[i];
+    const { payload, headers, notBefore, delay, idempotencyKey } = items[i];
     let itemSize = payload.byteLength > 0 ? lenFieldSize(payload.byteLength) : 0;
     if (headers) itemSize += measureStringMap(headers, headerSizes);
+    if (notBefore || delay || idempotencyKey) {
+      extras[i] = toBinary(EnqueueItemSchema, create(EnqueueItemSchema, { notBefore, delay, idempotencyKey }));
+      itemSize += extras[i]!.byteLength;
+    }
     itemSizes[i] = itemSize;
     size += lenFieldSize(itemSize);
   }
@@ -311,6 +394,7 @@ export function encodeEnqueueRequest(request: EnqueueRequestFields): Buffer {
     w.len(2, itemSizes[i]);
     if (payload.byteLength > 0) w.bytes(1, payload);
     if (headers) h = w.stringMap(2, headers, headerSizes, h);
+    if (extras[i]) w.raw(extras[i]!);
   }
   if (tail) w.raw(tail);
   return w.buf;
@@ -362,6 +446,11 @@ export function encodeEnqueueStreamIds(id: number, ids: ItemIds): Buffer {
   return idsMessage(id, 4, ids);
 }
 
+/** toBinary(EnqueueStreamResponseSchema, { id, ids, duplicates }) of an enqueue whose items had options. */
+export function encodeEnqueueStreamResult(id: number, ids: readonly string[], duplicates: readonly number[]): Buffer {
+  return Buffer.from(toBinary(EnqueueStreamResponseSchema, { $typeName: "switchyard.v1.EnqueueStreamResponse", id, code: 0, message: "", ids: [...ids], duplicates: [...duplicates] }));
+}
+
 /** fromBinary(EnqueueStreamResponseSchema, bytes), by hand: the same message, or the same kind of error. */
 export function decodeEnqueueStreamResponse(bytes: Uint8Array): EnqueueStreamResponse {
   const r = new Reader(bytes);
@@ -384,6 +473,9 @@ export function decodeEnqueueStreamResponse(bytes: Uint8Array): EnqueueStreamRes
         break;
       case 4:
         response.ids.push(r.strictString());
+        break;
+      case 5:
+        readUints(r, wireType, response.duplicates);
         break;
       default:
         r.skip(wireType, no, RECURSION_LIMIT - 1);

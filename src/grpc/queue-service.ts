@@ -28,12 +28,18 @@ import {
   QueueMode,
   QueueStatsSchema,
   RetryResponseSchema,
+  type RetryRequest,
+  type DropRequest,
+  type UpdateQueueRequest,
+  UpdateQueueResponseSchema,
+  PauseQueueResponseSchema,
+  ResumeQueueResponseSchema,
 } from "../gen/switchyard/v1/queue_pb.js";
 import type { Logger } from "../log.js";
 import type { Clock } from "../clock.js";
-import type { SettleAction } from "../redis/scripts.js";
 import type { LeaseStream } from "../queue/lease-stream.js";
-import type { NewItem, Queues } from "../queue/queues.js";
+import type { NewItem, Queues, SettleOptions, WorkerSettle } from "../queue/queues.js";
+import { applyUpdate, type QueueConfig } from "../queue/declaration.js";
 import { checkSelection } from "../queue/admin.js";
 import { MalformedMessage, PreEncoded } from "./adapter.js";
 import { encodeDeliveries } from "./delivery-wire.js";
@@ -62,8 +68,17 @@ function newItems(items: EnqueueItem[]): NewItem[] {
 
 function replyOf(req: AckRequest) {
   if (req.replies.length === 0) return undefined;
-  if (!req.replyQueue) throw invalid("reply_queue is required with replies");
-  return { queue: req.replyQueue, items: newItems(req.replies), ttlMs: durationMs("reply_ttl", req.replyTtl) ?? 0 };
+  return { queue: req.replyQueue || undefined, items: newItems(req.replies), ttlMs: durationMs("reply_ttl", req.replyTtl) ?? 0 };
+}
+
+/** What a Retry says: its reason and, when given, its own delay. */
+function retryOptions(req: RetryRequest): SettleOptions {
+  return { reason: req.reason, delayMs: durationMs("delay", req.delay) };
+}
+
+/** A queue as LeaseOpened announces it. */
+function queueMode(config: QueueConfig): QueueMode {
+  return config.mode === "simple" ? QueueMode.SIMPLE : QueueMode.RELIABLE;
 }
 
 type Duplex = grpc.ServerDuplexStream<LeaseRequest | MalformedMessage, LeaseResponse | PreEncoded>;
@@ -106,12 +121,12 @@ function leaseHandler(queues: Queues, baseLog: Logger, settings: LeaseSettings) 
     };
     const settleFailed = (token: string, status: grpc.StatusObject) =>
       write({ case: "settleResult", value: { leaseToken: token, code: status.code, message: status.details } });
-    const settle = async (s: LeaseStream, token: string, action: SettleAction, ack?: AckRequest) => {
+    const settle = async (s: LeaseStream, token: string, action: WorkerSettle, opts: SettleOptions = {}, ack?: AckRequest) => {
       try {
         if (ack) await queues.ack(token, replyOf(ack), s);
         else {
-          const outcome = await queues.settle(token, action, s);
-          if (action === "x") {
+          const outcome = await queues.settle(token, action, opts, s);
+          if (action === "extend") {
             write({ case: "settleResult", value: { leaseToken: token, code: 0, expireTime: msTimestamp(outcome.expireTimeMs) } });
           }
         }
@@ -143,9 +158,10 @@ function leaseHandler(queues: Queues, baseLog: Logger, settings: LeaseSettings) 
           openTimer.cancel();
           stream = queues.openStream(kind.value.queue, kind.value.credit, {
             deliver: (batch) => {
-              if (ended) return;
+              if (ended) return false;
               const message = encodeDeliveries(batch);
               call.write(message, buffer.wrote(message.bytes.length));
+              return true;
             },
             backlogged: () => buffer.backlogged(),
             heartbeat: (now) => write({ case: "heartbeat", value: { serverTime: msTimestamp(now) } }),
@@ -156,14 +172,16 @@ function leaseHandler(queues: Queues, baseLog: Logger, settings: LeaseSettings) 
           stream.then(
             async (s) => {
               opened = s;
-              const config = await queues.registry.get(s.queue);
+              const config = s.config;
               write({
                 case: "opened",
                 value: {
                   queue: s.queue,
-                  mode: config.mode === "simple" ? QueueMode.SIMPLE : QueueMode.RELIABLE,
+                  mode: queueMode(config),
                   heartbeatInterval: msDuration(settings.heartbeatIntervalMs),
                   ackBatches: true,
+                  minIdle: config.minIdleMs ? msDuration(config.minIdleMs) : undefined,
+                  paused: config.paused,
                 },
               });
               if (ended) void queues.closeStream(s);
@@ -176,13 +194,13 @@ function leaseHandler(queues: Queues, baseLog: Logger, settings: LeaseSettings) 
         const work = stream.then((s) => {
           switch (kind.case) {
             case "ack":
-              return settle(s, kind.value.leaseToken, "a", kind.value);
+              return settle(s, kind.value.leaseToken, "ack", {}, kind.value);
             case "retry":
-              return settle(s, kind.value.leaseToken, "r");
+              return settle(s, kind.value.leaseToken, "retry", retryOptions(kind.value));
             case "drop":
-              return settle(s, kind.value.leaseToken, "d");
+              return settle(s, kind.value.leaseToken, "drop", { reason: kind.value.reason });
             case "extend":
-              return settle(s, kind.value.leaseToken, "x");
+              return settle(s, kind.value.leaseToken, "extend");
             case "ackBatch":
               return ackBatch(s, kind.value.leaseTokens);
             case "credit":
@@ -218,6 +236,18 @@ export function queueServiceHandlers(queues: Queues, log: Logger, lease: LeaseSe
     getQueue: unary(log, "GetQueue", async (req: { name: string }) =>
       create(GetQueueResponseSchema, { queue: queueMessage(await queues.registry.get(req.name)) }),
     ),
+    updateQueue: unary(log, "UpdateQueue", async (req: UpdateQueueRequest) => {
+      const given = queueSpec(req.queue);
+      const paths = req.updateMask?.paths ?? [];
+      const updated = await queues.registry.update(given.name, (stored) => applyUpdate(stored, given, paths, queues.registry.namespace));
+      return create(UpdateQueueResponseSchema, { queue: queueMessage(updated) });
+    }),
+    pauseQueue: unary(log, "PauseQueue", async (req: { name: string }) =>
+      create(PauseQueueResponseSchema, { queue: queueMessage(await queues.registry.update(req.name, (c) => ({ ...c, paused: true }))) }),
+    ),
+    resumeQueue: unary(log, "ResumeQueue", async (req: { name: string }) =>
+      create(ResumeQueueResponseSchema, { queue: queueMessage(await queues.registry.update(req.name, (c) => ({ ...c, paused: false }))) }),
+    ),
     listQueues: unary(log, "ListQueues", async (req: { pageSize: number; pageToken: string }) => {
       const page = await queues.registry.list(req.pageSize, req.pageToken);
       return create(ListQueuesResponseSchema, { queues: page.queues.map(queueMessage), nextPageToken: page.nextPageToken });
@@ -238,11 +268,14 @@ export function queueServiceHandlers(queues: Queues, log: Logger, lease: LeaseSe
           leaseStreams: s.leaseStreams,
           leasedTotal: BigInt(s.leased),
           completedTotal: BigInt(s.completed),
+          delayed: BigInt(s.delayed),
+          paused: s.paused,
         }),
       });
     }),
     peekQueue: unary(log, "PeekQueue", async (req: PeekQueueRequest) => {
-      const page = await queues.peek(req.name, req.list === QueueList.DEAD_LETTER ? "dead_letter" : "ready", req.limit);
+      const list = req.list === QueueList.DEAD_LETTER ? "dead_letter" : req.list === QueueList.DELAYED ? "delayed" : "ready";
+      const page = await queues.peek(req.name, list, req.limit);
       return create(PeekQueueResponseSchema, {
         total: BigInt(page.total),
         items: page.items.map((i) => ({
@@ -251,6 +284,8 @@ export function queueServiceHandlers(queues: Queues, log: Logger, lease: LeaseSe
           headers: i.headers,
           enqueueTime: i.enqueueTimeMs ? msTimestamp(i.enqueueTimeMs) : undefined,
           deliveryCount: i.deliveryCount,
+          lastError: i.lastError,
+          notBefore: msTimestamp(i.notBeforeMs),
         })),
       });
     }),
@@ -274,15 +309,16 @@ export function queueServiceHandlers(queues: Queues, log: Logger, lease: LeaseSe
     ack: unary(log, "Ack", async (req: AckRequest) =>
       create(AckResponseSchema, { replyIds: await queues.ack(req.leaseToken, replyOf(req)) }),
     ),
-    retry: unary(log, "Retry", async (req: { leaseToken: string }) =>
-      create(RetryResponseSchema, { deadLettered: (await queues.settle(req.leaseToken, "r")).deadLettered }),
-    ),
-    drop: unary(log, "Drop", async (req: { leaseToken: string }) => {
-      await queues.settle(req.leaseToken, "d");
+    retry: unary(log, "Retry", async (req: RetryRequest) => {
+      const outcome = await queues.settle(req.leaseToken, "retry", retryOptions(req));
+      return create(RetryResponseSchema, { deadLettered: outcome.deadLettered, notBefore: msTimestamp(outcome.dueMs) });
+    }),
+    drop: unary(log, "Drop", async (req: DropRequest) => {
+      await queues.settle(req.leaseToken, "drop", { reason: req.reason });
       return create(DropResponseSchema, {});
     }),
     extendLease: unary(log, "ExtendLease", async (req: { leaseToken: string }) => {
-      const outcome = await queues.settle(req.leaseToken, "x");
+      const outcome = await queues.settle(req.leaseToken, "extend");
       return create(ExtendLeaseResponseSchema, { expireTime: msTimestamp(outcome.expireTimeMs) });
     }),
   };

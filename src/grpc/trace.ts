@@ -6,7 +6,7 @@
  * OpenTelemetry preloaded (README, "Tracing"), its gRPC instrumentation does.
  */
 import type * as grpc from "@grpc/grpc-js";
-import { itemsOf, type NewItem, type NewItems } from "../queue/new-items.js";
+import { itemsOf, type ItemOptions, type NewItem, type NewItems } from "../queue/new-items.js";
 
 /** The W3C trace context header (and metadata key). */
 export const TRACEPARENT = "traceparent";
@@ -71,6 +71,14 @@ class TracedItems implements NewItems {
 
   headers(i: number): Readonly<Record<string, string>> {
     return this.traced[i];
+  }
+
+  options(i: number): ItemOptions | undefined {
+    return this.items.options(i);
+  }
+
+  get hasOptions(): boolean {
+    return this.items.hasOptions;
   }
 }
 

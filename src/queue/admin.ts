@@ -16,13 +16,14 @@ export const MAX_DEAD_LETTER_IDS = 1000;
 /** Dead letters read per LRANGE while looking for ids, and moved per script call with `all`. */
 const CHUNK = 1000;
 
-/** Deletes the items waiting in the queue's ready list; resolves to how many there were. */
+/** Deletes the items waiting in the queue: its ready list and its delayed set; resolves to how many there were. */
 export async function purgeReady(client: RedisClient, config: QueueConfig): Promise<number> {
-  const key = keysOf(config).queue;
-  const result = await client.multi().llen(key).del(key).exec();
+  const { queue, delayed } = keysOf(config);
+  // One transaction: both keys share the queue's slot.
+  const result = await client.multi().llen(queue).zcard(delayed).del(queue, delayed).exec();
   const failed = result?.find(([err]) => err);
-  if (!result || failed) throw failed?.[0] ?? new Error(`purge of "${key}" was aborted`);
-  return result[0][1] as number;
+  if (!result || failed) throw failed?.[0] ?? new Error(`purge of "${queue}" was aborted`);
+  return (result[0][1] as number) + (result[1][1] as number);
 }
 
 /** Checks a selection; INVALID_ARGUMENT saying what to fix. */
@@ -55,7 +56,10 @@ export async function settleDeadLetterSelection(
   client: RedisClient, config: QueueConfig, action: DeadLetterAction, selection: DeadLetterSelection,
 ): Promise<number> {
   if (config.mode !== "reliable") {
-    throw new SwitchyardError("failed_precondition", `queue "${config.name}" is SIMPLE and has no dead-letter list`);
+    throw new SwitchyardError("failed_precondition", `queue "${config.name}" is SIMPLE and has no dead-letter list`, {
+      reason: "WRONG_QUEUE_MODE",
+      metadata: { queue: config.name },
+    });
   }
   const keys = keysOf(config);
   if ("ids" in selection) {

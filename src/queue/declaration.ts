@@ -2,13 +2,21 @@
  * Queue declarations: what a caller may ask for (QueueSpec), how it is
  * validated, and what is stored (QueueConfig). Validation refuses, with a
  * message that says what to change, anything that would not work on Redis
- * Cluster too (SPEC Q2, Q5, Q7).
+ * Cluster too (SPEC Q2, Q5, Q7), and any key in Switchyard's own namespace (Q15).
  */
-import { invalid } from "../errors.js";
-import { defaultDeadLetter, defaultProcessing, hashTag, queueKeys, allKeys, slotOf, type QueueKeys } from "../redis/keys.js";
+import { SwitchyardError, invalid } from "../errors.js";
+import { defaultDeadLetter, defaultProcessing, hashTag, internalKey, queueKeys, allKeys, slotOf, type QueueKeys } from "../redis/keys.js";
 
 /** How items leave a queue. */
 export type QueueMode = "simple" | "reliable";
+
+/** How long a retried or recovered item waits: see RetryPolicy in queue.proto. */
+export interface RetryPolicy {
+  readonly initialMs: number;
+  readonly multiplier: number;
+  readonly maxMs: number;
+  readonly jitter: number;
+}
 
 /** A declaration as a caller gives it; unset fields take defaults. */
 export interface QueueSpec {
@@ -20,6 +28,10 @@ export interface QueueSpec {
   recoveryTtlMs?: number;
   maxDeliveries?: number;
   deadLetterList?: string;
+  retryPolicy?: Partial<RetryPolicy>;
+  idempotencyWindowMs?: number;
+  publishTtlMs?: number;
+  replyQueue?: string;
 }
 
 /** A validated, stored declaration with every default filled in. */
@@ -39,12 +51,28 @@ export interface QueueConfig {
   /** Reliable only ("" for simple queues). */
   readonly deadLetterList: string;
   readonly createTimeMs: number;
+  /** Reliable: the waits of retried and recovered items. */
+  readonly retryPolicy: RetryPolicy;
+  readonly idempotencyWindowMs: number;
+  /** 0: pushes leave the key's expiry alone unless they give a ttl. */
+  readonly publishTtlMs: number;
+  /** "" : none. */
+  readonly replyQueue: string;
+  /** Deliveries stopped by PauseQueue. */
+  readonly paused: boolean;
 }
 
 /** Deliveries after which a failing item is dead-lettered, unless the declaration says otherwise. */
 export const DEFAULT_MAX_DELIVERIES = 25;
+/** The retry policy of a declaration that names none (queue.proto's RetryPolicy). */
+// Retry at once (the seed's retry moves the item back to the queue); a queue opts into backoff.
+export const DEFAULT_RETRY_POLICY: RetryPolicy = Object.freeze({ initialMs: 0, multiplier: 2, maxMs: 600_000, jitter: 0.2 });
+/** How long idempotency keys are remembered unless the declaration says otherwise. */
+export const DEFAULT_IDEMPOTENCY_WINDOW_MS = 24 * 3600_000;
 const MAX_NAME_BYTES = 512;
 const MAX_MAX_DELIVERIES = 1_000_000;
+const MAX_BACKOFF_MS = 7 * 24 * 3600_000;
+const MAX_IDEMPOTENCY_WINDOW_MS = 30 * 24 * 3600_000;
 
 function checkKeyName(what: string, key: string): void {
   if (key.length === 0) throw invalid(`${what} must not be empty`);
@@ -52,8 +80,9 @@ function checkKeyName(what: string, key: string): void {
   if (/[\s\p{Cc}]/u.test(key)) throw invalid(`${what} "${key}" contains whitespace or control characters; use a plain Redis key`);
 }
 
-function checkDuration(what: string, ms: number | undefined): void {
+function checkDuration(what: string, ms: number | undefined, max = Number.MAX_SAFE_INTEGER): void {
   if (ms !== undefined && (!Number.isFinite(ms) || ms < 0)) throw invalid(`${what} must be a positive duration`);
+  if (ms !== undefined && ms > max) throw invalid(`${what} must be at most ${max / 1000} s`);
 }
 
 /** The hash tag that would put `name`'s keys in one slot, e.g. "{thumbnails}". */
@@ -67,21 +96,63 @@ function checkOneSlot(config: QueueConfig): void {
   const stray = allKeys(keys).find((k) => slotOf(k) !== slot);
   if (stray === undefined) return;
   const tag = suggestedTag(config.name);
+  // Name the corrected key of each list the caller named, so the advice can be taken as it is.
+  const fixes = [`${tag}`, `${tag}.processing`];
+  if (config.recoverySet) fixes.push(`${tag}.claims`);
+  if (config.deadLetterList !== defaultDeadLetter(config.name)) fixes.push(`${tag}.dead`);
   throw invalid(
     `keys of reliable queue "${config.name}" fall in different Redis Cluster hash slots ` +
       `("${config.name}" in ${slot}, "${stray}" in ${slotOf(stray)}); one command moves items between them, ` +
-      `so they must share a hash tag: use ${tag} and ${tag}.processing`,
+      `so they must share a hash tag: use ${fixes.slice(0, -1).join(", ")} and ${fixes[fixes.length - 1]}`,
   );
 }
 
+/** Refuses keys in Switchyard's own hash slot namespace (`{<namespace>}`), whatever their place in the name. */
+function checkOutsideNamespace(config: QueueConfig, namespace: string): void {
+  const own = allKeys(keysOf(config)).find((k) => hashTag(k) === namespace);
+  if (own === undefined) return;
+  throw invalid(
+    `queue "${config.name}": key "${own}" has the hash tag {${namespace}}, which is Switchyard's own; ` +
+      `choose names with another hash tag`,
+  );
+}
+
+function checkRetryPolicy(name: string, given: Partial<RetryPolicy> | undefined): RetryPolicy {
+  const p = { ...DEFAULT_RETRY_POLICY, ...Object.fromEntries(Object.entries(given ?? {}).filter(([, v]) => v !== undefined)) };
+  checkDuration("retry_policy.initial_backoff", p.initialMs, MAX_BACKOFF_MS);
+  checkDuration("retry_policy.max_backoff", p.maxMs, MAX_BACKOFF_MS);
+  if (!Number.isFinite(p.multiplier) || p.multiplier < 1 || p.multiplier > 100) {
+    throw invalid(`queue "${name}": retry_policy.multiplier must be between 1 and 100`);
+  }
+  if (!Number.isFinite(p.jitter) || p.jitter < 0 || p.jitter > 1) throw invalid(`queue "${name}": retry_policy.jitter must be between 0 and 1`);
+  if (p.maxMs < p.initialMs) {
+    throw invalid(`queue "${name}": retry_policy.max_backoff (${p.maxMs} ms) must be at least initial_backoff (${p.initialMs} ms)`);
+  }
+  return Object.freeze(p);
+}
+
 /** Validates a spec and fills in defaults; throws INVALID_ARGUMENT with what to fix. */
-export function validateQueueSpec(spec: QueueSpec, nowMs: number): QueueConfig {
+export function validateQueueSpec(spec: QueueSpec, nowMs: number, namespace = "switchyard"): QueueConfig {
   checkKeyName("queue name", spec.name);
-  if (spec.name.startsWith("{switchyard}")) throw invalid(`queue name "${spec.name}" uses Switchyard's own hash tag`);
+  if (internalKey(spec.name, "fence") === undefined) {
+    throw invalid(`queue name "${spec.name}" has a "}" but no hash tag; name it with a hash tag such as {${spec.name.replace(/[{}]/g, "")}}`);
+  }
   const mode = spec.mode;
   if (mode !== "simple" && mode !== "reliable") throw invalid(`queue "${spec.name}": mode must be SIMPLE or RELIABLE`);
   checkDuration("min_idle", spec.minIdleMs);
   checkDuration("recovery_ttl", spec.recoveryTtlMs);
+  checkDuration("idempotency_window", spec.idempotencyWindowMs, MAX_IDEMPOTENCY_WINDOW_MS);
+  checkDuration("publish_ttl", spec.publishTtlMs);
+  if (spec.replyQueue) checkKeyName("reply_queue", spec.replyQueue);
+  const common = {
+    name: spec.name,
+    createTimeMs: nowMs,
+    idempotencyWindowMs: spec.idempotencyWindowMs || DEFAULT_IDEMPOTENCY_WINDOW_MS,
+    publishTtlMs: spec.publishTtlMs ?? 0,
+    replyQueue: spec.replyQueue ?? "",
+    paused: false,
+  };
+  let config: QueueConfig;
   if (mode === "simple") {
     const reliableOnly = (
       [
@@ -91,58 +162,160 @@ export function validateQueueSpec(spec: QueueSpec, nowMs: number): QueueConfig {
         ["recovery_ttl", spec.recoveryTtlMs],
         ["max_deliveries", spec.maxDeliveries],
         ["dead_letter_list", spec.deadLetterList],
+        ["retry_policy", spec.retryPolicy],
       ] as const
     ).find(([, v]) => v);
     if (reliableOnly) {
       throw invalid(`queue "${spec.name}": ${reliableOnly[0]} applies to RELIABLE queues only; remove it or declare the queue RELIABLE`);
     }
-    return {
-      name: spec.name, mode, processingList: "", recoverySet: "", minIdleMs: 0, recoveryTtlMs: 0,
-      maxDeliveries: 0, deadLetterList: "", createTimeMs: nowMs,
+    config = {
+      ...common, mode, processingList: "", recoverySet: "", minIdleMs: 0, recoveryTtlMs: 0,
+      maxDeliveries: 0, deadLetterList: "", retryPolicy: DEFAULT_RETRY_POLICY,
     };
+  } else {
+    const recoverySet = spec.recoverySet ?? "";
+    const minIdleMs = spec.minIdleMs ?? 0;
+    const recoveryTtlMs = spec.recoveryTtlMs ?? 0;
+    if (recoverySet && minIdleMs <= 0) {
+      throw invalid(`queue "${spec.name}": a recovery set needs min_idle, longer than the slowest job takes (e.g. 60s)`);
+    }
+    if (!recoverySet && minIdleMs > 0) throw invalid(`queue "${spec.name}": min_idle needs a recovery_set to record claims in`);
+    if (!recoverySet && recoveryTtlMs > 0) throw invalid(`queue "${spec.name}": recovery_ttl needs a recovery_set`);
+    if (recoveryTtlMs > 0 && recoveryTtlMs <= minIdleMs) {
+      throw invalid(`queue "${spec.name}": recovery_ttl (${recoveryTtlMs} ms) must be longer than min_idle (${minIdleMs} ms)`);
+    }
+    const maxDeliveries = spec.maxDeliveries || DEFAULT_MAX_DELIVERIES;
+    if (!Number.isInteger(maxDeliveries) || maxDeliveries < 1 || maxDeliveries > MAX_MAX_DELIVERIES) {
+      throw invalid(`queue "${spec.name}": max_deliveries must be between 1 and ${MAX_MAX_DELIVERIES}`);
+    }
+    config = {
+      ...common,
+      mode,
+      processingList: spec.processingList || defaultProcessing(spec.name),
+      recoverySet,
+      minIdleMs,
+      recoveryTtlMs,
+      maxDeliveries,
+      deadLetterList: spec.deadLetterList || defaultDeadLetter(spec.name),
+      retryPolicy: checkRetryPolicy(spec.name, spec.retryPolicy),
+    };
+    checkKeyName("processing_list", config.processingList);
+    checkKeyName("dead_letter_list", config.deadLetterList);
+    if (recoverySet) checkKeyName("recovery_set", recoverySet);
   }
-  const recoverySet = spec.recoverySet ?? "";
-  const minIdleMs = spec.minIdleMs ?? 0;
-  const recoveryTtlMs = spec.recoveryTtlMs ?? 0;
-  if (recoverySet && minIdleMs <= 0) {
-    throw invalid(`queue "${spec.name}": a recovery set needs min_idle, longer than the slowest job takes (e.g. 60s)`);
-  }
-  if (!recoverySet && minIdleMs > 0) throw invalid(`queue "${spec.name}": min_idle needs a recovery_set to record claims in`);
-  if (!recoverySet && recoveryTtlMs > 0) throw invalid(`queue "${spec.name}": recovery_ttl needs a recovery_set`);
-  if (recoveryTtlMs > 0 && recoveryTtlMs <= minIdleMs) {
-    throw invalid(`queue "${spec.name}": recovery_ttl (${recoveryTtlMs} ms) must be longer than min_idle (${minIdleMs} ms)`);
-  }
-  const maxDeliveries = spec.maxDeliveries || DEFAULT_MAX_DELIVERIES;
-  if (!Number.isInteger(maxDeliveries) || maxDeliveries < 1 || maxDeliveries > MAX_MAX_DELIVERIES) {
-    throw invalid(`queue "${spec.name}": max_deliveries must be between 1 and ${MAX_MAX_DELIVERIES}`);
-  }
-  const config: QueueConfig = {
-    name: spec.name,
-    mode,
-    processingList: spec.processingList || defaultProcessing(spec.name),
-    recoverySet,
-    minIdleMs,
-    recoveryTtlMs,
-    maxDeliveries,
-    deadLetterList: spec.deadLetterList || defaultDeadLetter(spec.name),
-    createTimeMs: nowMs,
-  };
-  checkKeyName("processing_list", config.processingList);
-  checkKeyName("dead_letter_list", config.deadLetterList);
-  if (recoverySet) checkKeyName("recovery_set", recoverySet);
   const keys = allKeys(keysOf(config));
   const twice = keys.find((k, i) => keys.indexOf(k) !== i);
   if (twice) throw invalid(`queue "${spec.name}": key "${twice}" is used for two purposes; give each list its own name`);
-  checkOneSlot(config);
+  checkOutsideNamespace(config, namespace);
+  if (config.mode === "reliable") checkOneSlot(config);
   return config;
+}
+
+/**
+ * The keys a declaration names itself, beyond its name (processing, dead
+ * letters, recovery): each must fall under the declaring caller's admin scope
+ * unless it lies in the queue's own namespace, `<name>.…`.
+ */
+export function namedKeys(spec: Pick<QueueSpec, "name" | "processingList" | "deadLetterList" | "recoverySet">): string[] {
+  return [spec.processingList, spec.deadLetterList, spec.recoverySet].filter(
+    (k): k is string => !!k && !k.startsWith(`${spec.name}.`),
+  );
+}
+
+/** A stored declaration as the spec that declares it again. */
+export function specOf(config: QueueConfig): QueueSpec {
+  const reliable = config.mode === "reliable";
+  return {
+    name: config.name,
+    mode: config.mode,
+    processingList: reliable ? config.processingList : undefined,
+    recoverySet: config.recoverySet || undefined,
+    minIdleMs: config.minIdleMs || undefined,
+    recoveryTtlMs: config.recoveryTtlMs || undefined,
+    maxDeliveries: reliable ? config.maxDeliveries : undefined,
+    deadLetterList: reliable ? config.deadLetterList : undefined,
+    retryPolicy: reliable ? config.retryPolicy : undefined,
+    idempotencyWindowMs: config.idempotencyWindowMs,
+    publishTtlMs: config.publishTtlMs || undefined,
+    replyQueue: config.replyQueue || undefined,
+  };
+}
+
+/** The fields UpdateQueue may change (queue.proto), as update_mask paths → the spec fields they set. */
+const UPDATABLE: Readonly<Record<string, readonly (keyof QueueSpec)[]>> = {
+  max_deliveries: ["maxDeliveries"],
+  min_idle: ["minIdleMs"],
+  recovery_ttl: ["recoveryTtlMs"],
+  retry_policy: ["retryPolicy"],
+  idempotency_window: ["idempotencyWindowMs"],
+  publish_ttl: ["publishTtlMs"],
+  reply_queue: ["replyQueue"],
+};
+/** retry_policy's sub-paths → the domain policy's fields. */
+const POLICY_FIELDS: Readonly<Record<string, keyof RetryPolicy>> = {
+  initial_backoff: "initialMs", multiplier: "multiplier", max_backoff: "maxMs", jitter: "jitter",
+};
+/** Fields that name the queue's keys or mode: they cannot change while it is declared. */
+const IMMUTABLE = ["name", "mode", "processing_list", "recovery_set", "dead_letter_list", "create_time", "paused"];
+
+/**
+ * `stored` with the fields of `given` named by `paths` (UpdateQueue's update
+ * mask), validated as a new declaration would be. INVALID_ARGUMENT for an
+ * unknown path; IMMUTABLE_FIELD (FAILED_PRECONDITION) for a key name or the mode.
+ */
+export function applyUpdate(stored: QueueConfig, given: QueueSpec, paths: readonly string[], namespace?: string): QueueConfig {
+  if (paths.length === 0) throw invalid(`update_mask is required: name the fields to change (${Object.keys(UPDATABLE).join(", ")})`);
+  const spec = specOf(stored);
+  for (const path of paths) {
+    const top = path.split(".")[0];
+    if (IMMUTABLE.includes(top)) {
+      throw new SwitchyardError(
+        "failed_precondition",
+        `queue "${stored.name}": ${path} cannot change while the queue is declared (items in flight sit under its keys); ` +
+          `DeleteQueue and declare it again to change it`,
+        { reason: "IMMUTABLE_FIELD", metadata: { queue: stored.name, field: path } },
+      );
+    }
+    const fields = UPDATABLE[top];
+    if (!fields) throw invalid(`update_mask path "${path}" is not a field UpdateQueue changes; use ${Object.keys(UPDATABLE).join(", ")}`);
+    const sub = POLICY_FIELDS[path.slice(top.length + 1)];
+    if (top === "retry_policy" && path !== top) {
+      if (!sub) throw invalid(`update_mask path "${path}": retry_policy has initial_backoff, multiplier, max_backoff and jitter`);
+      spec.retryPolicy = { ...spec.retryPolicy, [sub]: given.retryPolicy?.[sub] };
+      continue;
+    }
+    for (const f of fields) (spec as unknown as Record<string, unknown>)[f] = given[f];
+  }
+  return { ...validateQueueSpec(spec, stored.createTimeMs, namespace), paused: stored.paused };
+}
+
+/** A stored declaration as read back, with the defaults of fields added since it was stored. */
+export function normalizeConfig(stored: Partial<QueueConfig> & Pick<QueueConfig, "name" | "mode">): QueueConfig {
+  return {
+    processingList: "", recoverySet: "", minIdleMs: 0, recoveryTtlMs: 0, maxDeliveries: 0, deadLetterList: "", createTimeMs: 0,
+    retryPolicy: DEFAULT_RETRY_POLICY, idempotencyWindowMs: DEFAULT_IDEMPOTENCY_WINDOW_MS, publishTtlMs: 0, replyQueue: "", paused: false,
+    ...stored,
+  };
 }
 
 /** The Redis keys of a declared queue. */
 export function keysOf(config: QueueConfig): QueueKeys {
-  return queueKeys(config.name, config.processingList || config.name, config.deadLetterList || config.name, config.recoverySet);
+  return queueKeys(config.name, config.processingList, config.deadLetterList, config.recoverySet);
 }
 
-/** True when two declarations ask for the same thing (create times aside). */
+/** The declaration's key names and mode: what cannot change while the queue exists. */
+export function shapeOf(config: QueueConfig): string {
+  return JSON.stringify([config.mode, config.processingList, config.deadLetterList, config.recoverySet]);
+}
+
+/** JSON of `value` with every object's keys in order, so equal values read alike whatever their key order. */
+function canonical(value: unknown): string {
+  return JSON.stringify(value, (_, v: unknown) =>
+    v && typeof v === "object" && !Array.isArray(v) ? Object.fromEntries(Object.entries(v).sort(([a], [b]) => (a < b ? -1 : 1))) : v,
+  );
+}
+
+/** True when two declarations ask for the same thing (create times and pause aside). */
 export function sameDeclaration(a: QueueConfig, b: QueueConfig): boolean {
-  return JSON.stringify({ ...a, createTimeMs: 0 }) === JSON.stringify({ ...b, createTimeMs: 0 });
+  return canonical({ ...a, createTimeMs: 0, paused: false }) === canonical({ ...b, createTimeMs: 0, paused: false });
 }

@@ -1,27 +1,29 @@
 /**
  * Serves every lease stream of one queue on this instance (SPEC Q8, Q13).
  *
- * One pump per queue: while the streams have open credit, it takes up to that
- * many items in one call (lease.lua for reliable queues, RPOP count for simple
- * ones) and shares them out. When the queue is empty it waits on one blocking
- * connection with `BLMOVE queue queue RIGHT RIGHT`: a move onto the same end of
- * the same list, which changes nothing and returns as soon as the list has an
- * item. Waking up moves nothing, so a wake-up lost to a closed connection or an
- * instance crash loses no item, and the move itself stays one atomic script.
+ * One pump per queue: while the streams have open credit (and the queue is not
+ * paused), it takes up to that many items in one call (lease.lua for reliable
+ * queues, pop.lua for simple ones) and shares them out. When the queue is empty
+ * it waits on one blocking connection with `BLMOVE queue queue RIGHT RIGHT`: a
+ * move onto the same end of the same list, which changes nothing and returns as
+ * soon as the list has an item. Waking up moves nothing, so a wake-up lost to a
+ * closed connection or an instance crash loses no item.
  *
  * Invariants: the pump never asks for more items than the streams' open credit
  * (nothing popped that no worker can take); an item taken for a stream that
- * closed meanwhile goes straight back to the front of the queue.
+ * cannot take it goes back to the front of the queue, uncounted. A lease call
+ * whose answer is lost (a cut connection, a timeout) may still have run: before
+ * its next lease the pump returns every delivery of this instance that no
+ * stream holds (`reconcile`), so none stays in processing without a holder.
  */
 import type { Clock } from "../clock.js";
 import type { Logger } from "../log.js";
 import type { RedisClient, RedisConnection } from "../redis/connection.js";
-import { leaseItems } from "../redis/scripts.js";
+import { leaseItems, popItems } from "../redis/scripts.js";
 import { keysOf, type QueueConfig } from "./declaration.js";
 import { decodeItem } from "./envelope.js";
 import type { Delivery, LeaseStream } from "./lease-stream.js";
-import type { Settler } from "./settler.js";
-import { tokenFormatter, type LeaseRef } from "./token.js";
+import { deliveryField, tokenFormatter, type LeaseRef } from "./token.js";
 
 /** Tuning for dispatchers. */
 export interface DispatchOptions {
@@ -31,10 +33,25 @@ export interface DispatchOptions {
   blockTimeoutSec: number;
 }
 
+/** What a dispatcher needs of the rest of the queue capability. */
+export interface DispatchHost {
+  readonly redis: RedisConnection;
+  readonly clock: Clock;
+  readonly log: Logger;
+  readonly options: DispatchOptions;
+  /** This instance's id, the owner of its deliveries. */
+  readonly owner: string;
+  /** Told of the tokens each stream was sent (they are in its `held` already). */
+  onHold(tokens: string[], stream: LeaseStream): void;
+  /** Gives deliveries that reached no worker back to the front of the queue, uncounted, in this order. */
+  giveBack(config: QueueConfig, refs: LeaseRef[]): void;
+  /** Returns (counted) the deliveries of this instance on the queue that no stream holds. */
+  reconcile(config: QueueConfig): Promise<void>;
+}
+
 interface Taken {
   ref: LeaseRef;
   value: Buffer;
-  deliveries: number;
 }
 
 export class QueueDispatcher {
@@ -42,22 +59,19 @@ export class QueueDispatcher {
   private next = 0;
   private pumping = false;
   private closed = false;
+  /** A lease call failed with its outcome unknown: reconcile before the next. */
+  private unsure = false;
   private blocker?: RedisClient;
   /** The pending blocking wake-up, if any. */
   private blocking?: Promise<void>;
   /** Ends the pump's wait for items early. */
   private wake?: () => void;
-  private readonly token: (fence: number, sha: string) => string;
+  private readonly token: (fence: number, owner: string) => string;
 
   constructor(
-    readonly config: QueueConfig,
-    private readonly redis: RedisConnection,
-    private readonly clock: Clock,
-    private readonly settler: Settler,
-    private readonly options: DispatchOptions,
-    private readonly log: Logger,
-    /** Told of the tokens each stream was sent (they are in its `held` already). */
-    private readonly onHold: (tokens: string[], stream: LeaseStream) => void,
+    /** The queue's current declaration (replaced when it changes). */
+    public config: QueueConfig,
+    private readonly host: DispatchHost,
   ) {
     this.token = tokenFormatter(config.name);
   }
@@ -76,14 +90,20 @@ export class QueueDispatcher {
     if (i >= 0) this.streams.splice(i, 1);
   }
 
-  /** Starts the pump if it is idle; call whenever credit opens. */
+  /** Starts the pump if it is idle; call whenever credit opens or the queue resumes. */
   kick(): void {
     if (!this.pumping && !this.closed) void this.pump();
+  }
+
+  /** Ends a wait for items at once (the queue was paused or changed). */
+  interrupt(): void {
+    this.wake?.();
   }
 
   /** Stops the pump and drops the blocking connection (a pending wake-up holds no item). */
   close(): void {
     this.closed = true;
+    this.wake?.();
     this.blocker?.disconnect();
     this.blocker = undefined;
   }
@@ -94,14 +114,26 @@ export class QueueDispatcher {
     return free;
   }
 
+  /** A lease call may have run without its answer reaching us (a reconnect): reconcile before leasing again. */
+  markUnsure(): void {
+    if (this.config.mode !== "reliable") return;
+    this.unsure = true;
+    this.kick();
+  }
+
   private async pump(): Promise<void> {
     this.pumping = true;
     try {
       let failures = 0;
       while (!this.closed) {
-        const want = Math.min(this.freeCredit(), this.options.leaseBatch);
-        if (want <= 0) break;
         try {
+          if (this.unsure) {
+            await this.host.reconcile(this.config);
+            this.unsure = false;
+          }
+          if (this.config.paused) break;
+          const want = Math.min(this.freeCredit(), this.host.options.leaseBatch);
+          if (want <= 0) break;
           const taken = await this.take(want);
           failures = 0;
           if (taken.length > 0) this.distribute(taken);
@@ -111,7 +143,7 @@ export class QueueDispatcher {
         } catch (err) {
           if (this.closed) break;
           failures++;
-          this.log.warn("lease pump failed; retrying", { queue: this.config.name, err });
+          this.host.log.warn("lease pump failed; retrying", { queue: this.config.name, err });
           await new Promise((r) => setTimeout(r, Math.min(50 * 2 ** failures, 1000)));
         }
       }
@@ -121,21 +153,20 @@ export class QueueDispatcher {
   }
 
   private async take(max: number): Promise<Taken[]> {
-    const { config } = this;
+    const { config, host } = this;
     const keys = keysOf(config);
+    const { name } = config;
     if (config.mode === "reliable") {
-      const items = await leaseItems(this.redis.client, keys, this.clock.now(), max, config.recoveryTtlMs);
-      return items.map((it) => ({
-        ref: { queue: config.name, fence: it.fence, sha: it.sha },
-        value: it.value,
-        deliveries: it.deliveries,
-      }));
+      // Until its answer arrives the call's outcome is unknown: a failure may have leased items for nobody.
+      this.unsure = true;
+      const items = await leaseItems(host.redis.client, keys, {
+        now: host.clock.now(), max, recoveryTtlMs: config.recoveryTtlMs, owner: host.owner,
+      });
+      this.unsure = false;
+      return items.map((it) => ({ ref: { queue: name, fence: it.fence, owner: host.owner }, value: it.value }));
     }
-    const values = await this.redis.client.rpopBuffer(config.name, max);
-    if (!values || values.length === 0) return [];
-    const last = await this.redis.client.incrby(keys.fence, values.length);
-    const first = last - values.length + 1;
-    return values.map((value, i) => ({ ref: { queue: config.name, fence: first + i, sha: "" }, value, deliveries: 1 }));
+    const { first, values } = await popItems(host.redis.client, keys, max);
+    return values.map((value, i) => ({ ref: { queue: name, fence: first + i, owner: "" }, value }));
   }
 
   /**
@@ -144,9 +175,17 @@ export class QueueDispatcher {
    * the next wait waits on that one: still one blocking read per queue.
    */
   private async waitForItems(): Promise<void> {
-    this.blocker ??= await this.redis.duplicate();
+    if (!this.blocker) {
+      const blocker = await this.host.redis.duplicate();
+      // Closed while the connection was being made: nobody will disconnect it but us.
+      if (this.closed) {
+        blocker.disconnect();
+        return;
+      }
+      this.blocker = blocker;
+    }
     if (!this.blocking) {
-      const move = this.blocker.blmoveBuffer(this.config.name, this.config.name, "RIGHT", "RIGHT", this.options.blockTimeoutSec);
+      const move = this.blocker.blmoveBuffer(this.config.name, this.config.name, "RIGHT", "RIGHT", this.host.options.blockTimeoutSec);
       this.blocking = move.then(() => undefined).finally(() => (this.blocking = undefined));
       this.blocking.catch(() => undefined); // a wake-up nobody waits for any more may fail unseen (the connection closed)
     }
@@ -172,38 +211,51 @@ export class QueueDispatcher {
   private distribute(taken: Taken[]): void {
     let i = 0;
     const n = this.streams.length;
+    const refused: Taken[] = [];
     for (let visited = 0; visited < n && i < taken.length; visited++) {
       const stream = this.streams[(this.next + visited) % n];
       const room = stream.free();
       if (room === 0) continue;
       const batch: Delivery[] = [];
       const tokens: string[] = [];
+      const from = i;
       for (const end = Math.min(taken.length, i + room); i < end; i++) {
         const t = taken[i];
-        const token = this.token(t.ref.fence, t.ref.sha);
-        stream.held.set(token, t.ref);
+        const token = this.token(t.ref.fence, t.ref.owner);
+        const item = decodeItem(t.value);
         tokens.push(token);
-        batch.push({ token, fence: t.ref.fence, deliveryCount: t.deliveries, queue: this.config.name, item: decodeItem(t.value) });
+        // This delivery's number: the deliveries its history records, and this one (always 1 on a simple queue).
+        const deliveryCount = t.ref.owner ? item.deliveries + 1 : 1;
+        batch.push({ token, fence: t.ref.fence, deliveryCount, queue: this.config.name, item, lastError: item.lastError });
       }
-      this.onHold(tokens, stream);
-      stream.lastSendMs = this.clock.now();
-      stream.sink.deliver(batch);
+      // A stream that has ended but is not closed yet writes nothing: its items go back.
+      if (!stream.sink.deliver(batch)) {
+        refused.push(...taken.slice(from, i));
+        continue;
+      }
+      tokens.forEach((token, j) => stream.held.set(token, taken[from + j].ref));
+      this.host.onHold(tokens, stream);
+      stream.lastSendMs = this.host.clock.now();
     }
     this.next = n === 0 ? 0 : (this.next + 1) % n;
-    if (i < taken.length) void this.giveBack(taken.slice(i));
+    refused.push(...taken.slice(i));
+    if (refused.length > 0) this.giveBack(refused);
   }
 
   /** Returns items that no stream could take to the front of the queue, uncounted and in their order. */
-  private async giveBack(taken: Taken[]): Promise<void> {
-    try {
-      if (this.config.mode === "simple") {
-        await this.redis.client.rpush(this.config.name, ...taken.map((t) => t.value).reverse());
-      } else {
-        const lastFirst = [...taken].reverse();
-        await this.settler.settleMany(this.config, lastFirst.map((t) => ({ action: "u", sha: t.ref.sha, fence: t.ref.fence })));
-      }
-    } catch (err) {
-      this.log.error("could not return undeliverable items; the watchdog will recover them", { queue: this.config.name, err });
+  private giveBack(taken: Taken[]): void {
+    if (this.config.mode === "simple") {
+      // Popped items: pushed back to the front, last first (at most once: a push Redis refuses loses them, as a pop whose answer is lost would).
+      this.host.redis.client.rpush(this.config.name, ...taken.map((t) => t.value).reverse()).catch((err: unknown) =>
+        this.host.log.error("could not push back popped items of a simple queue", { queue: this.config.name, items: taken.length, err }),
+      );
+      return;
     }
+    this.host.giveBack(this.config, [...taken].reverse().map((t) => t.ref));
   }
+}
+
+/** The leases-hash field of each reliable delivery (simple ones have none). */
+export function fieldsOf(refs: readonly LeaseRef[]): string[] {
+  return refs.filter((r) => r.owner).map(deliveryField);
 }

@@ -130,16 +130,32 @@ export function encodeItems(ids: ItemIds, items: NewItems, enqueueTimeMs: number
   return new BulkStrings(w.buf, items.count, room);
 }
 
-/** Reads a stored value: an envelope when it is one, otherwise a raw payload. */
-export function decodeItem(value: Buffer): Item {
+/** An item as stored, with the history a delivery that came back wrote (see scripts/lib.lua). */
+export interface StoredItem extends Item {
+  /** Deliveries so far (0 for an item never delivered, or delivered and not yet back). */
+  deliveries: number;
+  /** Why its last delivery failed ("" when none did). */
+  lastError: string;
+}
+
+/**
+ * Reads a stored value: an envelope when it is one (the magic bytes, then an
+ * Envelope with an id or a history), otherwise a raw payload.
+ */
+export function decodeItem(value: Buffer): StoredItem {
   if (value.length >= MAGIC.length && value.subarray(0, MAGIC.length).equals(MAGIC)) {
     try {
       const env = fromBinary(EnvelopeSchema, value.subarray(MAGIC.length));
-      // Switchyard's envelopes always carry an id; without one, the magic bytes were a coincidence.
-      if (env.id) return { id: env.id, payload: env.payload, headers: env.headers, enqueueTimeMs: Number(env.enqueueTimeMs) };
+      // Switchyard's envelopes always carry an id or a history; without either, the magic bytes were a coincidence.
+      if (env.id || env.history) {
+        return {
+          id: env.id, payload: env.payload, headers: env.headers, enqueueTimeMs: Number(env.enqueueTimeMs),
+          deliveries: env.history?.deliveries ?? 0, lastError: env.history?.lastError ?? "",
+        };
+      }
     } catch {
       // Not an envelope after all: a raw value that happens to start with the magic bytes.
     }
   }
-  return { id: "", payload: value, headers: {}, enqueueTimeMs: 0 };
+  return { id: "", payload: value, headers: {}, enqueueTimeMs: 0, deliveries: 0, lastError: "" };
 }

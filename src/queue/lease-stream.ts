@@ -15,12 +15,14 @@ export interface Delivery {
   deliveryCount: number;
   queue: string;
   item: Item;
+  /** Why the previous delivery failed ("" on a first delivery). */
+  lastError: string;
 }
 
 /** Where a stream's output goes. */
 export interface LeaseSink {
-  /** Sends a batch of deliveries. */
-  deliver(deliveries: Delivery[]): void;
+  /** Sends a batch of deliveries; false when the stream can no longer write (the items must go back). */
+  deliver(deliveries: Delivery[]): boolean;
   /** Sends a keep-alive on an idle stream. */
   heartbeat(nowMs: number): void;
   /** Ends the stream with an error (its queue was deleted). */
@@ -46,7 +48,8 @@ export class LeaseStream {
   heartbeat?: Timer;
 
   constructor(
-    readonly config: QueueConfig,
+    /** The queue's current declaration (replaced when it changes). */
+    public config: QueueConfig,
     public credit: number,
     readonly sink: LeaseSink,
     nowMs: number,

@@ -6,11 +6,20 @@
  * object, no view and no headers map apiece.
  */
 
+import type { Duration, Timestamp } from "@bufbuild/protobuf/wkt";
+
 /** An item to enqueue. */
 export interface NewItem {
   payload: Uint8Array;
   headers?: Record<string, string>;
+  /** When the item may be delivered: at once unless given. */
+  schedule?: ItemSchedule;
+  /** Makes the enqueue idempotent (queue.proto: EnqueueItem.idempotency_key); "" : none. */
+  idempotencyKey?: string;
 }
+
+/** When an item may be delivered: at a time (ms since the epoch), or after a wait from its enqueue (ms). */
+export type ItemSchedule = { notBeforeMs: number } | { delayMs: number };
 
 /** Items to enqueue, read by index. */
 export interface NewItems {
@@ -20,9 +29,38 @@ export interface NewItems {
   copyPayload(i: number, target: Uint8Array, pos: number): void;
   /** Item i's headers (an empty record for none); the same record each time it is asked. */
   headers(i: number): Readonly<Record<string, string>>;
+  /** Item i's schedule and idempotency key, when it has either. */
+  options(i: number): ItemOptions | undefined;
+  /** Whether any item has options (most enqueues have none, and skip looking). */
+  readonly hasOptions: boolean;
+}
+
+/** What an item may say beyond its payload and headers. */
+export interface ItemOptions {
+  schedule?: ItemSchedule;
+  idempotencyKey?: string;
+  /** Both not_before and delay were given (refused). */
+  conflict?: boolean;
 }
 
 const NO_HEADERS: Readonly<Record<string, string>> = Object.freeze({});
+
+/** An item's fields beyond payload and headers, as the wire gave them. */
+export interface PackedExtras {
+  notBefore?: Timestamp;
+  delay?: Duration;
+  idempotencyKey: string;
+}
+
+/** A Timestamp's time in ms (fractions of a ms dropped; may be out of range: the caller checks). */
+function timestampMs(t: Timestamp): number {
+  return Number(t.seconds) * 1000 + Math.floor(t.nanos / 1e6);
+}
+
+/** A Duration in ms, rounded up (may be negative or out of range: the caller checks). */
+function durationToMs(d: Duration): number {
+  return Number(d.seconds) * 1000 + Math.ceil(d.nanos / 1e6);
+}
 
 class ItemArray implements NewItems {
   constructor(private readonly items: readonly NewItem[]) {}
@@ -42,6 +80,15 @@ class ItemArray implements NewItems {
   headers(i: number): Readonly<Record<string, string>> {
     return this.items[i].headers ?? NO_HEADERS;
   }
+
+  options(i: number): ItemOptions | undefined {
+    const { schedule, idempotencyKey } = this.items[i];
+    return schedule || idempotencyKey ? { schedule, idempotencyKey } : undefined;
+  }
+
+  get hasOptions(): boolean {
+    return this.items.some((it) => it.schedule || it.idempotencyKey);
+  }
 }
 
 /** `items` as NewItems. */
@@ -58,6 +105,8 @@ export class PackedItems implements NewItems {
   private readonly ends: number[] = [];
   /** Each item's headers, kept from the first item that has any. */
   private headerSets?: (Record<string, string> | undefined)[];
+  /** Each item's other fields as given (protobuf messages), kept from the first item that has any. */
+  private extraSets?: (PackedExtras | undefined)[];
   private readonly source: Buffer;
 
   constructor(readonly bytes: Uint8Array) {
@@ -68,11 +117,15 @@ export class PackedItems implements NewItems {
     return this.starts.length;
   }
 
-  /** Adds an item: its payload is bytes[start, end) (start -1: none), its headers `headers`. */
-  add(start: number, end: number, headers?: Record<string, string>): void {
+  /** Adds an item: its payload is bytes[start, end) (start -1: none), its headers `headers`, its other fields `extras`. */
+  add(start: number, end: number, headers?: Record<string, string>, extras?: PackedExtras): void {
     if (headers) {
       this.headerSets ??= [];
       this.headerSets[this.starts.length] = headers;
+    }
+    if (extras) {
+      this.extraSets ??= [];
+      this.extraSets[this.starts.length] = extras;
     }
     this.starts.push(start);
     this.ends.push(end);
@@ -98,5 +151,21 @@ export class PackedItems implements NewItems {
   /** Item i's own headers record; undefined when it had no header entries. */
   givenHeaders(i: number): Record<string, string> | undefined {
     return this.headerSets?.[i];
+  }
+
+  /** Item i's not_before, delay and idempotency_key as read; undefined when it had none. */
+  givenExtras(i: number): PackedExtras | undefined {
+    return this.extraSets?.[i];
+  }
+
+  get hasOptions(): boolean {
+    return this.extraSets !== undefined;
+  }
+
+  options(i: number): ItemOptions | undefined {
+    const e = this.extraSets?.[i];
+    if (!e) return undefined;
+    const schedule = e.notBefore ? { notBeforeMs: timestampMs(e.notBefore) } : e.delay ? { delayMs: durationToMs(e.delay) } : undefined;
+    return { schedule, idempotencyKey: e.idempotencyKey || undefined, conflict: e.notBefore !== undefined && e.delay !== undefined };
   }
 }

@@ -8,9 +8,11 @@ import type { Logger } from "../log.js";
 import { noMetrics, type Metrics } from "../metrics/hooks.js";
 import { MAX_REPLICA_WAIT_MS, type RedisConnection } from "../redis/connection.js";
 import { FramedCommand, type BulkStrings } from "../redis/bulk-strings.js";
-import { pushItems, type DeadLetterAction, type SettleAction } from "../redis/scripts.js";
+import { pushItems, type DeadLetterAction, type SettleCode, type SettleOp } from "../redis/scripts.js";
+import { systemKeys } from "../redis/keys.js";
 import { keysOf, type QueueConfig } from "./declaration.js";
-import { QueueDispatcher, type DispatchOptions } from "./dispatcher.js";
+import { DelayedItems } from "./delayed.js";
+import { fieldsOf, QueueDispatcher, type DispatchHost, type DispatchOptions } from "./dispatcher.js";
 import { encodeItems } from "./envelope.js";
 import { ItemIds } from "./item-ids.js";
 import { itemsOf, type NewItem, type NewItems } from "./new-items.js";
@@ -19,8 +21,10 @@ import { peekItems, type PeekList, type PeekedItem } from "./peek.js";
 import { purgeReady, settleDeadLetterSelection, type DeadLetterSelection } from "./admin.js";
 import { PushBatcher } from "./push-batcher.js";
 import type { QueueRegistry } from "./registry.js";
+import { Returns } from "./returns.js";
 import { Settler } from "./settler.js";
-import { parseToken, type LeaseRef } from "./token.js";
+import { Instances } from "./instances.js";
+import { deliveryField, parseToken, tokenFormatter, type LeaseRef } from "./token.js";
 import { Watchdog } from "./watchdog.js";
 import { ByteBudget } from "./byte-budget.js";
 
@@ -35,7 +39,25 @@ export interface QueueOptions extends DispatchOptions {
   maxCredit: number;
   heartbeatIntervalMs: number;
   watchdogIntervalMs: number;
+  /** Prefix and hash tag of Switchyard's own keys. */
+  namespace: string;
+  /** Silence after which an instance counts as dead, and its deliveries go back. */
+  instanceTimeoutMs: number;
 }
+
+/** The settles a worker asks for. */
+export type WorkerSettle = "ack" | "retry" | "drop" | "extend" | "check";
+
+/** What a retry or drop may say. */
+export interface SettleOptions {
+  /** Why the delivery failed (retry, drop); cut to MAX_REASON_CHARS. */
+  reason?: string;
+  /** retry: wait this long instead of the queue's retry policy. */
+  delayMs?: number;
+}
+
+/** The most characters of a failure reason kept (queue.proto: RetryRequest.reason). */
+export const MAX_REASON_CHARS = 1000;
 
 export type { NewItem, NewItems } from "./new-items.js";
 
@@ -53,11 +75,9 @@ export interface SettleOutcome {
   deadLettered: boolean;
   /** For extends with a recovery set: when the watchdog may next recover the item (ms). */
   expireTimeMs?: number;
+  /** For retries that applied and were not dead-lettered: when the item is due again (ms). */
+  dueMs?: number;
 }
-
-const actionNames: Record<SettleAction, string> = {
-  a: "ack", d: "drop", r: "retry", b: "return", u: "return", x: "extend", c: "check",
-};
 
 /** A settle of a batch that did not apply, and why. */
 export interface SettleFailure {
@@ -65,23 +85,36 @@ export interface SettleFailure {
   error: unknown;
 }
 
-/** The error for a settle.lua code below 0. */
-function settleError(code: number, action: SettleAction, ref: LeaseRef): SwitchyardError {
-  const what = actionNames[action];
+/** The error for a settle that did not apply. */
+function settleError(code: SettleCode, action: WorkerSettle, ref: LeaseRef): SwitchyardError {
+  const metadata = { queue: ref.queue, fence: String(ref.fence) };
   switch (code) {
-    case -1:
+    case "not_held":
       return new SwitchyardError(
         "failed_precondition",
-        `cannot ${what}: lease ${ref.fence} on "${ref.queue}" is no longer held; the item was settled, or recovered after min_idle`,
+        `cannot ${action}: lease ${ref.fence} on "${ref.queue}" is no longer held; it was settled already`,
+        { reason: "LEASE_NOT_HELD", metadata },
       );
-    case -2:
+    case "superseded":
       return new SwitchyardError(
         "failed_precondition",
-        `cannot ${what}: lease ${ref.fence} on "${ref.queue}" was superseded; the item was recovered and leased again`,
+        `cannot ${action}: lease ${ref.fence} on "${ref.queue}" was superseded; the item went back to the queue ` +
+          `(its stream ended, its instance stopped, or min_idle passed) and may be leased again`,
+        { reason: "LEASE_SUPERSEDED", metadata },
       );
     default:
-      return new SwitchyardError("not_found", `cannot ${what}: no lease ${ref.fence} was ever issued on "${ref.queue}"`);
+      return new SwitchyardError("not_found", `cannot ${action}: no lease ${ref.fence} was ever issued on "${ref.queue}"`, {
+        reason: "LEASE_UNKNOWN",
+        metadata,
+      });
   }
+}
+
+/** Cuts a failure reason to MAX_REASON_CHARS characters (code points, not UTF-16 units). */
+export function cutReason(reason: string | undefined): string {
+  if (!reason) return "";
+  const chars = [...reason];
+  return chars.length <= MAX_REASON_CHARS ? reason : chars.slice(0, MAX_REASON_CHARS).join("");
 }
 
 /** Counts for one queue. */
@@ -94,6 +127,9 @@ export interface QueueStatsView {
   leaseStreams: number;
   /** Deliveries made since the queue was declared: its fence counter. */
   leased: number;
+  /** Items waiting for their time. */
+  delayed: number;
+  paused: boolean;
   /** Items acked or dropped (reliable); for a simple queue, every lease. */
   completed: number;
 }
@@ -122,7 +158,12 @@ export class Queues {
   private readonly pushes: PushBatcher;
   /** Bytes of items written to Redis and not yet answered, so a hung Redis cannot fill this process. */
   private readonly pending: ByteBudget;
+  /** Deliveries on their way back to their queues. */
+  private readonly returns: Returns;
+  readonly instances: Instances;
   readonly watchdog: Watchdog;
+  readonly delayed: DelayedItems;
+  private readonly dispatchHost: DispatchHost;
 
   constructor(
     readonly registry: QueueRegistry,
@@ -135,13 +176,42 @@ export class Queues {
     this.settler = new Settler(redis.client, clock, metrics);
     this.pushes = new PushBatcher((queue, ttlMs, values) => this.push(queue, ttlMs, values), options.maxItemsPerEnqueue);
     this.pending = new ByteBudget(options.maxPendingEnqueueBytes);
-    this.watchdog = new Watchdog(redis.client, clock, () => registry.known(), options.watchdogIntervalMs, log, metrics);
+    this.returns = new Returns(this.settler, (name) => registry.cached(name), log);
+    this.instances = new Instances(redis.client, systemKeys(options.namespace), clock, options.instanceTimeoutMs);
+    this.delayed = new DelayedItems(redis.client, clock, { all: () => registry.known(), get: (name) => registry.cached(name) }, 1000, log);
+    this.watchdog = new Watchdog(
+      {
+        client: redis.client, clock, log, metrics, instances: this.instances, settler: this.settler,
+        queues: () => registry.known(),
+        delayed: (config, dueMs) => this.delayed.note(config.name, dueMs),
+      },
+      options.watchdogIntervalMs,
+    );
+    this.dispatchHost = {
+      redis, clock, log, options, owner: this.instances.id,
+      onHold: (tokens, s) => {
+        for (const token of tokens) this.holders.set(token, s);
+        this.metrics.items(s.queue, "leased", tokens.length);
+      },
+      giveBack: (config, refs) => void this.returns.give(config, fieldsOf(refs), "undo"),
+      reconcile: (config) => this.reconcile(config),
+    };
     registry.onDeleted((name) => this.onQueueDeleted(name));
+    registry.onChanged((config) => this.onQueueChanged(config));
   }
 
-  start(): void {
+  async start(): Promise<void> {
+    await this.instances.beat();
     this.watchdog.start();
+    this.delayed.start();
+    // A lease call cut by a reconnect may have run without its answer arriving: each pump
+    // looks for deliveries of this instance that no stream holds before it leases again.
+    this.redis.client.on("ready", this.onReconnect);
   }
+
+  private readonly onReconnect = () => {
+    for (const d of this.dispatchers.values()) d.markUnsure();
+  };
 
   /**
    * Graceful shutdown (SPEC S5): refuses new streams, stops deliveries, sends
@@ -195,11 +265,22 @@ export class Queues {
     return () => this.drainListeners.delete(listener);
   }
 
-  /** Stops the watchdog and every pump, and returns every open stream's items to their queues. */
-  async stop(): Promise<void> {
+  /**
+   * Stops the watchdog and every pump, and returns every open stream's items to
+   * their queues. Once Redis took every return, this instance leaves the live
+   * set; if it could not (Redis unreachable), it stays there, silent, and another
+   * instance returns its deliveries once it counts as dead.
+   */
+  async stop(returnWithinMs = 5000): Promise<void> {
     this.watchdog.stop();
+    this.delayed.stop();
+    this.redis.client.off("ready", this.onReconnect);
     for (const name of [...this.dispatchers.keys()]) this.closeDispatcher(name);
     await Promise.all([...this.streams].map((s) => this.closeStream(s)));
+    const returned = await this.returns.idle(returnWithinMs);
+    this.returns.stop();
+    if (returned) await this.instances.leave().catch((err: unknown) => this.log.warn("could not leave the live instances", { err }));
+    else this.log.warn("some items could not be returned to their queues; another instance will return them", { items: this.returns.size });
   }
 
   private closeDispatcher(name: string): void {
@@ -209,8 +290,35 @@ export class Queues {
 
   private onQueueDeleted(name: string): void {
     this.closeDispatcher(name);
-    const gone = new SwitchyardError("not_found", `queue "${name}" was deleted`);
+    const gone = new SwitchyardError("not_found", `queue "${name}" was deleted`, { reason: "QUEUE_NOT_FOUND", metadata: { queue: name } });
     for (const stream of this.streams) if (stream.queue === name) stream.sink.fail(gone);
+  }
+
+  /** A declaration changed (UpdateQueue, PauseQueue, a config file): dispatchers and streams use it from now on. */
+  private onQueueChanged(config: QueueConfig): void {
+    for (const stream of this.streams) if (stream.queue === config.name) stream.config = config;
+    const dispatcher = this.dispatchers.get(config.name);
+    if (!dispatcher) return;
+    const wasPaused = dispatcher.config.paused;
+    dispatcher.config = config;
+    if (config.paused) dispatcher.interrupt();
+    else if (wasPaused) dispatcher.kick();
+  }
+
+  /** Returns (counted) every delivery of this instance on the queue that no stream holds and none is returning. */
+  private async reconcile(config: QueueConfig): Promise<void> {
+    const token = tokenFormatter(config.name);
+    const me = this.instances.id;
+    for await (const fields of this.instances.deliveriesOf(keysOf(config).leases, me)) {
+      const orphans = fields.filter((f) => {
+        const fence = Number(f.slice(0, f.indexOf("@")));
+        return !this.holders.has(token(fence, me)) && !this.returns.has(config.name, f);
+      });
+      if (orphans.length > 0) {
+        this.log.warn("returning deliveries whose lease answer was lost", { queue: config.name, items: orphans.length });
+        await this.returns.give(config, orphans, "return");
+      }
+    }
   }
 
   private async prepare(queue: string, given: readonly NewItem[] | NewItems, ttlMs: number): Promise<PreparedEnqueue> {
@@ -226,26 +334,31 @@ export class Queues {
         throw new SwitchyardError(
           "resource_exhausted",
           `item ${i} has a payload of ${size} bytes; the limit is ${this.options.maxPayloadBytes} (SWITCHYARD_MAX_PAYLOAD_BYTES)`,
+          { reason: "PAYLOAD_TOO_LARGE", violations: [{ field: `items[${i}].payload`, description: `at most ${this.options.maxPayloadBytes} bytes` }] },
         );
       }
     }
     const config = await this.registry.get(queue);
     const now = this.clock.now();
     const ids = ItemIds.next(items.count);
-    return { config, ids, values: encodeItems(ids, items, now, FramedCommand.lpushRoom(config.name), this.options.maxItemBytes), ttlMs };
+    return {
+      config, ids, values: encodeItems(ids, items, now, FramedCommand.lpushRoom(config.name), this.options.maxItemBytes),
+      ttlMs: ttlMs || config.publishTtlMs,
+    };
   }
 
   private async write(p: PreparedEnqueue, wait?: ReplicaWait): Promise<ItemIds> {
     // Redis unreachable: fail now, as a lone push would (ioredis keeps no offline queue here),
     // rather than wait behind a push that ioredis holds to send again once it has reconnected,
     // which can take as long as a restarted Redis takes to load its data.
-    if (!this.redis.ready()) throw new SwitchyardError("unavailable", "redis is unavailable; retry later");
+    if (!this.redis.ready()) throw new SwitchyardError("unavailable", "redis is unavailable; retry later", { reason: "REDIS_UNAVAILABLE" });
     const bytes = p.values.buffer.length;
     if (!this.pending.take(bytes)) {
       throw new SwitchyardError(
         "resource_exhausted",
         `${this.pending.used} bytes of enqueued items already wait for Redis on this instance, the limit ` +
           `(SWITCHYARD_MAX_PENDING_ENQUEUE_BYTES=${this.pending.limit}); Redis is slow or unreachable: retry later`,
+        { reason: "LIMIT_EXCEEDED" },
       );
     }
     try {
@@ -268,6 +381,7 @@ export class Queues {
         "unavailable",
         `the items reached the master of "${p.config.name}" but only ${acked} of ${wait.replicas} replica(s) acknowledged them ` +
           `within ${wait.timeoutMs} ms, so a failover could lose them; retrying may enqueue them twice`,
+        { reason: "REDIS_UNAVAILABLE" },
       );
     }
     return p.ids;
@@ -275,7 +389,8 @@ export class Queues {
 
   /**
    * Pushes items onto a declared queue (LPUSH), resetting its expiry when
-   * `ttlMs` > 0; with `wait`, answers only once that many replicas have them.
+   * `ttlMs` > 0 (or the queue declares a publish ttl); with `wait`, answers
+   * only once that many replicas have them.
    */
   async enqueue(queue: string, items: readonly NewItem[] | NewItems, ttlMs = 0, wait?: ReplicaWait): Promise<string[]> {
     return (await this.enqueueIds(queue, items, ttlMs, wait)).toArray();
@@ -294,16 +409,15 @@ export class Queues {
 
   /** Opens a lease stream on a declared queue. */
   async openStream(queue: string, credit: number, sink: LeaseSink): Promise<LeaseStream> {
-    if (this.draining) throw new SwitchyardError("unavailable", "this instance is shutting down; open the lease stream on another instance");
+    if (this.draining) {
+      throw new SwitchyardError("unavailable", "this instance is shutting down; open the lease stream on another instance", { reason: "SHUTTING_DOWN" });
+    }
     this.checkCredit(credit, true);
     const config = await this.registry.get(queue);
     const stream = new LeaseStream(config, credit, sink, this.clock.now());
     let dispatcher = this.dispatchers.get(queue);
     if (!dispatcher) {
-      dispatcher = new QueueDispatcher(config, this.redis, this.clock, this.settler, this.options, this.log, (tokens, s) => {
-        for (const token of tokens) this.holders.set(token, s);
-        this.metrics.items(s.queue, "leased", tokens.length);
-      });
+      dispatcher = new QueueDispatcher(config, this.dispatchHost);
       this.dispatchers.set(queue, dispatcher);
     }
     dispatcher.add(stream);
@@ -353,11 +467,11 @@ export class Queues {
   }
 
   private async forgetSettledElsewhere(stream: LeaseStream): Promise<void> {
-    const held = [...stream.held].filter(([, ref]) => ref.sha);
+    const held = [...stream.held].filter(([, ref]) => ref.owner);
     if (held.length === 0) return;
-    const codes = await this.settler.settleMany(stream.config, held.map(([, ref]) => ({ action: "c", sha: ref.sha, fence: ref.fence })));
+    const results = await this.settler.settleMany(stream.config, held.map(([, ref]) => ({ action: "check", delivery: deliveryField(ref) })));
     held.forEach(([token], i) => {
-      if (codes[i] < 0) this.release(token, stream);
+      if (results[i].code !== "done") this.release(token, stream);
     });
   }
 
@@ -372,54 +486,75 @@ export class Queues {
 
   /**
    * Ends a stream: its unsettled reliable items go back to the front of the
-   * queue at once (counted as a delivery), without waiting for min_idle.
+   * queue at once (counted as a delivery), without waiting for min_idle. If
+   * Redis cannot take them now, they are tried again until it can.
    */
   async closeStream(stream: LeaseStream): Promise<void> {
     if (stream.closed) return;
     stream.closed = true;
     stream.heartbeat?.cancel();
     this.streams.delete(stream);
-    const dispatcher = this.dispatchers.get(stream.queue);
-    dispatcher?.remove(stream);
+    this.dispatchers.get(stream.queue)?.remove(stream);
     const held = [...stream.held.values()];
+    // On their way back before they stop counting as held: the pump's reconcile must never see them as nobody's.
+    const returning = this.returns.give(stream.config, fieldsOf(held.reverse()), "return");
     for (const token of stream.held.keys()) this.holders.delete(token);
     stream.held.clear();
-    if (held.length === 0 || !held[0].sha) return;
-    // Each return goes to the front: push the last delivered first so the queue keeps its order.
-    await this.settler.settleMany(stream.config, held.reverse().map((ref) => ({ action: "b", sha: ref.sha, fence: ref.fence })));
+    // Each return goes to the front: the last delivered went first (reversed above), so the queue keeps its order.
+    await returning;
+  }
+
+  /** The declaration a token's queue has now, refusing a token of the other mode. */
+  private async configFor(ref: LeaseRef, action: WorkerSettle): Promise<QueueConfig> {
+    const config = await this.registry.get(ref.queue);
+    if ((config.mode === "reliable") !== (ref.owner !== "")) {
+      throw new SwitchyardError(
+        "failed_precondition",
+        `cannot ${action}: the lease token names a delivery of a ${ref.owner ? "RELIABLE" : "SIMPLE"} queue, ` +
+          `but "${ref.queue}" is ${config.mode.toUpperCase()} now (it was declared again); the delivery is gone`,
+        { reason: "LEASE_NOT_HELD", metadata: { queue: ref.queue } },
+      );
+    }
+    return config;
   }
 
   /**
    * Settles the delivery a token names. Simple queues accept and change
    * nothing (the item left Redis when it was popped).
    */
-  async settle(token: string, action: SettleAction, fromStream?: LeaseStream): Promise<SettleOutcome> {
+  async settle(token: string, action: WorkerSettle, opts: SettleOptions = {}, fromStream?: LeaseStream): Promise<SettleOutcome> {
     const ref = parseToken(token);
-    const config = await this.registry.get(ref.queue);
-    if (config.mode === "simple" || !ref.sha) {
-      if (action !== "x" && action !== "c") this.release(token, fromStream);
-      if (action === "a" || action === "d") this.metrics.items(config.name, action === "a" ? "acked" : "dropped");
+    const config = await this.configFor(ref, action);
+    const frees = action !== "extend" && action !== "check";
+    if (config.mode === "simple") {
+      if (frees) this.release(token, fromStream);
+      if (action === "ack" || action === "drop") this.metrics.items(config.name, action === "ack" ? "acked" : "dropped");
       return { deadLettered: false };
     }
-    const code = await this.settler.settle(config, { action, sha: ref.sha, fence: ref.fence });
-    if ((action !== "x" && action !== "c") || code < 0) this.release(token, fromStream);
-    if (code < 0) throw settleError(code, action, ref);
+    if (opts.delayMs !== undefined && (!Number.isFinite(opts.delayMs) || opts.delayMs < 0)) throw invalid("delay must be a positive duration");
+    const op: SettleOp = { action, delivery: deliveryField(ref), reason: cutReason(opts.reason), delayMs: opts.delayMs };
+    const result = await this.settler.settle(config, op);
+    if (frees || result.code !== "done") this.release(token, fromStream);
+    if (result.code !== "done" && result.code !== "dead_lettered") throw settleError(result.code, action, ref);
+    if (action === "drop" && opts.reason) this.log.info("item dropped", { queue: config.name, fence: ref.fence, reason: op.reason });
     return {
-      deadLettered: code === 2,
-      expireTimeMs: action === "x" && config.recoverySet ? this.clock.now() + config.minIdleMs : undefined,
+      deadLettered: result.code === "dead_lettered",
+      expireTimeMs: action === "extend" && config.recoverySet ? this.clock.now() + config.minIdleMs : undefined,
+      dueMs: action === "retry" && result.code === "done" ? result.dueMs || this.clock.now() : undefined,
     };
   }
 
   /**
-   * Acknowledges deliveries (no replies) as `settle(token, "a")` would each,
+   * Acknowledges deliveries (no replies) as `settle(token, "ack")` would each,
    * with one settle call per queue for all of them. Resolves to the tokens
    * that failed, each with its own error; rejects only when Redis could not
-   * be asked (then none of them is known to have applied).
+   * be asked (then none of them is known to have applied). A token given
+   * twice is acked once and reported once.
    */
   async ackMany(tokens: readonly string[], fromStream?: LeaseStream): Promise<SettleFailure[]> {
     const failures: SettleFailure[] = [];
     const byQueue = new Map<string, { token: string; ref: LeaseRef }[]>();
-    for (const token of tokens) {
+    for (const token of new Set(tokens)) {
       let ref: LeaseRef;
       try {
         ref = parseToken(token);
@@ -431,29 +566,33 @@ export class Queues {
       if (!group) byQueue.set(ref.queue, (group = []));
       group.push({ token, ref });
     }
-    await Promise.all([...byQueue].map(async ([queue, group]) => {
+    await Promise.all([...byQueue].map(async ([, group]) => {
       let config: QueueConfig;
       try {
-        config = await this.registry.get(queue);
+        config = await this.registry.get(group[0].ref.queue);
       } catch (error) {
         for (const { token } of group) failures.push({ token, error });
         return;
       }
-      // Simple queues, and tokens without an item hash, have nothing to settle: the item left Redis when it was popped.
       const settles: typeof group = [];
       let popped = 0;
       for (const g of group) {
-        if (config.mode === "reliable" && g.ref.sha) settles.push(g);
-        else {
+        if ((config.mode === "reliable") !== (g.ref.owner !== "")) {
+          failures.push({ token: g.token, error: await this.configFor(g.ref, "ack").then(() => undefined, (e: unknown) => e) });
+        } else if (config.mode === "reliable") {
+          settles.push(g);
+        } else {
+          // A simple queue's item left Redis when it was popped: nothing to settle.
           this.release(g.token, fromStream);
           popped++;
         }
       }
       if (popped > 0) this.metrics.items(config.name, "acked", popped);
-      const codes = await this.settler.settleMany(config, settles.map(({ ref }) => ({ action: "a", sha: ref.sha, fence: ref.fence })));
+      const results = await this.settler.settleMany(config, settles.map(({ ref }) => ({ action: "ack", delivery: deliveryField(ref) })));
       settles.forEach(({ token, ref }, i) => {
         this.release(token, fromStream);
-        if (codes[i] < 0) failures.push({ token, error: settleError(codes[i], "a", ref) });
+        const { code } = results[i];
+        if (code !== "done") failures.push({ token, error: settleError(code, "ack", ref) });
       });
     }));
     return failures;
@@ -462,21 +601,24 @@ export class Queues {
   /**
    * Acknowledges a delivery. Replies are enqueued after the lease is checked
    * and before the ack, so a crash in between repeats the replies rather than
-   * losing them (at least once).
+   * losing them (at least once). Without a reply queue, replies go to the
+   * queue's standing reply route (Queue.reply_queue).
    */
-  async ack(token: string, reply?: { queue: string; items: NewItem[]; ttlMs: number }, fromStream?: LeaseStream): Promise<string[]> {
+  async ack(token: string, reply?: { queue?: string; items: NewItem[]; ttlMs: number }, fromStream?: LeaseStream): Promise<string[]> {
     if (!reply || reply.items.length === 0) {
-      await this.settle(token, "a", fromStream);
+      await this.settle(token, "ack", {}, fromStream);
       return [];
     }
-    const prepared = await this.prepare(reply.queue, reply.items, reply.ttlMs);
-    await this.settle(token, "c", fromStream);
+    const route = reply.queue || (await this.registry.get(parseToken(token).queue)).replyQueue;
+    if (!route) throw invalid("reply_queue is required with replies (the queue declares no reply_queue)");
+    const prepared = await this.prepare(route, reply.items, reply.ttlMs);
+    await this.settle(token, "check", {}, fromStream);
     const ids = (await this.write(prepared)).toArray();
-    await this.settle(token, "a", fromStream);
+    await this.settle(token, "ack", {}, fromStream);
     return ids;
   }
 
-  /** Items of a declared queue's ready or dead-letter list, next to leave first, without moving them. */
+  /** Items of a declared queue's ready, dead-letter or delayed list, next to leave first, without moving them. */
   async peek(name: string, list: PeekList, limit: number): Promise<{ items: PeekedItem[]; total: number }> {
     return peekItems(this.redis.client, await this.registry.get(name), list, limit);
   }
@@ -497,7 +639,7 @@ export class Queues {
     return pushed;
   }
 
-  /** Deletes the items waiting in a declared queue; resolves to how many. */
+  /** Deletes the items waiting in a declared queue (ready and delayed); resolves to how many. */
   async purge(name: string): Promise<number> {
     return purgeReady(this.redis.client, await this.registry.get(name));
   }
@@ -513,13 +655,14 @@ export class Queues {
     const { client } = this.redis;
     const keys = keysOf(config);
     const reliable = config.mode === "reliable";
-    const [ready, processing, deadLetter, oldest, leased, completed] = await Promise.all([
+    const [ready, processing, deadLetter, oldest, leased, completed, delayed] = await Promise.all([
       client.llen(keys.queue),
       reliable ? client.llen(keys.processing) : 0,
       reliable ? client.llen(keys.deadLetter) : 0,
       config.recoverySet ? client.zrange(config.recoverySet, 0, 0, "WITHSCORES") : [],
       client.get(keys.fence),
-      reliable ? client.hget(keys.deliveries, "completed") : null,
+      reliable ? client.hget(keys.leases, "completed") : null,
+      client.zcard(keys.delayed),
     ]);
     return {
       queue: name,
@@ -530,6 +673,8 @@ export class Queues {
       leaseStreams: this.dispatchers.get(name)?.streamCount ?? 0,
       leased: Number(leased ?? 0),
       completed: Number((reliable ? completed : leased) ?? 0),
+      delayed,
+      paused: config.paused,
     };
   }
 }

@@ -1,19 +1,44 @@
 /**
  * The declared queues: stored in one Redis hash, cached on each instance and
  * kept fresh through a pub/sub channel, so a declaration made through any
- * instance is usable on every other one.
+ * instance is usable on every other one. A second hash records which queue
+ * owns each key; declare.lua writes both at once, so no two queues ever share
+ * a key, however their declarations race.
  */
 import { SwitchyardError } from "../errors.js";
 import type { Clock } from "../clock.js";
 import type { Logger } from "../log.js";
 import type { RedisConnection } from "../redis/connection.js";
 import { allKeys, type SystemKeys } from "../redis/keys.js";
-import { keysOf, sameDeclaration, validateQueueSpec, type QueueConfig, type QueueSpec } from "./declaration.js";
+import { declareQueue, undeclareQueue } from "../redis/scripts.js";
+import {
+  keysOf, normalizeConfig, sameDeclaration, shapeOf, validateQueueSpec, type QueueConfig, type QueueSpec,
+} from "./declaration.js";
 
 /** A page of declarations. */
 export interface QueuePage {
   queues: QueueConfig[];
   nextPageToken: string;
+}
+
+/** The Redis types a queue's keys may hold (or none). */
+function expectedTypes(config: QueueConfig): Map<string, string> {
+  const keys = keysOf(config);
+  const types = new Map<string, string>([
+    [keys.queue, "list"], [keys.fence, "string"], [keys.delayed, "zset"],
+    [keys.idempotency, "hash"], [keys.idempotencyTime, "zset"],
+  ]);
+  if (config.mode === "reliable") {
+    for (const k of [keys.processing, keys.deadLetter]) types.set(k, "list");
+    for (const k of [keys.returned, keys.recovery]) if (k) types.set(k, "zset");
+    types.set(keys.leases, "hash");
+  }
+  return types;
+}
+
+/** Parses a stored declaration. */
+function parse(json: string): QueueConfig {
+  return normalizeConfig(JSON.parse(json) as QueueConfig);
 }
 
 export class QueueRegistry {
@@ -22,12 +47,15 @@ export class QueueRegistry {
   private readonly loading = new Map<string, Promise<QueueConfig>>();
   private unsubscribe?: () => void;
   private readonly deletedListeners: ((name: string) => void)[] = [];
+  private readonly changedListeners: ((config: QueueConfig) => void)[] = [];
 
   constructor(
     private readonly redis: RedisConnection,
     private readonly keys: SystemKeys,
     private readonly clock: Clock,
     private readonly log: Logger,
+    /** Switchyard's own hash tag, which no queue key may carry. */
+    readonly namespace = "switchyard",
   ) {}
 
   /**
@@ -38,6 +66,7 @@ export class QueueRegistry {
   async start(): Promise<void> {
     this.unsubscribe = await this.redis.subscribe(this.keys.events, (message) => this.onEvent(message));
     await this.reload();
+    await this.recordOwnership();
     this.redis.client.on("ready", this.onReconnect);
   }
 
@@ -50,13 +79,25 @@ export class QueueRegistry {
     this.reload().catch((err: unknown) => this.log.warn("could not reload queue declarations after reconnecting to redis", { err }));
   };
 
+  /** Records key ownership for declarations stored before it was kept (HSETNX: an owner recorded stays). */
+  private async recordOwnership(): Promise<void> {
+    for (const config of this.cache.values()) {
+      for (const key of allKeys(keysOf(config))) await this.redis.client.hsetnx(this.keys.queueKeys, key, config.name);
+    }
+  }
+
   /** Replaces the cache with what Redis holds; declarations gone from Redis count as deleted. */
   private async reload(): Promise<void> {
     const all = await this.redis.client.hgetall(this.keys.queues);
-    const fresh = new Map(Object.entries(all).map(([name, json]) => [name, JSON.parse(json) as QueueConfig]));
+    const fresh = new Map(Object.entries(all).map(([name, json]) => [name, parse(json)]));
     const gone = [...this.cache.keys()].filter((name) => !fresh.has(name));
+    const changed = [...fresh.values()].filter((c) => {
+      const old = this.cache.get(c.name);
+      return old && (!sameDeclaration(old, c) || old.paused !== c.paused);
+    });
     this.cache = fresh;
     for (const name of gone) for (const fn of this.deletedListeners) fn(name);
+    for (const config of changed) for (const fn of this.changedListeners) fn(config);
   }
 
   /** Calls `fn` with the name of every queue deleted, through any instance. */
@@ -64,12 +105,17 @@ export class QueueRegistry {
     this.deletedListeners.push(fn);
   }
 
+  /** Calls `fn` with every declaration that changed (UpdateQueue, PauseQueue, a config file), through any instance. */
+  onChanged(fn: (config: QueueConfig) => void): void {
+    this.changedListeners.push(fn);
+  }
+
   private onEvent(message: string): void {
     try {
       const event = JSON.parse(message) as { op: "put" | "delete"; name: string; config?: QueueConfig };
-      if (event.op === "put" && event.config) this.cache.set(event.name, event.config);
-      if (event.op === "delete") {
-        this.cache.delete(event.name);
+      if (event.op === "put" && event.config) this.put(normalizeConfig(event.config));
+      // (A delete made here was told to the listeners already, and left the cache then.)
+      if (event.op === "delete" && this.cache.delete(event.name)) {
         for (const fn of this.deletedListeners) fn(event.name);
       }
     } catch (err) {
@@ -77,9 +123,20 @@ export class QueueRegistry {
     }
   }
 
+  private put(config: QueueConfig): void {
+    const old = this.cache.get(config.name);
+    this.cache.set(config.name, config);
+    if (old && (!sameDeclaration(old, config) || old.paused !== config.paused)) for (const fn of this.changedListeners) fn(config);
+  }
+
   /** Every declaration this instance knows of (the cache; fresh within a pub/sub round trip). */
   known(): QueueConfig[] {
     return [...this.cache.values()];
+  }
+
+  /** The declaration of `name` as this instance knows it now, or undefined. */
+  cached(name: string): QueueConfig | undefined {
+    return this.cache.get(name);
   }
 
   /** The declaration of `name`, or NOT_FOUND. */
@@ -99,9 +156,12 @@ export class QueueRegistry {
   private async load(name: string): Promise<QueueConfig> {
     const json = await this.redis.client.hget(this.keys.queues, name);
     if (json === null) {
-      throw new SwitchyardError("not_found", `queue "${name}" is not declared; declare it with CreateQueue or in the config file`);
+      throw new SwitchyardError("not_found", `queue "${name}" is not declared; declare it with CreateQueue or in the config file`, {
+        reason: "QUEUE_NOT_FOUND",
+        metadata: { queue: name },
+      });
     }
-    const config = JSON.parse(json) as QueueConfig;
+    const config = parse(json);
     this.cache.set(name, config);
     return config;
   }
@@ -118,59 +178,102 @@ export class QueueRegistry {
     return { queues, nextPageToken: more ? Buffer.from(page[page.length - 1]).toString("base64url") : "" };
   }
 
-  private async checkNoClash(config: QueueConfig): Promise<void> {
-    const mine = new Set(config.mode === "reliable" ? allKeys(keysOf(config)) : [config.name]);
-    const all = await this.redis.client.hgetall(this.keys.queues);
-    for (const [name, json] of Object.entries(all)) {
-      if (name === config.name) continue;
-      const other = JSON.parse(json) as QueueConfig;
-      const theirs = other.mode === "reliable" ? allKeys(keysOf(other)) : [other.name];
-      const shared = theirs.find((k) => mine.has(k));
-      if (shared) {
-        throw new SwitchyardError("already_exists", `key "${shared}" already belongs to queue "${name}"; choose other names`);
-      }
-    }
+  /** Refuses a declaration whose keys exist in Redis holding another type (another application's data, say). */
+  private async checkKeyTypes(config: QueueConfig): Promise<void> {
+    const expected = [...expectedTypes(config)];
+    const types = await Promise.all(expected.map(([key]) => this.redis.client.type(key)));
+    const i = types.findIndex((t, j) => t !== "none" && t !== expected[j][1]);
+    if (i < 0) return;
+    const [key, want] = expected[i];
+    throw new SwitchyardError(
+      "failed_precondition",
+      `queue "${config.name}": key "${key}" already holds a ${types[i]}, where the queue keeps a ${want}; ` +
+        `delete or rename that key, or choose other names`,
+      { reason: "WRONG_KEY_TYPE", metadata: { queue: config.name, key } },
+    );
   }
 
   /**
    * Declares a queue. The same declaration again is a no-op; a different one
-   * for an existing name is ALREADY_EXISTS (unless `replace`, used for the config file).
+   * for an existing name is ALREADY_EXISTS, unless `replace` (the config file),
+   * which applies new settings but refuses new key names or a new mode: items
+   * in flight sit under the old keys.
    */
   async create(spec: QueueSpec, options: { replace?: boolean } = {}): Promise<QueueConfig> {
-    const config = validateQueueSpec(spec, this.clock.now());
-    const existingJson = await this.redis.client.hget(this.keys.queues, config.name);
-    if (existingJson !== null) {
-      const existing = JSON.parse(existingJson) as QueueConfig;
-      if (sameDeclaration(existing, config)) return existing;
-      if (!options.replace) {
-        throw new SwitchyardError(
-          "already_exists",
-          `queue "${config.name}" is already declared with other options; delete it first or use another name`,
-        );
+    const config = validateQueueSpec(spec, this.clock.now(), this.namespace);
+    for (;;) {
+      const storedJson = await this.redis.client.hget(this.keys.queues, config.name);
+      if (storedJson !== null) {
+        const stored = parse(storedJson);
+        if (sameDeclaration(stored, config)) return stored;
+        if (!options.replace) {
+          throw new SwitchyardError(
+            "already_exists",
+            `queue "${config.name}" is already declared with other options; delete it first, use UpdateQueue, or use another name`,
+            { reason: "QUEUE_EXISTS", metadata: { queue: config.name } },
+          );
+        }
+        if (shapeOf(stored) !== shapeOf(config)) throw this.immutable(stored, config);
+        const next = { ...config, createTimeMs: stored.createTimeMs, paused: stored.paused };
+        if (await this.write(next, storedJson)) return next;
+        continue;
       }
+      await this.checkKeyTypes(config);
+      if (await this.write(config, "")) return config;
     }
-    await this.checkNoClash(config);
-    if (existingJson === null) {
-      // HSETNX: of two instances declaring one name at once, the second sees the first's.
-      if (!(await this.redis.client.hsetnx(this.keys.queues, config.name, JSON.stringify(config)))) return this.create(spec, options);
-    }
-    const stored = existingJson === null ? config : { ...config, createTimeMs: (JSON.parse(existingJson) as QueueConfig).createTimeMs };
-    if (existingJson !== null) await this.redis.client.hset(this.keys.queues, config.name, JSON.stringify(stored));
-    this.cache.set(config.name, stored);
-    await this.redis.client.publish(this.keys.events, JSON.stringify({ op: "put", name: config.name, config: stored }));
-    return stored;
   }
 
-  /** Removes a declaration; with `purge`, also the queue's keys. NOT_FOUND if undeclared. */
+  /** FAILED_PRECONDITION: a declaration may not change its keys or mode. */
+  private immutable(stored: QueueConfig, next: QueueConfig): SwitchyardError {
+    return new SwitchyardError(
+      "failed_precondition",
+      `queue "${stored.name}" cannot change its mode or key names (now ${shapeOf(stored)}, asked ${shapeOf(next)}) ` +
+        `while it is declared: items in flight sit under the old keys. Drain it and DeleteQueue first, or declare a new queue`,
+      { reason: "IMMUTABLE_FIELD", metadata: { queue: stored.name } },
+    );
+  }
+
+  /** Writes `config` if the stored declaration is still `replaces`; false when it changed meanwhile. */
+  private async write(config: QueueConfig, replaces: string): Promise<boolean> {
+    const r = await declareQueue(this.redis.client, this.keys, config.name, JSON.stringify(config), replaces, allKeys(keysOf(config)));
+    switch (r.result) {
+      case "ok":
+        this.put(config);
+        return true;
+      case "clash":
+        throw new SwitchyardError("already_exists", `key "${r.key}" already belongs to queue "${r.owner}"; choose other names`, {
+          reason: "QUEUE_EXISTS",
+          metadata: { queue: config.name, key: r.key },
+        });
+      default:
+        return false; // raced with another write: read again
+    }
+  }
+
+  /**
+   * Changes a declared queue: `change` gets the stored declaration and returns
+   * the new one (validated by the caller), written only if nothing changed it meanwhile.
+   */
+  async update(name: string, change: (stored: QueueConfig) => QueueConfig): Promise<QueueConfig> {
+    for (;;) {
+      const storedJson = await this.redis.client.hget(this.keys.queues, name);
+      if (storedJson === null) return this.load(name); // NOT_FOUND
+      const stored = parse(storedJson);
+      const next = change(stored);
+      if (shapeOf(stored) !== shapeOf(next)) throw this.immutable(stored, next);
+      if (sameDeclaration(stored, next) && stored.paused === next.paused) return stored;
+      if (await this.write(next, storedJson)) return next;
+    }
+  }
+
+  /** Removes a declaration; with `purge`, also the queue's keys (but its fence counter: tokens stay unique). NOT_FOUND if undeclared. */
   async delete(name: string, purge: boolean): Promise<void> {
     const config = await this.get(name);
-    await this.redis.client.hdel(this.keys.queues, name);
+    const keys = allKeys(keysOf(config));
+    if (!(await undeclareQueue(this.redis.client, this.keys, name, keys))) await this.load(name);
     this.cache.delete(name);
-    if (purge) {
-      const keys = config.mode === "reliable" ? allKeys(keysOf(config)) : [config.name, keysOf(config).fence];
-      // One DEL per key: in a cluster, a simple queue's keys may sit in different slots.
-      await Promise.all(keys.map((k) => this.redis.client.del(k)));
-    }
-    await this.redis.client.publish(this.keys.events, JSON.stringify({ op: "delete", name }));
+    for (const fn of this.deletedListeners) fn(name);
+    // One DEL per key: in a cluster, a simple queue's keys may sit in different slots.
+    if (purge) await Promise.all(keys.filter((k) => k !== keysOf(config).fence).map((k) => this.redis.client.del(k)));
   }
 }

@@ -1,19 +1,19 @@
 /**
- * Coalesces settles: every ack, retry, drop or extend that arrives in one turn
- * of the event loop, from streams or unary calls, goes to Redis as one
+ * Coalesces settles: every ack, retry, drop, extend or return that arrives in
+ * one turn of the event loop, from streams or unary calls, goes to Redis as one
  * settle.lua call per queue.
  */
 import type { Clock } from "../clock.js";
 import { noMetrics, type ItemEvent, type Metrics } from "../metrics/hooks.js";
 import type { RedisClient } from "../redis/connection.js";
-import { settleItems, type SettleAction, type SettleOp } from "../redis/scripts.js";
+import { policyArg, settleItems, type SettleAction, type SettleOp, type SettleResult } from "../redis/scripts.js";
 import { keysOf, type QueueConfig } from "./declaration.js";
 
-/** A caller waiting for the codes of its ops: `count` of them from `from` in its batch. */
+/** A caller waiting for the results of its ops: `count` of them from `from` in its batch. */
 interface Waiter {
   from: number;
   count: number;
-  resolve: (codes: number[]) => void;
+  resolve: (results: SettleResult[]) => void;
   reject: (err: unknown) => void;
 }
 
@@ -26,14 +26,15 @@ interface Pending {
 /** The most settles sent in one script call. */
 const CHUNK = 1000;
 
-/** What a settle that applied (code 1) did to its item; undo, extend and check move nothing worth counting. */
-const applied: Partial<Record<SettleAction, ItemEvent>> = { a: "acked", d: "dropped", r: "retried", b: "returned" };
+/** What a settle that applied did to its item; undo, extend and check move nothing worth counting. */
+const applied: Partial<Record<SettleAction, ItemEvent>> = { ack: "acked", drop: "dropped", retry: "retried", return: "returned" };
 
 /** Counts the settles of one script call that changed an item. */
-function count(metrics: Metrics, queue: string, ops: readonly SettleOp[], codes: readonly number[]): void {
+function count(metrics: Metrics, queue: string, ops: readonly SettleOp[], results: readonly SettleResult[]): void {
   const counts = new Map<ItemEvent, number>();
   ops.forEach((op, i) => {
-    const event = codes[i] === 2 ? "dead_lettered" : codes[i] === 1 ? applied[op.action] : undefined;
+    const code = results[i].code;
+    const event = code === "dead_lettered" ? "dead_lettered" : code === "done" ? applied[op.action] : undefined;
     if (event) counts.set(event, (counts.get(event) ?? 0) + 1);
   });
   for (const [event, n] of counts) metrics.items(queue, event, n);
@@ -49,22 +50,23 @@ export class Settler {
     private readonly metrics: Metrics = noMetrics,
   ) {}
 
-  /** Applies `op` with the next batch; resolves to settle.lua's code for it. */
-  async settle(config: QueueConfig, op: SettleOp): Promise<number> {
+  /** Applies `op` with the next batch; resolves to its result. */
+  async settle(config: QueueConfig, op: SettleOp): Promise<SettleResult> {
     return (await this.settleMany(config, [op]))[0];
   }
 
-  /** Applies `ops` with the next batch, in order; resolves to settle.lua's codes for them, one per op. */
-  settleMany(config: QueueConfig, ops: readonly SettleOp[]): Promise<number[]> {
+  /** Applies `ops` with the next batch, in order; resolves to their results, one per op. */
+  settleMany(config: QueueConfig, ops: readonly SettleOp[]): Promise<SettleResult[]> {
     if (ops.length === 0) return Promise.resolve([]);
     let batch = this.pending.get(config.name);
     if (!batch) {
       batch = { config, ops: [], waiters: [] };
       this.pending.set(config.name, batch);
     }
+    batch.config = config; // the newest declaration wins (an UpdateQueue may land between two settles)
     const from = batch.ops.length;
     for (const op of ops) batch.ops.push(op);
-    const result = new Promise<number[]>((resolve, reject) => batch.waiters.push({ from, count: ops.length, resolve, reject }));
+    const result = new Promise<SettleResult[]>((resolve, reject) => batch.waiters.push({ from, count: ops.length, resolve, reject }));
     if (!this.scheduled) {
       this.scheduled = true;
       setImmediate(() => this.flush());
@@ -82,13 +84,19 @@ export class Settler {
   /** Sends one batch in script calls of at most CHUNK settles (pipelined); a waiter fails if a call its ops were in failed. */
   private async apply(batch: Pending): Promise<void> {
     const { config, ops } = batch;
-    const calls: Promise<number[]>[] = [];
+    const ctx = {
+      now: this.clock.now(),
+      maxDeliveries: config.maxDeliveries,
+      retryPolicy: policyArg(config.retryPolicy),
+      publishTtlMs: config.publishTtlMs,
+    };
+    const calls: Promise<SettleResult[]>[] = [];
     for (let i = 0; i < ops.length; i += CHUNK) {
       const chunk = ops.slice(i, i + CHUNK);
       calls.push(
-        settleItems(this.client, keysOf(config), this.clock.now(), config.maxDeliveries, chunk).then((codes) => {
-          count(this.metrics, config.name, chunk, codes);
-          return codes;
+        settleItems(this.client, keysOf(config), ctx, chunk).then((results) => {
+          count(this.metrics, config.name, chunk, results);
+          return results;
         }),
       );
     }
@@ -101,12 +109,12 @@ export class Settler {
         w.reject(failed.reason);
         continue;
       }
-      const codes: number[] = [];
+      const results: SettleResult[] = [];
       for (let i = w.from; i < w.from + w.count; i++) {
-        const o = outcomes[Math.floor(i / CHUNK)] as PromiseFulfilledResult<number[]>;
-        codes.push(o.value[i % CHUNK]);
+        const o = outcomes[Math.floor(i / CHUNK)] as PromiseFulfilledResult<SettleResult[]>;
+        results.push(o.value[i % CHUNK]);
       }
-      w.resolve(codes);
+      w.resolve(results);
     }
   }
 }

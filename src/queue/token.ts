@@ -1,7 +1,8 @@
 /**
  * Lease tokens: opaque to workers, they name one delivery. A token carries the
- * queue, the fence number of that delivery and, for reliable queues, the sha1
- * of the item, which is how the lease is found in Redis from any instance.
+ * queue, the fence number of that delivery and, for reliable queues, the
+ * instance that leased it: together the delivery's record in Redis, which any
+ * instance can find.
  */
 import { SwitchyardError } from "../errors.js";
 
@@ -9,30 +10,35 @@ import { SwitchyardError } from "../errors.js";
 export interface LeaseRef {
   queue: string;
   fence: number;
-  /** "" for a simple queue's delivery (nothing to settle). */
-  sha: string;
+  /** The leasing instance's id; "" for a simple queue's delivery (nothing to settle). */
+  owner: string;
 }
 
-/** The token for a delivery. Format: `r.<fence>.<sha1>.<queue b64url>` or `s.<fence>.<queue b64url>`. */
+/** The field of a reliable delivery's record in its queue's leases hash. */
+export function deliveryField(ref: LeaseRef): string {
+  return `${ref.fence}@${ref.owner}`;
+}
+
+/** The token for a delivery. Format: `r.<fence>.<owner>.<queue b64url>` or `s.<fence>.<queue b64url>`. */
 export function formatToken(ref: LeaseRef): string {
-  return tokenFormatter(ref.queue)(ref.fence, ref.sha);
+  return tokenFormatter(ref.queue)(ref.fence, ref.owner);
 }
 
 /** formatToken for the deliveries of one queue: encodes the queue's name once, not per token. */
-export function tokenFormatter(queue: string): (fence: number, sha: string) => string {
+export function tokenFormatter(queue: string): (fence: number, owner: string) => string {
   const name = Buffer.from(queue).toString("base64url");
-  return (fence, sha) => (sha ? `r.${fence}.${sha}.${name}` : `s.${fence}.${name}`);
+  return (fence, owner) => (owner ? `r.${fence}.${owner}.${name}` : `s.${fence}.${name}`);
 }
 
-const reliable = /^r\.(\d{1,16})\.([0-9a-f]{40})\.([A-Za-z0-9_-]+)$/;
+const reliable = /^r\.(\d{1,16})\.([0-9a-z]{10})\.([A-Za-z0-9_-]+)$/;
 const simple = /^s\.(\d{1,16})\.([A-Za-z0-9_-]+)$/;
 
 /** Parses a token; INVALID_ARGUMENT when it is not one Switchyard issued. */
 export function parseToken(token: string): LeaseRef {
   let m = reliable.exec(token);
-  if (m) return { fence: Number(m[1]), sha: m[2], queue: Buffer.from(m[3], "base64url").toString() };
+  if (m) return { fence: Number(m[1]), owner: m[2], queue: Buffer.from(m[3], "base64url").toString() };
   m = simple.exec(token);
-  if (m) return { fence: Number(m[1]), sha: "", queue: Buffer.from(m[2], "base64url").toString() };
+  if (m) return { fence: Number(m[1]), owner: "", queue: Buffer.from(m[2], "base64url").toString() };
   throw new SwitchyardError(
     "invalid_argument",
     token ? "lease_token is malformed; pass the lease_token of a delivery unchanged" : "lease_token is required",

@@ -1,30 +1,50 @@
 /**
- * The recovery watchdog (SPEC Q5): on every instance, for every queue with a
- * recovery set, it returns claims idle longer than min_idle to the queue, and
- * gives a claim to processing items that have none, so they are recovered too.
- * Every pass is a few atomic scripts, so instances running it at once is safe.
+ * The recovery watchdog (SPEC Q5), on every instance, once per interval:
+ * - beats this instance's heart, and returns the deliveries of instances
+ *   whose heart stopped (see instances.ts);
+ * - for every queue with a recovery set, takes back claims idle longer than
+ *   min_idle (after the retry policy's wait), and gives a delivery and a claim
+ *   to processing items that have none, so they are recovered too.
+ * Every step is an atomic script, so instances running it at once is safe.
  */
 import type { Clock, Timer } from "../clock.js";
 import type { Logger } from "../log.js";
 import { noMetrics, type Metrics } from "../metrics/hooks.js";
 import type { RedisClient } from "../redis/connection.js";
-import { recoverStale, sweepUnclaimed } from "../redis/scripts.js";
+import { adoptOrphans, policyArg, recoverStale } from "../redis/scripts.js";
 import { keysOf, type QueueConfig } from "./declaration.js";
+import type { Instances } from "./instances.js";
+import type { Settler } from "./settler.js";
 
-/** Claims recovered by one script call. */
 // 200 claims keep each recover.lua call near 2 ms, so other clients' commands never wait
 // long behind it (at 1000 a call took ~11 ms; see bench row 8).
 const RECOVER_CHUNK = 200;
-/** Processing items examined by one sweep call. */
-const SWEEP_CHUNK = 1000;
 /** Bounds one pass, so a huge backlog cannot monopolise an instance. */
 const MAX_CHUNKS_PER_PASS = 1000;
+/** Processing items adopt.lua reads at most per call. */
+const ADOPT_READ = 50_000;
 
 /** What one pass did. */
 export interface WatchdogPass {
   recovered: number;
   deadLettered: number;
   claimsAdded: number;
+  /** Deliveries of dead instances returned to their queues. */
+  reaped: number;
+}
+
+/** What the watchdog needs of the rest of the queue capability. */
+export interface WatchdogHost {
+  readonly client: RedisClient;
+  readonly clock: Clock;
+  readonly log: Logger;
+  readonly metrics?: Metrics;
+  readonly instances: Instances;
+  readonly settler: Settler;
+  /** Every declared queue, as this instance knows them now. */
+  queues(): QueueConfig[];
+  /** Told when a recovered item waits in a queue's delayed set until `dueMs`. */
+  delayed(config: QueueConfig, dueMs: number): void;
 }
 
 export class Watchdog {
@@ -32,12 +52,8 @@ export class Watchdog {
   private running?: Promise<WatchdogPass>;
 
   constructor(
-    private readonly client: RedisClient,
-    private readonly clock: Clock,
-    private readonly queues: () => QueueConfig[],
+    private readonly host: WatchdogHost,
     private readonly intervalMs: number,
-    private readonly log: Logger,
-    private readonly metrics: Metrics = noMetrics,
   ) {}
 
   start(): void {
@@ -50,42 +66,66 @@ export class Watchdog {
   }
 
   private schedule(): void {
-    this.timer = this.clock.setTimer(this.intervalMs, async () => {
+    this.timer = this.host.clock.setTimer(this.intervalMs, async () => {
       try {
         await this.pass();
       } catch (err) {
-        this.log.warn("watchdog pass failed", { err });
+        this.host.log.warn("watchdog pass failed", { err });
       }
       if (this.timer) this.schedule();
     });
   }
 
-  /** Runs one pass over every queue with a recovery set (one at a time per instance). */
+  /** Runs one pass (one at a time per instance). */
   pass(): Promise<WatchdogPass> {
     this.running ??= this.passOnce().finally(() => (this.running = undefined));
     return this.running;
   }
 
   private async passOnce(): Promise<WatchdogPass> {
-    const total: WatchdogPass = { recovered: 0, deadLettered: 0, claimsAdded: 0 };
-    for (const config of this.queues()) {
-      if (config.mode !== "reliable" || !config.recoverySet) continue;
-      const keys = keysOf(config);
-      for (let chunk = 0; chunk < MAX_CHUNKS_PER_PASS; chunk++) {
-        const r = await recoverStale(this.client, keys, this.clock.now(), config.minIdleMs, RECOVER_CHUNK, config.maxDeliveries);
-        total.recovered += r.recovered;
-        total.deadLettered += r.deadLettered;
-        if (r.recovered) this.metrics.items(config.name, "recovered", r.recovered);
-        if (r.deadLettered) this.metrics.items(config.name, "dead_lettered", r.deadLettered);
-        if (r.seen < RECOVER_CHUNK) break;
-      }
-      for (let first = 0, chunk = 0; chunk < MAX_CHUNKS_PER_PASS; chunk++, first += SWEEP_CHUNK) {
-        const s = await sweepUnclaimed(this.client, keys, this.clock.now(), first, first + SWEEP_CHUNK - 1);
-        total.claimsAdded += s.added;
-        if (first + SWEEP_CHUNK >= s.length) break;
-      }
+    const { instances } = this.host;
+    const total: WatchdogPass = { recovered: 0, deadLettered: 0, claimsAdded: 0, reaped: 0 };
+    await instances.beat();
+    const reliable = this.host.queues().filter((c) => c.mode === "reliable");
+    for (const dead of await instances.claimDead()) {
+      for (const config of reliable) total.reaped += await this.reap(config, dead);
+      await instances.forget(dead);
+      this.host.log.warn("returned the deliveries of an instance that stopped beating", { instance: dead, items: total.reaped });
     }
-    if (total.recovered + total.deadLettered + total.claimsAdded > 0) this.log.info("watchdog pass", { ...total });
+    for (const config of reliable) {
+      if (config.recoverySet) await this.recover(config, total);
+    }
+    if (total.recovered + total.deadLettered + total.claimsAdded + total.reaped > 0) this.host.log.info("watchdog pass", { ...total });
     return total;
+  }
+
+  /** Returns every delivery dead instance `owner` held on the queue; resolves to how many. */
+  private async reap(config: QueueConfig, owner: string): Promise<number> {
+    let n = 0;
+    for await (const fields of this.host.instances.deliveriesOf(keysOf(config).leases, owner)) {
+      const results = await this.host.settler.settleMany(config, fields.map((delivery) => ({ action: "return" as const, delivery })));
+      n += results.filter((r) => r.code === "done" || r.code === "dead_lettered").length;
+    }
+    return n;
+  }
+
+  private async recover(config: QueueConfig, total: WatchdogPass): Promise<void> {
+    const { client, clock } = this.host;
+    const metrics = this.host.metrics ?? noMetrics;
+    const keys = keysOf(config);
+    const reason = `not settled within min_idle (${config.minIdleMs / 1000} s): recovered by the watchdog`;
+    for (let chunk = 0; chunk < MAX_CHUNKS_PER_PASS; chunk++) {
+      const r = await recoverStale(client, keys, {
+        now: clock.now(), minIdleMs: config.minIdleMs, limit: RECOVER_CHUNK, maxDeliveries: config.maxDeliveries,
+        retryPolicy: policyArg(config.retryPolicy), publishTtlMs: config.publishTtlMs, reason,
+      });
+      total.recovered += r.recovered;
+      total.deadLettered += r.deadLettered;
+      if (r.recovered) metrics.items(config.name, "recovered", r.recovered);
+      if (r.deadLettered) metrics.items(config.name, "dead_lettered", r.deadLettered);
+      if (r.earliestDueMs > 0) this.host.delayed(config, r.earliestDueMs);
+      if (r.seen < RECOVER_CHUNK) break;
+    }
+    total.claimsAdded += (await adoptOrphans(client, keys, clock.now(), ADOPT_READ)).added;
   }
 }

@@ -8,6 +8,8 @@ import calculateSlot from "cluster-key-slot";
 export interface SystemKeys {
   /** Hash: queue name → declaration (JSON). */
   readonly queues: string;
+  /** Hash: Redis key → the declared queue that owns it (no two queues share a key). */
+  readonly queueKeys: string;
   /** Pub/sub channel announcing declaration changes. */
   readonly events: string;
   /** Hash: job id → job (JSON). */
@@ -20,6 +22,8 @@ export interface SystemKeys {
   readonly cronEvents: string;
   /** Hash: instance id → scheduler status (JSON). */
   readonly instances: string;
+  /** Sorted set: queue-serving instance id → its last heartbeat (ms); a dead one's deliveries are returned. */
+  readonly alive: string;
   /** Counter: the last job log sequence number. */
   readonly logSeq: string;
   /** Hash: log id → job log entry (JSON). */
@@ -36,6 +40,8 @@ export interface SystemKeys {
   readonly auditOrder: string;
   /** Sorted set: audit entry ids by time (ms), for cleaning by age. */
   readonly auditTime: string;
+  /** String: held by the one instance returning the deliveries of dead instance `id`. */
+  reaping(id: string): string;
   /** String: the execution lock of job `id` ("owner:fence:expires"). */
   jobLock(id: string): string;
   /** Counter: the last fencing number of job `id`'s lock. */
@@ -49,12 +55,15 @@ export function systemKeys(ns: string): SystemKeys {
   const tag = `{${ns}}`;
   return {
     queues: `${tag}:queues`,
+    queueKeys: `${tag}:queue-keys`,
     events: `${tag}:events`,
     jobs: `${tag}:jobs`,
     jobSeq: `${tag}:job:seq`,
     ticks: `${tag}:cron:ticks`,
     cronEvents: `${tag}:cron:events`,
     instances: `${tag}:cron:instances`,
+    alive: `${tag}:instances:alive`,
+    reaping: (id) => `${tag}:instances:reaping:${id}`,
     logSeq: `${tag}:joblog:seq`,
     logs: `${tag}:joblog`,
     logTime: `${tag}:joblogs:time`,
@@ -69,22 +78,27 @@ export function systemKeys(ns: string): SystemKeys {
   };
 }
 
-/** The Redis keys of one reliable or simple queue. */
+/** The Redis keys of one queue. */
 export interface QueueKeys {
   readonly queue: string;
+  /** Reliable only ("" for a simple queue). */
   readonly processing: string;
+  /** Reliable only ("" for a simple queue). */
   readonly deadLetter: string;
   /** The recovery zset, or "" when the queue has none. */
   readonly recovery: string;
-  /** Hash: item sha1 → "fence:value" of its live delivery. */
+  /** Hash: one record per live delivery, and counts (see scripts/lib.lua). Reliable only. */
   readonly leases: string;
-  /**
-   * Hash: item sha1 → deliveries so far; "dead:<sha1>" → a dead letter's
-   * deliveries when it was dead-lettered; "completed" → items acked or dropped.
-   */
-  readonly deliveries: string;
   /** Counter: the last fence number issued. */
   readonly fence: string;
+  /** Sorted set: items waiting for their time (delay, not_before, retry backoff), scored by when they are due. */
+  readonly delayed: string;
+  /** Sorted set: fences of deliveries returned or recovered, scored by when (telling superseded tokens apart). */
+  readonly returned: string;
+  /** Hash: idempotency key → the id of the first item enqueued with it. */
+  readonly idempotency: string;
+  /** Sorted set: idempotency keys scored by when they were first used, for expiring them. */
+  readonly idempotencyTime: string;
 }
 
 /** Default processing list name for queue `name` (the seed's `<key>.processing`). */
@@ -92,23 +106,41 @@ export const defaultProcessing = (name: string) => `${name}.processing`;
 /** Default dead-letter list name for queue `name`. */
 export const defaultDeadLetter = (name: string) => `${name}.dead`;
 
-/** The keys of a queue with the given names. */
+/**
+ * A key of Switchyard's own for queue `name`, in the queue's hash slot:
+ * `<name>.<suffix>`, or `{<name>}.<suffix>` when the name has no hash tag of its
+ * own (so the key's tag is the whole name). Undefined for the rare name neither
+ * form keeps in its slot (one with a "}" and no hash tag).
+ */
+export function internalKey(name: string, suffix: string): string | undefined {
+  const slot = slotOf(name);
+  for (const key of [`${name}.${suffix}`, `{${name}}.${suffix}`]) if (slotOf(key) === slot) return key;
+  return undefined;
+}
+
+/** The keys of a queue with the given names (processing and dead-letter "" for a simple queue). */
 export function queueKeys(name: string, processing: string, deadLetter: string, recovery: string): QueueKeys {
+  const own = (suffix: string) => internalKey(name, suffix) ?? `${name}.${suffix}`;
   return {
     queue: name,
     processing,
     deadLetter,
     recovery,
-    leases: `${name}.leases`,
-    deliveries: `${name}.deliveries`,
-    fence: `${name}.fence`,
+    leases: own("leases"),
+    fence: own("fence"),
+    delayed: own("delayed"),
+    returned: own("returned"),
+    idempotency: own("idempotency"),
+    idempotencyTime: own("idempotency-time"),
   };
 }
 
-/** Every key of a queue that Redis holds, in a stable order. */
+/** Every key of a queue that Redis may hold, in a stable order (the fence counter last). */
 export function allKeys(keys: QueueKeys): string[] {
-  return [keys.queue, keys.processing, keys.deadLetter, keys.recovery, keys.leases, keys.deliveries, keys.fence]
-    .filter((k) => k !== "");
+  return [
+    keys.queue, keys.processing, keys.deadLetter, keys.recovery, keys.leases, keys.delayed, keys.returned,
+    keys.idempotency, keys.idempotencyTime, keys.fence,
+  ].filter((k) => k !== "");
 }
 
 /** The cluster hash slot of `key` (honours `{hash tags}`). */

@@ -12,21 +12,27 @@ import { FramedCommand, type BulkStrings } from "./bulk-strings.js";
 
 const scriptDir = new URL("./scripts/", import.meta.url);
 const load = (name: string) => readFileSync(new URL(`${name}.lua`, scriptDir), "utf8");
+/** A queue script: lib.lua's shared functions, then the script. */
+const withLib = (name: string) => `${load("lib")}\n${load(name)}`;
 
 /** Sent as EVAL by pushItems rather than registered (see there). */
 const pushLua = load("push");
 
 const definitions = {
-  syLease: { numberOfKeys: 6, lua: load("lease") },
-  sySettle: { numberOfKeys: 7, lua: load("settle") },
-  syRecover: { numberOfKeys: 6, lua: load("recover") },
-  sySweep: { numberOfKeys: 2, lua: load("sweep") },
+  syLease: { numberOfKeys: 5, lua: withLib("lease") },
+  sySettle: { numberOfKeys: 8, lua: withLib("settle") },
+  syRecover: { numberOfKeys: 7, lua: withLib("recover") },
+  syAdopt: { numberOfKeys: 4, lua: withLib("adopt") },
+  syPop: { numberOfKeys: 2, lua: load("pop") },
+  syPromote: { numberOfKeys: 2, lua: load("promote") },
   // Called with the number of keys first: two, plus a lock key and a fence counter per job.
   syClaimTicks: { lua: load("claim-ticks") },
   syClaimInterval: { numberOfKeys: 2, lua: load("claim-interval") },
   syJobLock: { numberOfKeys: 2, lua: load("job-lock") },
   syJobPut: { numberOfKeys: 1, lua: load("job-put") },
-  syDeadLetters: { numberOfKeys: 3, lua: load("dead-letters") },
+  syDeadLetters: { numberOfKeys: 2, lua: withLib("dead-letters") },
+  syDeclare: { numberOfKeys: 2, lua: load("declare") },
+  syUndeclare: { numberOfKeys: 2, lua: load("undeclare") },
 } as const;
 
 type ScriptName = keyof typeof definitions;
@@ -98,101 +104,159 @@ async function notAList(client: RedisClient, key: string, err: unknown): Promise
 export type DeadLetterAction = "requeue" | "delete";
 
 /**
- * dead-letters.lua: requeues or deletes dead letters, either `values` (one
- * list entry each) or, with `all`, up to `all` of them oldest first; resolves
- * to how many moved or went.
+ * dead-letters.lua: requeues (without their history) or deletes dead letters,
+ * either `values` (one list entry each) or, with `all`, up to `all` of them
+ * oldest first; resolves to how many moved or went.
  */
 export async function settleDeadLetters(
   client: RedisClient, keys: QueueKeys, action: DeadLetterAction, which: { all: number } | { values: Buffer[] },
 ): Promise<number> {
   const args = "all" in which ? ["all", which.all] : ["values", ...which.values];
-  return (await call(client, "syDeadLetters", [keys.deadLetter, keys.queue, keys.deliveries, action, ...args])) as number;
+  return (await call(client, "syDeadLetters", [keys.deadLetter, keys.queue, action, ...args])) as number;
 }
 
-/** A delivery recorded by the lease script. */
+/** How declare.lua answered. */
+export type DeclareResult =
+  | { result: "ok" }
+  | { result: "exists"; stored: string }
+  | { result: "changed" }
+  | { result: "clash"; key: string; owner: string };
+
+/**
+ * declare.lua: stores declaration `json` of `name` with the ownership of `keys`,
+ * if the stored one is still `replaces` ("" : if there is none), and announces it on `channel`.
+ */
+export async function declareQueue(
+  client: RedisClient, system: SystemKeys, name: string, json: string, replaces: string, keys: readonly string[],
+): Promise<DeclareResult> {
+  const [result, a, b] = (await call(client, "syDeclare", [system.queues, system.queueKeys, name, json, replaces, system.events, ...keys])) as string[];
+  if (result === "exists") return { result, stored: a };
+  if (result === "clash") return { result, key: a, owner: b };
+  return { result: result as "ok" | "changed" };
+}
+
+/** undeclare.lua: removes declaration `name` and its keys' ownership, and announces it; false when it was not declared. */
+export async function undeclareQueue(client: RedisClient, system: SystemKeys, name: string, keys: readonly string[]): Promise<boolean> {
+  return (await call(client, "syUndeclare", [system.queues, system.queueKeys, name, system.events, ...keys])) === 1;
+}
+
+/** A delivery recorded by the lease script: the stored value and its fence. */
 export interface LeasedItem {
   value: Buffer;
-  sha: string;
   fence: number;
-  deliveries: number;
 }
 
-/** lease.lua: moves up to `max` items into processing and records each delivery. */
+/** A second key of the same slot, for a script argument that a queue without that key leaves unused. */
+const unused = (keys: QueueKeys) => keys.leases;
+
+/** A retry policy as the scripts take it. */
+export function policyArg(p: { initialMs: number; multiplier: number; maxMs: number; jitter: number }): string {
+  return `${p.initialMs},${p.multiplier},${p.maxMs},${p.jitter}`;
+}
+
+/** lease.lua: moves up to `max` items of a reliable queue into processing and records each delivery for `owner`. */
 export async function leaseItems(
   client: RedisClient,
   keys: QueueKeys,
-  now: number,
-  max: number,
-  recoveryTtlMs: number,
+  lease: { now: number; max: number; recoveryTtlMs: number; owner: string },
 ): Promise<LeasedItem[]> {
   const flat = (await call(client, "syLeaseBuffer", [
-    keys.queue, keys.processing, keys.leases, keys.deliveries, keys.fence, keys.recovery || keys.processing,
-    now, max, keys.recovery ? "1" : "0", recoveryTtlMs,
+    keys.queue, keys.processing, keys.leases, keys.fence, keys.recovery || unused(keys),
+    lease.now, lease.max, keys.recovery ? "1" : "0", lease.recoveryTtlMs, lease.owner,
   ])) as (Buffer | number)[];
   const items: LeasedItem[] = [];
-  for (let i = 0; i < flat.length; i += 4) {
-    items.push({
-      value: flat[i] as Buffer,
-      sha: (flat[i + 1] as Buffer).toString("latin1"),
-      fence: Number(flat[i + 2]),
-      deliveries: Number(flat[i + 3]),
-    });
-  }
+  for (let i = 0; i < flat.length; i += 2) items.push({ value: flat[i] as Buffer, fence: Number(flat[i + 1]) });
   return items;
 }
 
-/** A settle action of settle.lua. */
-export type SettleAction = "a" | "d" | "r" | "b" | "u" | "x" | "c";
+/** pop.lua: pops up to `max` items of a simple queue, numbered from its fence counter. */
+export async function popItems(client: RedisClient, keys: QueueKeys, max: number): Promise<{ first: number; values: Buffer[] }> {
+  const [first, ...values] = (await call(client, "syPopBuffer", [keys.queue, keys.fence, max])) as [Buffer | number, ...Buffer[]];
+  return { first: Number(first), values };
+}
 
-/** One settle for {@link settleItems}. */
+/** What a settle does (settle.lua's actions). */
+export type SettleAction = "ack" | "drop" | "retry" | "return" | "undo" | "kill" | "extend" | "check";
+
+const actionLetters: Record<SettleAction, string> = {
+  ack: "a", drop: "d", retry: "r", return: "b", undo: "u", kill: "k", extend: "x", check: "c",
+};
+
+/** One settle for {@link settleItems}: what, of which delivery ("<fence>@<owner>"). */
 export interface SettleOp {
   action: SettleAction;
-  sha: string;
-  fence: number;
+  delivery: string;
+  /** retry, kill: why. */
+  reason?: string;
+  /** retry: the wait in ms instead of the policy's. */
+  delayMs?: number;
 }
 
-/** settle.lua: applies settles that still hold their item; returns one code per settle. */
-export async function settleItems(
-  client: RedisClient,
-  keys: QueueKeys,
-  now: number,
-  maxDeliveries: number,
-  ops: readonly SettleOp[],
-): Promise<number[]> {
+/** How settle.lua answered one settle. */
+export type SettleCode = "done" | "dead_lettered" | "not_held" | "superseded" | "unknown";
+
+const settleCodes: Record<number, SettleCode> = { 1: "done", 2: "dead_lettered", [-1]: "not_held", [-2]: "superseded", [-3]: "unknown" };
+
+/** One settle's outcome: its code and, for a retry that applied, when the item is due (0: at once). */
+export interface SettleResult {
+  code: SettleCode;
+  dueMs: number;
+}
+
+/** The queue's settings a settle or recovery needs. */
+export interface SettleContext {
+  now: number;
+  maxDeliveries: number;
+  retryPolicy: string;
+  publishTtlMs: number;
+}
+
+/** settle.lua: applies settles whose deliveries are live; one result per settle, in order. */
+export async function settleItems(client: RedisClient, keys: QueueKeys, ctx: SettleContext, ops: readonly SettleOp[]): Promise<SettleResult[]> {
   const args: (string | number)[] = [
-    keys.queue, keys.processing, keys.leases, keys.deliveries, keys.fence, keys.recovery || keys.processing,
-    keys.deadLetter, now, maxDeliveries, keys.recovery ? "1" : "0",
+    keys.queue, keys.processing, keys.leases, keys.fence, keys.recovery || unused(keys), keys.deadLetter, keys.delayed, keys.returned,
+    ctx.now, ctx.maxDeliveries, keys.recovery ? "1" : "0", ctx.retryPolicy, Math.random(), ctx.publishTtlMs,
   ];
-  for (const op of ops) args.push(op.action, op.sha, op.fence);
-  return (await call(client, "sySettle", args)) as number[];
+  for (const op of ops) args.push(actionLetters[op.action], op.delivery, op.reason ?? "", op.delayMs === undefined ? "" : Math.max(0, Math.round(op.delayMs)));
+  const flat = (await call(client, "sySettle", args)) as number[];
+  const results: SettleResult[] = [];
+  for (let i = 0; i < flat.length; i += 2) results.push({ code: settleCodes[flat[i]], dueMs: flat[i + 1] });
+  return results;
 }
 
-/** recover.lua: returns claims idle longer than `minIdleMs`; at most `limit` per call. */
+/** What one recover.lua call did. */
+export interface RecoverResult {
+  recovered: number;
+  deadLettered: number;
+  /** Stale claims read (below the limit: none left). */
+  seen: number;
+  /** When the earliest item it delayed is due (0: none delayed). */
+  earliestDueMs: number;
+}
+
+/** recover.lua: takes back claims idle longer than `minIdleMs`, at most `limit` per call. */
 export async function recoverStale(
-  client: RedisClient,
-  keys: QueueKeys,
-  now: number,
-  minIdleMs: number,
-  limit: number,
-  maxDeliveries: number,
-): Promise<{ recovered: number; deadLettered: number; seen: number }> {
-  const [recovered, deadLettered, seen] = (await call(client, "syRecover", [
-    keys.queue, keys.processing, keys.leases, keys.deliveries, keys.recovery, keys.deadLetter,
-    now, minIdleMs, limit, maxDeliveries,
+  client: RedisClient, keys: QueueKeys, ctx: SettleContext & { minIdleMs: number; limit: number; reason: string },
+): Promise<RecoverResult> {
+  const [recovered, deadLettered, seen, earliestDueMs] = (await call(client, "syRecover", [
+    keys.queue, keys.processing, keys.leases, keys.recovery, keys.deadLetter, keys.delayed, keys.returned,
+    ctx.now, ctx.minIdleMs, ctx.limit, ctx.maxDeliveries, ctx.retryPolicy, Math.random(), ctx.reason, ctx.publishTtlMs,
   ])) as number[];
-  return { recovered, deadLettered, seen };
+  return { recovered, deadLettered, seen, earliestDueMs };
 }
 
-/** sweep.lua: records a claim for processing items [first, last] that have none. */
-export async function sweepUnclaimed(
-  client: RedisClient,
-  keys: QueueKeys,
-  now: number,
-  first: number,
-  last: number,
-): Promise<{ added: number; length: number }> {
-  const [added, length] = (await call(client, "sySweep", [keys.processing, keys.recovery, now, first, last])) as number[];
+/** adopt.lua: gives a delivery and a claim to processing items no live delivery accounts for. */
+export async function adoptOrphans(client: RedisClient, keys: QueueKeys, now: number, maxRead: number): Promise<{ added: number; length: number }> {
+  const [added, length] = (await call(client, "syAdopt", [keys.processing, keys.leases, keys.fence, keys.recovery, now, maxRead])) as number[];
   return { added, length };
+}
+
+/** promote.lua: moves up to `limit` due items of a delayed set onto the queue; resolves to how many, and when the next is due (0: none). */
+export async function promoteDue(
+  client: RedisClient, keys: QueueKeys, now: number, limit: number, publishTtlMs: number,
+): Promise<{ moved: number; nextDueMs: number }> {
+  const [moved, nextDueMs] = (await call(client, "syPromote", [keys.delayed, keys.queue, now, limit, publishTtlMs])) as number[];
+  return { moved, nextDueMs };
 }
 
 /** The outcome of a tick or interval claim; `job` is the job's JSON when it was read. */

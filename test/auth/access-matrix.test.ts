@@ -87,6 +87,22 @@ function unaryEnqueue(c: SwitchyardClient, queue: string): Promise<unknown> {
 const rows: Row[] = [
   { method: "QueueService/CreateQueue", scope: "queue:admin", grant: `queue:admin:${Q}*`, run: (c) => c.createQueue(QUEUE) },
   { method: "QueueService/GetQueue", scope: "queue:read", grant: `queue:read:${Q}`, run: (c) => c.getQueue(Q) },
+  {
+    method: "QueueService/UpdateQueue",
+    scope: "queue:admin",
+    grant: `queue:admin:${Q}`,
+    run: (c) => c.updateQueue({ name: Q, maxDeliveries: 7 }, ["max_deliveries"]),
+  },
+  {
+    method: "QueueService/PauseQueue",
+    scope: "queue:admin",
+    grant: `queue:admin:${Q}`,
+    run: async (c) => {
+      await c.pauseQueue(Q);
+      return admin.resumeQueue(Q);
+    },
+  },
+  { method: "QueueService/ResumeQueue", scope: "queue:admin", grant: `queue:admin:${Q}`, run: (c) => c.resumeQueue(Q) },
   { method: "QueueService/ListQueues", scope: "queue:read", grant: "queue:read", run: (c) => c.listQueues() },
   {
     method: "QueueService/DeleteQueue",

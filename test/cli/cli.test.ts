@@ -164,7 +164,7 @@ describe("switchyard CLI", () => {
     ]);
     expect(JSON.parse(await ok(a, ["queue", "stats", "--json"]))).toEqual({
       // 4 leased; 3 acked complete, the dead-lettered one does not.
-      stats: [{ queue: q, ready: "0", processing: "0", deadLetter: "1", leaseStreams: 0, leasedTotal: "4", completedTotal: "3" }],
+      stats: [{ queue: q, ready: "0", processing: "0", deadLetter: "1", leaseStreams: 0, leasedTotal: "4", completedTotal: "3", delayed: "0", paused: false, groups: [] }],
     });
 
     // peek-dead

@@ -383,11 +383,20 @@ describe("enqueue ttl", () => {
 });
 
 describe("a queue key that holds another type", () => {
-  // Someone else's data under a declared queue's name: Switchyard must refuse to enqueue, say why,
-  // and leave that data alone (SPEC S7: never lose data).
+  // Someone else's data under a declared queue's name: Switchyard must refuse to declare or enqueue,
+  // say why, and leave that data alone (SPEC S7: never lose data).
   beforeAll(async () => {
     await redis.plain.set("{wt}", "not a list");
+  });
+
+  it("CreateQueue is FAILED_PRECONDITION naming the key and its type, and declares nothing", async () => {
+    const err = await sy.client.createQueue({ name: "{wt}", mode: QueueMode.RELIABLE }).then(() => undefined, (e: grpc.ServiceError) => e);
+    expect([err?.code, err?.details]).toEqual([grpc.status.FAILED_PRECONDITION, expect.stringMatching(/key "\{wt\}" already holds a string/)]);
+    expect((await sy.client.listQueues()).queues.map((q) => q.name)).not.toContain("{wt}");
+    // Declared while the key was free, then someone else wrote it: enqueues are refused below.
+    await redis.plain.del("{wt}");
     await sy.client.createQueue({ name: "{wt}", mode: QueueMode.RELIABLE });
+    await redis.plain.set("{wt}", "not a list");
   });
 
   for (const ttlMs of [0, 60_000]) {
@@ -542,7 +551,7 @@ describe("lease tokens", () => {
   it("a garbage or empty token is INVALID_ARGUMENT on Ack, Retry, Drop and ExtendLease", async () => {
     const before = await snapshot();
     for (const [name, settle] of Object.entries(settles)) {
-      for (const token of ["not-a-token", "r.1.zz.e3Rva30", "r.1." + "0".repeat(40) + ".!!", "s.x.e3Rva30"]) {
+      for (const token of ["not-a-token", "r.1.zz.e3Rva30", "r.1.0000000000.!!", "s.x.e3Rva30"]) {
         const err = await failure(settle(token));
         expect(err.code, `${name}(${token})`).toBe(grpc.status.INVALID_ARGUMENT);
         expect(err.details).toContain("lease_token");
@@ -561,13 +570,13 @@ describe("lease tokens", () => {
     session.onSettleResult((r) => results.push({ token: r.leaseToken, code: r.code, message: r.message }));
     session.ack("garbage");
     session.extend("");
-    session.retry(`r.1.${"a".repeat(40)}.${Buffer.from("{nowhere}").toString("base64url")}`);
+    session.retry(`r.1.aaaaaaaaaa.${Buffer.from("{nowhere}").toString("base64url")}`);
     const deadline = Date.now() + 5_000;
     while (results.length < 3 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
     expect(results.map((r) => [r.token, r.code])).toEqual([
       ["garbage", grpc.status.INVALID_ARGUMENT],
       ["", grpc.status.INVALID_ARGUMENT],
-      [`r.1.${"a".repeat(40)}.${Buffer.from("{nowhere}").toString("base64url")}`, grpc.status.NOT_FOUND],
+      [`r.1.aaaaaaaaaa.${Buffer.from("{nowhere}").toString("base64url")}`, grpc.status.NOT_FOUND],
     ]);
     expect(results[0].message).toContain("lease_token");
     await sy.client.enqueue("{tok}", ["after bad settles"]);
@@ -581,7 +590,7 @@ describe("lease tokens", () => {
   });
 
   it("a token for an undeclared queue is NOT_FOUND", async () => {
-    const token = `r.1.${"a".repeat(40)}.${Buffer.from("{nowhere}").toString("base64url")}`;
+    const token = `r.1.aaaaaaaaaa.${Buffer.from("{nowhere}").toString("base64url")}`;
     for (const settle of Object.values(settles)) {
       const err = await failure(settle(token));
       expect(err.code).toBe(grpc.status.NOT_FOUND);

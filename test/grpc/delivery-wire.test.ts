@@ -8,16 +8,19 @@ import type { Delivery } from "../../src/queue/lease-stream.js";
 
 const deliveries: Delivery[] = [
   {
-    token: "r.1.0123456789abcdef0123456789abcdef01234567.e3RodW1ibmFpbHN9",
+    token: "r.1.k2x9q0ab00.e3RodW1ibmFpbHN9",
     fence: 1,
     deliveryCount: 1,
     queue: "{thumbnails}",
     item: { id: "abc1", payload: new Uint8Array([0, 1, 2, 255]), headers: { traceparent: "00-ab-cd-01", "ünï": "cödé ✓" }, enqueueTimeMs: 1_764_470_000_123 },
+    lastError: "",
   },
+  // A redelivery carrying the reason its last delivery failed (multi-byte characters too).
+  { token: "r.9.k2x9q0ab00.e3RodW1ibmFpbHN9", fence: 9, deliveryCount: 2, queue: "{thumbnails}", item: { id: "abc2", payload: new Uint8Array([1]), headers: {}, enqueueTimeMs: 0 }, lastError: "timeout: renderer 😀 gave up" },
   // A raw item: no id, headers or enqueue time; a fence past 2^32 and a long payload (multi-byte lengths).
-  { token: "s.4294967301.e30", fence: 2 ** 32 + 5, deliveryCount: 300, queue: "{}", item: { id: "", payload: new Uint8Array(300).fill(7), headers: {}, enqueueTimeMs: 0 } },
+  { token: "s.4294967301.e30", fence: 2 ** 32 + 5, deliveryCount: 300, queue: "{}", item: { id: "", payload: new Uint8Array(300).fill(7), headers: {}, enqueueTimeMs: 0 }, lastError: "" },
   // An enqueue time on a whole second (nanos 0) and an empty payload.
-  { token: "s.3.e30", fence: 3, deliveryCount: 1, queue: "cache.warmups", item: { id: "x", payload: new Uint8Array(0), headers: {}, enqueueTimeMs: 1_764_470_000_000 } },
+  { token: "s.3.e30", fence: 3, deliveryCount: 1, queue: "cache.warmups", item: { id: "x", payload: new Uint8Array(0), headers: {}, enqueueTimeMs: 1_764_470_000_000 }, lastError: "" },
 ];
 
 function byProtobufEs(batch: Delivery[]) {
@@ -34,6 +37,7 @@ function byProtobufEs(batch: Delivery[]) {
           enqueueTime: d.item.enqueueTimeMs ? timestampFromMs(d.item.enqueueTimeMs) : undefined,
           deliveryCount: d.deliveryCount,
           queue: d.queue,
+          lastError: d.lastError,
         })),
       },
     },

@@ -89,11 +89,22 @@ function duration(next: Next) {
   return next() < 0.6 ? undefined : { seconds: int64(next), nanos: int32(next) };
 }
 
+/** An item as a client could build it: now and then with a time, a delay or an idempotency key. */
+function item(next: Next) {
+  return {
+    payload: bytes(next, next() < 0.1 ? 300 : 20),
+    headers: next() < 0.3 ? headers(next) : {},
+    notBefore: next() < 0.1 ? { seconds: int64(next), nanos: int32(next) } : undefined,
+    delay: duration(next) && next() < 0.2 ? { seconds: int64(next), nanos: int32(next) } : undefined,
+    idempotencyKey: next() < 0.15 ? text(next, 30) : "",
+  };
+}
+
 /** A request as a client could build it. */
 function request(next: Next): EnqueueRequest {
   return create(EnqueueRequestSchema, {
     queue: next() < 0.1 ? "" : text(next, 20),
-    items: Array.from({ length: below(next, 20) }, () => ({ payload: bytes(next, next() < 0.1 ? 300 : 20), headers: next() < 0.3 ? headers(next) : {} })),
+    items: Array.from({ length: below(next, 20) }, () => item(next)),
     ttl: duration(next),
     minReplicas: next() < 0.6 ? 0 : below(next, 2 ** 32),
     replicaTimeout: duration(next),
@@ -132,6 +143,19 @@ function looseString(w: BinaryWriter, no: number, next: Next): void {
   else w.tag(no, WireType.LengthDelimited).string(text(next, 12));
 }
 
+const uint32 = (next: Next) => (next() < 0.3 ? below(next, 200) : below(next, 2 ** 32));
+
+/** A repeated uint32 field: packed, or one value unpacked. */
+function looseUints(w: BinaryWriter, no: number, next: Next): void {
+  if (next() < 0.5) {
+    w.tag(no, WireType.Varint).uint32(uint32(next));
+    return;
+  }
+  w.tag(no, WireType.LengthDelimited).fork();
+  for (let n = below(next, 4); n > 0; n--) w.uint32(uint32(next));
+  w.join();
+}
+
 /** A known field with a wire type its declaration does not have, and whatever bytes follow. */
 function wrongWireType(w: BinaryWriter, next: Next, fields: number): void {
   w.tag(1 + below(next, fields), [WireType.Varint, WireType.Bit64, WireType.StartGroup, WireType.EndGroup, WireType.Bit32][below(next, 5)]);
@@ -162,12 +186,18 @@ function looseItem(w: BinaryWriter, next: Next): void {
   for (let n = below(next, 5); n > 0; n--) {
     const r = next();
     if (r < 0.3) w.tag(1, WireType.LengthDelimited).bytes(bytes(next, 20));
-    else if (r < 0.8) {
+    else if (r < 0.7) {
       w.tag(2, WireType.LengthDelimited).fork();
       looseHeader(w, next);
       w.join();
-    } else if (r < 0.98) unknownField(w, next, 3);
-    else wrongWireType(w, next, 2);
+    } else if (r < 0.8) {
+      // not_before (a Timestamp) or delay (a Duration): the same two fields, so one loose writer serves.
+      w.tag(r < 0.75 ? 3 : 4, WireType.LengthDelimited).fork();
+      looseDuration(w, next);
+      w.join();
+    } else if (r < 0.87) looseString(w, 5, next);
+    else if (r < 0.98) unknownField(w, next, 6);
+    else wrongWireType(w, next, 5);
   }
 }
 
@@ -381,7 +411,7 @@ describe("EnqueueResponse", () => {
   it("is written with toBinary's bytes", () => {
     const next = random(6);
     for (let n = 0; n < 500; n++) {
-      const r = create(EnqueueResponseSchema, { ids: ids(next) });
+      const r = create(EnqueueResponseSchema, { ids: ids(next), duplicates: next() < 0.3 ? [uint32(next), below(next, 10)] : [] });
       expect(encodeEnqueueResponse(r).toString("hex")).toBe(Buffer.from(toBinary(EnqueueResponseSchema, r)).toString("hex"));
     }
   });
@@ -400,9 +430,10 @@ describe("EnqueueResponse", () => {
     for (let n = 0; n < 3000; n++) {
       const w = new BinaryWriter();
       for (const id of ids(next)) {
-        if (next() < 0.2) unknownField(w, next, 2);
+        if (next() < 0.2) unknownField(w, next, 3);
         looseString(w, 1, next);
         if (next() < 0.1) w.tag(1, WireType.LengthDelimited).string(id);
+        if (next() < 0.1) looseUints(w, 2, next);
       }
       const input = n % 2 ? mangle(w.finish(), next) : w.finish();
       if (sameResponse(input)) decoded++;
@@ -414,7 +445,9 @@ describe("EnqueueResponse", () => {
 
 /** The protobuf-es message of what readEnqueueRequest read (as decodeEnqueueRequest makes it). */
 function requestMessage(call: EnqueueCall): EnqueueRequest {
-  const items = Array.from({ length: call.items.count }, (_, i) => ({ payload: call.items.payload(i), headers: call.items.givenHeaders(i) ?? {} }));
+  const items = Array.from({ length: call.items.count }, (_, i) => ({
+    payload: call.items.payload(i), headers: call.items.givenHeaders(i) ?? {}, ...call.items.givenExtras(i),
+  }));
   return create(EnqueueRequestSchema, { queue: call.queue, items, ttl: call.ttl, minReplicas: call.minReplicas, replicaTimeout: call.replicaTimeout });
 }
 
@@ -424,7 +457,6 @@ function decodeStreamRequest(bytes: Uint8Array) {
   return create(EnqueueStreamRequestSchema, { id, request: request ? requestMessage(request) : undefined });
 }
 
-const uint32 = (next: Next) => (next() < 0.3 ? below(next, 200) : below(next, 2 ** 32));
 
 describe("EnqueueStreamRequest", () => {
   const same = (input: Uint8Array) => expectSameAsProtobufEs(EnqueueStreamRequestSchema, decodeStreamRequest, input);
@@ -486,8 +518,9 @@ describe("EnqueueStreamResponse", () => {
         if (r < 0.15) w.tag(1, WireType.Varint).uint32(uint32(next));
         else if (r < 0.3) w.tag(2, WireType.Varint).int32(int32(next));
         else if (r < 0.45) looseString(w, 3, next);
-        else if (r < 0.85) looseString(w, 4, next);
-        else unknownField(w, next, 5);
+        else if (r < 0.8) looseString(w, 4, next);
+        else if (r < 0.9) looseUints(w, 5, next);
+        else unknownField(w, next, 6);
       }
       const input = n % 2 ? mangle(w.finish(), next) : w.finish();
       if (expectSameAsProtobufEs(EnqueueStreamResponseSchema, decodeEnqueueStreamResponse, input)) decoded++;

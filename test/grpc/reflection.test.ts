@@ -86,7 +86,11 @@ describe("server reflection with buf curl", () => {
     const methods = r.stdout.trim().split("\n");
     const queueMethods = methods.filter((m) => m.startsWith("switchyard.v1.QueueService/")).map((m) => m.split("/")[1]);
     expect(queueMethods.sort()).toEqual(
-      ["CreateQueue", "GetQueue", "ListQueues", "DeleteQueue", "GetQueueStats", "PeekQueue", "PurgeQueue", "RequeueDeadLetters", "DeleteDeadLetters", "Enqueue", "EnqueueStream", "Lease", "Ack", "Retry", "Drop", "ExtendLease"].sort(),
+      [
+        "CreateQueue", "GetQueue", "UpdateQueue", "PauseQueue", "ResumeQueue", "ListQueues", "DeleteQueue", "GetQueueStats", "PeekQueue",
+        "PurgeQueue", "RequeueDeadLetters", "DeleteDeadLetters",
+        "Enqueue", "EnqueueStream", "Lease", "Ack", "Retry", "Drop", "ExtendLease",
+      ].sort(),
     );
     // The proto and the served methods agree.
     expect(queueMethods.sort()).toEqual(QueueService.methods.map((m) => m.name).sort());

@@ -95,11 +95,15 @@ export async function startRedis(options: { appendOnly?: boolean } = {}): Promis
   return onCluster ? startClusterRedis() : startStandaloneRedis(options);
 }
 
+/** How many deliveries a reliable queue's leases hash records as live (fields "<fence>@<owner>"). */
+export async function liveDeliveries(plain: TestRedis["plain"] | Redis, leases: string): Promise<number> {
+  return (await plain.hkeys(leases)).filter((field) => /^\d+@/.test(field)).length;
+}
+
 /**
- * The per-item fields of a queue's deliveries hash (sha1 → count): empty once
- * every item is settled. The hash's other fields ("completed", "dead:<sha1>")
- * are counters and dead letters' counts, which stay.
+ * The records a reliable queue's leases hash keeps besides its counters, for
+ * live deliveries; empty once nothing is in flight.
  */
-export async function liveCounts(plain: TestRedis["plain"], deliveries: string): Promise<string[]> {
-  return (await plain.hkeys(deliveries)).filter((field) => /^[0-9a-f]{40}$/.test(field));
+export async function leaseRecords(plain: TestRedis["plain"], leases: string): Promise<string[]> {
+  return (await plain.hkeys(leases)).filter((field) => field !== "live" && field !== "completed");
 }

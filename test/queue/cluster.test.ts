@@ -8,10 +8,11 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Cluster } from "ioredis";
 import { QueueMode } from "../../src/gen/switchyard/v1/queue_pb.js";
-import { queueKeys, slotOf } from "../../src/redis/keys.js";
+import { queueKeys, slotOf, type QueueKeys } from "../../src/redis/keys.js";
+import { decodeItem } from "../../src/queue/envelope.js";
 import { defineScripts, leaseItems, recoverStale, settleItems } from "../../src/redis/scripts.js";
 import { ownerOf, type ClusterMaster } from "../helpers/cluster.js";
-import { liveCounts, onCluster, startClusterRedis, type ClusterRedis } from "../helpers/redis.js";
+import { leaseRecords, liveDeliveries, onCluster, startClusterRedis, type ClusterRedis } from "../helpers/redis.js";
 import { startSwitchyard, type TestSwitchyard } from "../helpers/switchyard.js";
 
 const UNAVAILABLE = 14;
@@ -68,7 +69,7 @@ describe.runIf(onCluster)("on a Redis Cluster", () => {
       // All of the queue's keys sit on the master that serves its tag.
       const owner = redis.nodeFor(name);
       expect(owner.options.port).toBe(servedBy(masters, name).node.port);
-      expect([await owner.llen(`${name}.processing`), await owner.zcard(`${name}.claims`), await owner.hlen(`${name}.leases`)]).toEqual([2, 2, 2]);
+      expect([await owner.llen(`${name}.processing`), await owner.zcard(`${name}.claims`), await liveDeliveries(owner, `${name}.leases`)]).toEqual([2, 2, 2]);
       for (const d of got) await sy.client.ack(d.leaseToken);
       expect(await sy.client.getQueueStats(name)).toMatchObject({ ready: 0n, processing: 0n });
       await lease.close();
@@ -134,7 +135,7 @@ describe.runIf(onCluster)("on a Redis Cluster", () => {
     for (const d of held) await retrying(() => sy.client.ack(d.leaseToken), retries);
 
     // Everything enqueued is delivered once and acked: the queue's lists and leases drain.
-    const left = async () => [await redis.plain.llen(Q), await redis.plain.llen(`${Q}.processing`), await redis.plain.hlen(`${Q}.leases`)];
+    const left = async () => [await redis.plain.llen(Q), await redis.plain.llen(`${Q}.processing`), await liveDeliveries(redis.plain, `${Q}.leases`)];
     await expect.poll(left, { timeout: 20_000 }).toEqual([0, 0, 0]);
     await Promise.all([session.close(), slow.close()]);
     await worker;
@@ -144,7 +145,7 @@ describe.runIf(onCluster)("on a Redis Cluster", () => {
     const missing = [...enqueued].filter((id) => !deliveries.has(id));
     expect({ twice, unknown, missing, refused }).toEqual({ twice: [], unknown: [], missing: [], refused: [] });
     expect(enqueued.size).toBeGreaterThan(200);
-    expect(await liveCounts(redis.plain, `${Q}.deliveries`)).toEqual([]);
+    expect(await leaseRecords(redis.plain, `${Q}.leases`)).toEqual([]);
     // The slot really moved, with the queue's keys, and came back to where it started.
     expect(moved.every((n) => n > 0), `keys moved per step: ${moved}`).toBe(true);
     expect(servedBy(await redis.cluster.masters(), Q).id).toBe(start.id);
@@ -207,50 +208,58 @@ describe.runIf(onCluster)("on a Redis Cluster", () => {
       return redis.cluster.migrateSlot(slotOf(key), masters.find((m) => m.id !== owner.id)!);
     }
 
+    const lease = (keys: QueueKeys, max: number) => leaseItems(redis.plain, keys, { now: T0, max, recoveryTtlMs: 0, owner: "mig" });
+    const settleCtx = { now: T0, maxDeliveries: 25, retryPolicy: "0,1,0,0", publishTtlMs: 0 };
+    /** Creates every key a script names, as a migrating slot requires (else Redis answers TRYAGAIN). */
+    async function everyKey(keys: QueueKeys) {
+      await redis.plain.lpush(keys.deadLetter, "old");
+      await redis.plain.zadd(keys.delayed, T0 + 3_600_000, "later");
+      await redis.plain.zadd(keys.returned, T0, "0");
+    }
+
     it("lease.lua moves the fewer items the queue holds than asked for, and records each", async () => {
       const keys = queueKeys("{mig-lease}", "{mig-lease}.processing", "{mig-lease}.dead", "");
       await redis.plain.lpush(keys.queue, "a", "b", "c");
-      expect(await leaseItems(redis.plain, keys, T0, 1, 0)).toHaveLength(1); // processing, leases, deliveries, fence exist
+      expect(await lease(keys, 1)).toHaveLength(1); // processing, leases and fence exist
       const migration = await migrating(keys.queue);
       // Emptying the queue must not end the script halfway, with items moved but not handed out.
-      const items = await leaseItems(redis.plain, keys, T0, 10, 0);
+      const items = await lease(keys, 10);
       expect(items.map((i) => i.value.toString())).toEqual(["b", "c"]);
       await migration.finish();
-      expect([await redis.plain.llen(keys.processing), await redis.plain.hlen(keys.leases)]).toEqual([3, 3]);
+      expect([await redis.plain.llen(keys.processing), await redis.plain.hget(keys.leases, "live")]).toEqual([3, "3"]);
     });
 
-    it("settle.lua applies a whole batch, also a stale settle after the last lease is gone", async () => {
+    it("settle.lua applies a whole batch, also a stale settle after the last delivery is gone", async () => {
       const keys = queueKeys("{mig-settle}", "{mig-settle}.processing", "{mig-settle}.dead", "");
       await redis.plain.lpush(keys.queue, "a", "b", "c");
-      await redis.plain.lpush(keys.deadLetter, "old"); // every key the script names exists
-      const [c, b] = await leaseItems(redis.plain, keys, T0, 2, 0);
+      await everyKey(keys);
+      const [c, b] = await lease(keys, 2);
       const migration = await migrating(keys.queue);
-      const codes = await settleItems(redis.plain, keys, T0, 25, [
-        { action: "a", sha: c.sha, fence: c.fence },
-        { action: "a", sha: b.sha, fence: b.fence },
-        { action: "c", sha: c.sha, fence: c.fence }, // a late check: the leases hash is empty by now
+      const results = await settleItems(redis.plain, keys, settleCtx, [
+        { action: "ack", delivery: `${c.fence}@mig` },
+        { action: "ack", delivery: `${b.fence}@mig` },
+        { action: "check", delivery: `${c.fence}@mig` }, // a late check: no delivery is live by now
       ]);
-      expect(codes).toEqual([1, 1, -1]);
+      expect(results.map((r) => r.code)).toEqual(["done", "done", "not_held"]);
       await migration.finish();
-      expect([await redis.plain.llen(keys.processing), await redis.plain.exists(keys.leases), await redis.plain.llen(keys.queue)]).toEqual([0, 0, 1]);
+      expect([await redis.plain.llen(keys.processing), await redis.plain.hget(keys.leases, "live"), await redis.plain.llen(keys.queue)]).toEqual([0, "0", 1]);
     });
 
-    it("recover.lua returns every stale claim, also an unleased item after the last lease is gone", async () => {
+    it("recover.lua returns every stale claim, also after the processing list empties", async () => {
       const keys = queueKeys("{mig-recover}", "{mig-recover}.processing", "{mig-recover}.dead", "{mig-recover}.claims");
-      await redis.plain.lpush(keys.queue, "a");
-      await leaseItems(redis.plain, keys, T0, 1, 0);
-      // An item another client moved into processing: no lease, a claim from the sweep.
-      await redis.plain.lpush(keys.queue, "raw");
-      await redis.plain.lmove(keys.queue, keys.processing, "RIGHT", "LEFT");
-      await redis.plain.zadd(keys.recovery, T0 + 1, "raw");
+      await redis.plain.lpush(keys.queue, "a", "b");
+      await lease(keys, 2);
       await redis.plain.lpush(keys.queue, "keep");
-      await redis.plain.lpush(keys.deadLetter, "old"); // every key the script names exists
+      await everyKey(keys);
       const migration = await migrating(keys.queue);
-      const pass = await recoverStale(redis.plain, keys, T0 + 60_000, 1000, 100, 25);
-      expect(pass).toEqual({ recovered: 2, deadLettered: 0, seen: 2 });
+      const pass = await recoverStale(redis.plain, keys, { ...settleCtx, now: T0 + 60_000, minIdleMs: 1000, limit: 100, reason: "stale" });
+      expect(pass).toEqual({ recovered: 2, deadLettered: 0, seen: 2, earliestDueMs: 0 });
       await migration.finish();
-      expect(await redis.plain.lrange(keys.queue, 0, -1)).toEqual(["keep", "a", "raw"]);
-      expect(await redis.plain.exists(keys.processing, keys.leases, keys.recovery)).toBe(0);
+      const back = await redis.plain.lrangeBuffer(keys.queue, 0, -1);
+      expect(back.map((v) => decodeItem(v)).map((i) => [Buffer.from(i.payload).toString(), i.deliveries, i.lastError])).toEqual([
+        ["keep", 0, ""], ["a", 1, "stale"], ["b", 1, "stale"],
+      ]);
+      expect(await redis.plain.exists(keys.processing, keys.recovery)).toBe(0);
     });
   });
 });

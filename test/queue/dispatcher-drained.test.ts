@@ -13,7 +13,7 @@ import { BulkStrings } from "../../src/redis/bulk-strings.js";
 import { validateQueueSpec } from "../../src/queue/declaration.js";
 import { QueueDispatcher } from "../../src/queue/dispatcher.js";
 import { LeaseStream, type Delivery } from "../../src/queue/lease-stream.js";
-import { Settler } from "../../src/queue/settler.js";
+import { testDispatchHost } from "../helpers/dispatch.js";
 import { startStandaloneRedis, type StandaloneRedis } from "../helpers/redis.js";
 
 const log = createLogger("error");
@@ -39,9 +39,9 @@ describe("a pump that took fewer items than it asked for", () => {
   it("waits for the next push without another lease call, and still delivers every item", async () => {
     const clock = new ManualClock();
     const config = validateQueueSpec({ name: "{drained}", mode: "reliable" }, clock.now());
-    const dispatcher = new QueueDispatcher(config, conn, clock, new Settler(conn.client, clock), { leaseBatch: 10, blockTimeoutSec: 0 }, log, () => undefined);
+    const dispatcher = new QueueDispatcher(config, testDispatchHost(conn, clock, log));
     const delivered: Delivery[] = [];
-    const sink = { deliver: (b: Delivery[]) => delivered.push(...b), heartbeat() {}, fail() {}, drain() {}, end() {} };
+    const sink = { deliver: (b: Delivery[]) => delivered.push(...b) > 0, heartbeat() {}, fail() {}, drain() {}, end() {} };
     dispatcher.add(new LeaseStream(config, 5, sink, clock.now()));
     const blocked = async () => (await redis.plain.info("clients")).match(/blocked_clients:(\d+)/)?.[1];
     await expect.poll(blocked).toBe("1");

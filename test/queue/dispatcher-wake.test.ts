@@ -13,7 +13,7 @@ import { BulkStrings } from "../../src/redis/bulk-strings.js";
 import { validateQueueSpec } from "../../src/queue/declaration.js";
 import { QueueDispatcher } from "../../src/queue/dispatcher.js";
 import { LeaseStream, type Delivery } from "../../src/queue/lease-stream.js";
-import { Settler } from "../../src/queue/settler.js";
+import { testDispatchHost } from "../helpers/dispatch.js";
 import { startStandaloneRedis, type StandaloneRedis } from "../helpers/redis.js";
 
 const log = createLogger("error");
@@ -36,9 +36,9 @@ describe("QueueDispatcher.pushed", () => {
     const clock = new ManualClock();
     const config = validateQueueSpec({ name: "{wake}", mode: "reliable" }, clock.now());
     const wired: RedisConnection = { ...main, duplicate: () => other.duplicate() };
-    const dispatcher = new QueueDispatcher(config, wired, clock, new Settler(main.client, clock), { leaseBatch: 10, blockTimeoutSec: 0 }, log, () => undefined);
+    const dispatcher = new QueueDispatcher(config, testDispatchHost(wired, clock, log));
     const delivered: Delivery[] = [];
-    const sink = { deliver: (b: Delivery[]) => delivered.push(...b), heartbeat() {}, fail() {}, drain() {}, end() {} };
+    const sink = { deliver: (b: Delivery[]) => delivered.push(...b) > 0, heartbeat() {}, fail() {}, drain() {}, end() {} };
     dispatcher.add(new LeaseStream(config, 5, sink, clock.now()));
     // The pump is parked on the other Redis (timeout 0: it never returns by itself).
     await expect.poll(async () => (await elsewhere.plain.info("clients")).match(/blocked_clients:(\d+)/)?.[1]).toBe("1");

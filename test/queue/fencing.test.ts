@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import { QueueMode } from "../../src/gen/switchyard/v1/queue_pb.js";
 import type { ManualClock } from "../../src/clock.js";
-import { liveCounts, startRedis, type TestRedis } from "../helpers/redis.js";
+import { leaseRecords, startRedis, type TestRedis } from "../helpers/redis.js";
 import { startSwitchyard, type TestSwitchyard } from "../helpers/switchyard.js";
 
 const MIN_IDLE_MS = 60_000;
@@ -95,7 +95,7 @@ describe("dead letters", () => {
     expect(dead[0].includes(Buffer.from("poison"))).toBe(true);
     expect(await redis.plain.llen(Q)).toBe(0);
     expect(await redis.plain.llen(`${Q}.processing`)).toBe(0);
-    expect(await liveCounts(redis.plain, `${Q}.deliveries`)).toEqual([]);
+    expect(await leaseRecords(redis.plain, `${Q}.leases`)).toEqual([]);
     const stats = await sy.client.getQueueStats(Q);
     expect(stats.deadLetter).toBe(1n);
     await lease.close();

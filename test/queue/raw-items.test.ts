@@ -4,7 +4,7 @@
  * bytes unchanged, no id and no enqueue time, and settle like any other item.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { liveCounts, startRedis, type TestRedis } from "../helpers/redis.js";
+import { leaseRecords, startRedis, type TestRedis } from "../helpers/redis.js";
 import { startSwitchyard, type TestSwitchyard } from "../helpers/switchyard.js";
 import { QueueMode, type Delivery } from "../../src/gen/switchyard/v1/queue_pb.js";
 
@@ -74,8 +74,7 @@ describe("raw items", () => {
 
       const settled = async () => [await redis.plain.llen(queue), await redis.plain.llen(`${queue}.processing`)];
       await eventually(settled, ([q, p]) => q === 0 && p === 0);
-      expect(await redis.plain.hlen(`${queue}.leases`)).toBe(0);
-      expect(await liveCounts(redis.plain, `${queue}.deliveries`)).toEqual([]);
+      expect(await leaseRecords(redis.plain, `${queue}.leases`)).toEqual([]);
       if (queue === "{raw-claims}") expect(await redis.plain.zcard(`${queue}.claims`)).toBe(0);
       await session.close();
     });
@@ -125,7 +124,7 @@ describe("raw items", () => {
     expect(second.id).toBe("");
     await sy.client.ack(second.leaseToken);
     expect(await redis.plain.llen("{raw}.processing")).toBe(0);
-    expect(await liveCounts(redis.plain, "{raw}.deliveries")).toEqual([]);
+    expect(await leaseRecords(redis.plain, "{raw}.leases")).toEqual([]);
     await session.close();
   });
 

@@ -1,4 +1,5 @@
 /** The watchdog (SPEC Q5) and the return of a closed stream's items (Q10). */
+import { decodeItem } from "../../src/queue/envelope.js";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import { QueueMode } from "../../src/gen/switchyard/v1/queue_pb.js";
@@ -60,7 +61,11 @@ describe("watchdog", () => {
     expect(claimedAt).toBeGreaterThan(clock.now() - 1000);
     expect(claimedAt).toBeLessThanOrEqual(clock.now());
     await clock.advance(MIN_IDLE_MS + 1000);
-    expect(await redis.plain.lrange(Q, 0, -1)).toEqual(["orphan"]);
+    // Back in the queue as the payload of an envelope that records its one delivery and why it came back.
+    const back = (await redis.plain.lrangeBuffer(Q, 0, -1)).map(decodeItem);
+    expect(back.map((i) => [Buffer.from(i.payload).toString(), i.id, i.deliveries, i.lastError])).toEqual([
+      ["orphan", "", 1, "not settled within min_idle (60 s): recovered by the watchdog"],
+    ]);
     expect(await redis.plain.llen(`${Q}.processing`)).toBe(0);
   });
 

@@ -29,10 +29,10 @@ describe("validateQueueSpec", () => {
 });
 
 describe("lease tokens", () => {
-  it("round-trip queue, fence and sha, including names with dots and braces", () => {
-    const ref = { queue: "{thumb.nails}:x", fence: 42, sha: "a".repeat(40) };
+  it("round-trip queue, fence and owner, including names with dots and braces", () => {
+    const ref = { queue: "{thumb.nails}:x", fence: 42, owner: "k2x9q0ab00" };
     expect(parseToken(formatToken(ref))).toEqual(ref);
-    expect(parseToken(formatToken({ queue: "cache.warmups", fence: 7, sha: "" }))).toEqual({ queue: "cache.warmups", fence: 7, sha: "" });
+    expect(parseToken(formatToken({ queue: "cache.warmups", fence: 7, owner: "" }))).toEqual({ queue: "cache.warmups", fence: 7, owner: "" });
   });
 
   it("refuses anything Switchyard did not issue", () => {

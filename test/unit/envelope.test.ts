@@ -79,7 +79,7 @@ describe("encodeItem", () => {
     const payload = Buffer.from("payload ✓");
     const item = decodeItem(encodeItem("id-1", payload, { h: "ü" }, 1_764_480_000_123));
     expect({ ...item, payload: Buffer.from(item.payload).toString() }).toEqual({
-      id: "id-1", payload: "payload ✓", headers: { h: "ü" }, enqueueTimeMs: 1_764_480_000_123,
+      id: "id-1", payload: "payload ✓", headers: { h: "ü" }, enqueueTimeMs: 1_764_480_000_123, deliveries: 0, lastError: "",
     });
   });
 

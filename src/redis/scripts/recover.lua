@@ -1,60 +1,53 @@
 --[[
-  The watchdog: returns every claim idle longer than min_idle to the front of
-  the queue (or to the dead-letter list once it used up its deliveries), and
-  invalidates its lease so the stalled worker's late settle is refused. Of
-  equal values in flight, the oldest lease goes; the sweep gives the next copy
-  a claim of its own.
+  The watchdog: every claim idle longer than min_idle loses its delivery, whose
+  item goes back, after the retry policy's wait, with the reason ARGV[7] (to
+  the dead letters once it used up its deliveries). The stalled holder's late
+  settle is then refused as superseded.
   KEYS[1] queue list   KEYS[2] processing list   KEYS[3] leases hash
-  KEYS[4] deliveries hash (a dead letter's count goes to field "dead:<sha1>")
-  KEYS[5] recovery zset   KEYS[6] dead-letter list
+  KEYS[4] recovery zset   KEYS[5] dead-letter list   KEYS[6] delayed zset
+  KEYS[7] tombstones zset
   ARGV[1] now (ms)   ARGV[2] min idle (ms)   ARGV[3] max claims this call
-  ARGV[4] max deliveries
-  Returns: { recovered, dead-lettered, stale claims seen }.
-  Never touches a key once it is empty (the counts below follow the processing
-  list, leases and deliveries): while a cluster slot migrates, a key that
-  disappears mid-script is "non local", and the script would stop halfway.
+  ARGV[4] max deliveries   ARGV[5] retry policy "initial,multiplier,max,jitter"
+  ARGV[6] a random number in [0, 1)   ARGV[7] the reason   ARGV[8] publish ttl (ms, 0: none)
+  Returns: { recovered, dead-lettered, stale claims seen, earliest due time (0: none delayed) }.
+  A stale claim with no live delivery (its delivery was settled in the same
+  moment, or a record from before) is only removed.
 ]]
-local stale = redis.call("ZRANGEBYSCORE", KEYS[5], "-inf", tonumber(ARGV[1]) - tonumber(ARGV[2]),
-  "LIMIT", 0, tonumber(ARGV[3]))
-local max = tonumber(ARGV[4])
-local processing = redis.call("LLEN", KEYS[2])
-local leases = redis.call("HLEN", KEYS[3])
-local counted = redis.call("HLEN", KEYS[4])
-local recovered, dead = 0, 0
-for _, value in ipairs(stale) do
-  redis.call("ZREM", KEYS[5], value)
-  if processing > 0 and redis.call("LREM", KEYS[2], -1, value) > 0 then
-    processing = processing - 1
-    local sha = redis.sha1hex(value)
-    local others = 0
-    local lease = leases > 0 and redis.call("HGET", KEYS[3], sha)
-    if lease then
-      local fences = string.sub(lease, 1, string.find(lease, ":", 1, true) - 1)
-      local comma = string.find(fences, ",", 1, true)
-      if comma then
-        local _, commas = string.gsub(fences, ",", "")
-        others = commas
-        redis.call("HSET", KEYS[3], sha, string.sub(lease, comma + 1))
-      else
-        redis.call("HDEL", KEYS[3], sha)
-        leases = leases - 1
-      end
-    end
-    local count = tonumber(counted > 0 and redis.call("HGET", KEYS[4], sha) or "0") - others
-    if max > 0 and count >= max then
-      -- Recorded first, so the hash does not empty before it.
-      counted = counted + redis.call("HSET", KEYS[4], "dead:" .. sha, count)
-      if others == 0 then
-        counted = counted - redis.call("HDEL", KEYS[4], sha)
-      else
-        redis.call("HSET", KEYS[4], sha, others)
-      end
-      redis.call("LPUSH", KEYS[6], value)
+local now, max = tonumber(ARGV[1]), tonumber(ARGV[4])
+local stale = redis.call("ZRANGEBYSCORE", KEYS[4], "-inf", now - tonumber(ARGV[2]), "LIMIT", 0, tonumber(ARGV[3]))
+if #stale == 0 then return { 0, 0, 0, 0 } end
+local k = queue_context({
+  queue = KEYS[1], processing = KEYS[2], leases = KEYS[3], recovery = KEYS[4],
+  dead = KEYS[5], delayed = KEYS[6], returned = KEYS[7],
+}, true)
+local recovered, dead, earliest = 0, 0, 0
+for i, member in ipairs(stale) do
+  local field
+  if string.sub(member, 1, #DERIVED) == DERIVED then field = string.sub(member, #DERIVED + 1) end
+  local record = field and redis.call("HGET", KEYS[3], field)
+  local kind, value
+  if record then kind, value = parse_record(record) end
+  if not record or kind ~= "d" then
+    -- The member is a value: the delivery that claims under it.
+    field = redis.call("HGET", KEYS[3], "m:" .. redis.sha1hex(member))
+    record = field and redis.call("HGET", KEYS[3], field)
+    if record then kind, value = parse_record(record) end
+  end
+  if record and claim_member(kind, value, field) == member then
+    remove_delivery(k, field, kind, value)
+    local count = history(value) + 1
+    local fence = fence_of(field)
+    local wait = backoff(ARGV[5], count, nth_random(tonumber(ARGV[6]), i))
+    local due = put_back(k, value, count, ARGV[7], fence, now, wait, true, max > 0 and count >= max, tonumber(ARGV[8]))
+    tombstone(k, fence, now)
+    if due < 0 then
       dead = dead + 1
     else
-      redis.call("RPUSH", KEYS[1], value)
       recovered = recovered + 1
+      if due > 0 and (earliest == 0 or due < earliest) then earliest = due end
     end
+  elseif k.claims > 0 then
+    k.claims = k.claims - redis.call("ZREM", KEYS[4], member)
   end
 end
-return { recovered, dead, #stale }
+return { recovered, dead, #stale, earliest }

@@ -1,0 +1,117 @@
+/**
+ * Gives deliveries back to their queue — a closed stream's unsettled items
+ * (counted as a delivery), items no stream could take (uncounted) — and keeps
+ * trying until Redis has taken them. A return that fails is never only logged:
+ * it is tried again, with backoff, for as long as this instance lives (and if
+ * it dies first, another instance returns them: see instances.ts).
+ */
+import type { Logger } from "../log.js";
+import type { SettleAction } from "../redis/scripts.js";
+import type { QueueConfig } from "./declaration.js";
+import type { Settler } from "./settler.js";
+
+type ReturnAction = Extract<SettleAction, "return" | "undo">;
+
+/** Waits between attempts: from 100 ms doubling to 2 s. */
+const FIRST_WAIT_MS = 100;
+const MAX_WAIT_MS = 2000;
+
+export class Returns {
+  /** Queue → delivery field → how it goes back: what is not back yet. */
+  private readonly waiting = new Map<string, Map<string, ReturnAction>>();
+  private retryTimer?: ReturnType<typeof setTimeout>;
+  private waitMs = FIRST_WAIT_MS;
+  private idleWaiters: (() => void)[] = [];
+
+  constructor(
+    private readonly settler: Settler,
+    /** The current declaration of a queue, or undefined once it is deleted (its returns are then dropped). */
+    private readonly configOf: (queue: string) => QueueConfig | undefined,
+    private readonly log: Logger,
+  ) {}
+
+  /**
+   * Returns `fields` (in this order) of `config`'s queue. Resolves after the
+   * first attempt, whether it took or not; what did not is tried again.
+   */
+  async give(config: QueueConfig, fields: readonly string[], action: ReturnAction): Promise<void> {
+    if (fields.length === 0) return;
+    let waiting = this.waiting.get(config.name);
+    if (!waiting) this.waiting.set(config.name, (waiting = new Map()));
+    for (const f of fields) waiting.set(f, action);
+    await this.attempt(config, fields.map((f) => [f, action] as const));
+  }
+
+  /** Whether delivery `field` of `queue` is on its way back. */
+  has(queue: string, field: string): boolean {
+    return this.waiting.get(queue)?.has(field) ?? false;
+  }
+
+  /** How many deliveries are not back yet. */
+  get size(): number {
+    let n = 0;
+    for (const w of this.waiting.values()) n += w.size;
+    return n;
+  }
+
+  /** Resolves once nothing waits to go back, or after `timeoutMs` (wall time). */
+  idle(timeoutMs: number): Promise<boolean> {
+    if (this.size === 0) return Promise.resolve(true);
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => resolve(false), timeoutMs);
+      this.idleWaiters.push(() => {
+        clearTimeout(timer);
+        resolve(true);
+      });
+    });
+  }
+
+  /** Stops retrying (the instance is going away). */
+  stop(): void {
+    clearTimeout(this.retryTimer);
+    this.retryTimer = undefined;
+  }
+
+  private async attempt(config: QueueConfig, ops: readonly (readonly [string, ReturnAction])[]): Promise<void> {
+    try {
+      await this.settler.settleMany(config, ops.map(([delivery, action]) => ({ action, delivery })));
+      // Every code is final: returned, or no longer live (settled, returned or recovered meanwhile).
+      const waiting = this.waiting.get(config.name);
+      for (const [f] of ops) waiting?.delete(f);
+      if (waiting?.size === 0) this.waiting.delete(config.name);
+      this.waitMs = FIRST_WAIT_MS;
+      if (this.size === 0) this.notifyIdle();
+    } catch (err) {
+      this.log.warn("could not return items to their queue; trying again", { queue: config.name, items: ops.length, err });
+      this.scheduleRetry();
+    }
+  }
+
+  private scheduleRetry(): void {
+    if (this.retryTimer) return;
+    this.retryTimer = setTimeout(() => {
+      this.retryTimer = undefined;
+      void this.retryAll();
+    }, this.waitMs);
+    this.retryTimer.unref();
+    this.waitMs = Math.min(this.waitMs * 2, MAX_WAIT_MS);
+  }
+
+  private async retryAll(): Promise<void> {
+    for (const [queue, waiting] of [...this.waiting]) {
+      const config = this.configOf(queue);
+      if (!config) {
+        this.waiting.delete(queue);
+        continue;
+      }
+      await this.attempt(config, [...waiting]);
+    }
+    if (this.size === 0) this.notifyIdle();
+  }
+
+  private notifyIdle(): void {
+    const waiters = this.idleWaiters;
+    this.idleWaiters = [];
+    for (const w of waiters) w();
+  }
+}

@@ -1,0 +1,236 @@
+--[[
+  Shared by the queue scripts (scripts.ts puts it in front of each one).
+
+  Stored items. A value in a queue, processing, delayed or dead-letter key is
+  an "SYE1" envelope (queue.proto's Envelope) or a raw payload. Once a
+  delivery of an item came back, it is stored again as an envelope with its
+  history (field 5, ItemHistory: deliveries so far, last error, last fence);
+  a raw payload becomes the payload of an envelope with no id. Values are
+  read as envelopes exactly when envelope.ts reads them so: the magic bytes,
+  well-formed fields, and an id or a history.
+
+  Deliveries. The leases hash holds one record per live delivery, under the
+  field "<fence>@<owner>" (owner: the instance that leased it):
+    "<claim>:<value>"  claim: "v" the recovery set's member is the value,
+                       "d" it is DERIVED .. field, "-" no recovery set.
+  (A delivery's number is its item's deliveries so far plus one: read from the
+  value when needed, not stored.)
+  With a recovery set, also "m:<sha1(value)>" → the field of the delivery whose
+  claim member is the value itself (one per value), and "n:<sha1(value)>" → how
+  many deliveries of the value are live. Always: "live" (deliveries live) and
+  "completed" (acked or dropped).
+]]
+local DERIVED = "\0SYC"
+
+-- A protobuf varint at `pos`: its value and the position after it (nil when malformed).
+local function read_varint(s, pos)
+  local value, scale = 0, 1
+  for _ = 1, 10 do
+    local b = string.byte(s, pos)
+    if not b then return nil end
+    pos = pos + 1
+    value = value + (b % 128) * scale
+    if b < 128 then return value, pos end
+    scale = scale * 128
+  end
+  return nil
+end
+
+local function varint(n)
+  local out = {}
+  repeat
+    local b = n % 128
+    n = math.floor(n / 128)
+    out[#out + 1] = string.char(n > 0 and b + 128 or b)
+  until n == 0
+  return table.concat(out)
+end
+
+local function len_field(field, bytes)
+  return varint(field * 8 + 2) .. varint(#bytes) .. bytes
+end
+
+local function varint_field(field, n)
+  return varint(field * 8) .. varint(n)
+end
+
+-- The fields of a protobuf message `s` as { field, wire type, first, last, payload first }; nil when malformed.
+local function fields_of(s, from)
+  local out, pos, n = {}, from, #s
+  while pos <= n do
+    local start = pos
+    local tag
+    tag, pos = read_varint(s, pos)
+    if not tag then return nil end
+    local field, wire = math.floor(tag / 8), tag % 8
+    local data = pos
+    if wire == 0 then
+      local _
+      _, pos = read_varint(s, pos)
+      if not pos then return nil end
+    elseif wire == 2 then
+      local len
+      len, pos = read_varint(s, pos)
+      if not len then return nil end
+      data = pos
+      pos = pos + len
+    elseif wire == 1 then pos = pos + 8
+    elseif wire == 5 then pos = pos + 4
+    else return nil end
+    if pos > n + 1 or field == 0 then return nil end
+    out[#out + 1] = { field, wire, start, pos - 1, data }
+  end
+  return out
+end
+
+--[[
+  Reads a stored value: its deliveries so far, its last error, and the bytes
+  of its envelope fields other than the history, or nil for those when it is
+  a raw payload (then the value itself is the payload).
+]]
+local function read_item(value)
+  if string.sub(value, 1, 4) ~= "SYE1" then return 0, "", nil end
+  local fields = fields_of(value, 5)
+  if not fields then return 0, "", nil end
+  local kept, has_id, deliveries, err, history = {}, false, 0, "", false
+  for _, f in ipairs(fields) do
+    local field, wire, first, last, data = f[1], f[2], f[3], f[4], f[5]
+    if field == 5 and wire == 2 then
+      history = true
+      local h = string.sub(value, data, last)
+      for _, g in ipairs(fields_of(h, 1) or {}) do
+        if g[1] == 1 and g[2] == 0 then deliveries = read_varint(h, g[5]) or 0 end
+        if g[1] == 2 and g[2] == 2 then err = string.sub(h, g[5], g[4]) end
+      end
+    else
+      if field == 1 and wire == 2 and last >= data then has_id = true end
+      kept[#kept + 1] = string.sub(value, first, last)
+    end
+  end
+  if not has_id and not history then return 0, "", nil end
+  return deliveries, err, table.concat(kept)
+end
+
+-- The deliveries an item had before the one starting now.
+local function history(value)
+  return (read_item(value))
+end
+
+-- The item with its history: an envelope (a raw payload wrapped as one) carrying ItemHistory.
+local function with_history(value, deliveries, err, fence)
+  local _, _, kept = read_item(value)
+  kept = kept or len_field(2, value)
+  local h = varint_field(1, deliveries)
+  if err ~= "" then h = h .. len_field(2, err) end
+  return "SYE1" .. kept .. len_field(5, h .. varint_field(3, fence))
+end
+
+-- The item as first stored, without its history (a raw payload as it was pushed).
+local function without_history(value)
+  local _, _, kept = read_item(value)
+  if not kept then return value end
+  local fields = fields_of(kept, 1)
+  for _, f in ipairs(fields) do
+    if f[1] == 1 and f[2] == 2 and f[4] >= f[5] then return "SYE1" .. kept end
+  end
+  -- No id: it was a raw payload.
+  for _, f in ipairs(fields) do
+    if f[1] == 2 and f[2] == 2 then return string.sub(kept, f[5], f[4]) end
+  end
+  return ""
+end
+
+-- Splits a delivery record into its claim kind and value.
+local function parse_record(record)
+  return string.sub(record, 1, 1), string.sub(record, 3)
+end
+
+-- The recovery set's member for a delivery.
+local function claim_member(kind, value, field)
+  if kind == "v" then return value end
+  return DERIVED .. field
+end
+
+-- The fence of a field "<fence>@<owner>" (nil when malformed).
+local function fence_of(field)
+  local at = string.find(field, "@", 1, true)
+  return at and tonumber(string.sub(field, 1, at - 1))
+end
+
+-- The wait before attempt `count` + 1 under the retry policy
+-- "initial,multiplier,max,jitter" (ms, factor, ms, fraction); `r` is in [0, 1).
+local function backoff(policy, count, r)
+  local initial, multiplier, max, jitter = string.match(policy, "^([^,]+),([^,]+),([^,]+),([^,]+)$")
+  initial, multiplier, max, jitter = tonumber(initial), tonumber(multiplier), tonumber(max), tonumber(jitter)
+  if initial <= 0 then return 0 end
+  local wait = initial * multiplier ^ (count - 1)
+  if wait > max then wait = max end
+  return math.floor(wait * (1 - jitter * r))
+end
+
+-- The i-th of a low-discrepancy sequence from the seed `r` (spreads jitter over one batch).
+local function nth_random(r, i)
+  local x = r + i * 0.6180339887498949
+  return x - math.floor(x)
+end
+
+-- The most tombstones a queue keeps (fences of deliveries returned or recovered), for
+-- telling a superseded token from one whose item was merely settled.
+local TOMBSTONES = 100000
+
+--[[
+  A queue's keys and the sizes that keep a script from touching a key it emptied:
+  while a cluster slot migrates, a key that disappears mid-script is "non local",
+  and the script would stop halfway through its batch.
+]]
+local function queue_context(keys, recovery)
+  local k = {
+    queue = keys.queue, processing = keys.processing, leases = keys.leases, recovery = keys.recovery,
+    dead = keys.dead, delayed = keys.delayed, returned = keys.returned,
+  }
+  k.pending = redis.call("LLEN", k.processing)
+  k.claims = recovery and redis.call("ZCARD", k.recovery) or 0
+  return k
+end
+
+-- Removes a live delivery: its record and claim, and one copy of its value from processing.
+local function remove_delivery(k, field, kind, value)
+  redis.call("HDEL", k.leases, field)
+  redis.call("HINCRBY", k.leases, "live", -1)
+  if k.pending > 0 then k.pending = k.pending - redis.call("LREM", k.processing, -1, value) end
+  if kind ~= "-" then
+    if k.claims > 0 then k.claims = k.claims - redis.call("ZREM", k.recovery, claim_member(kind, value, field)) end
+    local sha = redis.sha1hex(value)
+    if kind == "v" then redis.call("HDEL", k.leases, "m:" .. sha) end
+    if redis.call("HINCRBY", k.leases, "n:" .. sha, -1) <= 0 then redis.call("HDEL", k.leases, "n:" .. sha) end
+  end
+end
+
+-- Remembers that the delivery with `fence` was taken from its holder (returned or recovered).
+local function tombstone(k, fence, now)
+  redis.call("ZADD", k.returned, now, fence)
+  if redis.call("ZCARD", k.returned) > TOMBSTONES then
+    redis.call("ZREMRANGEBYRANK", k.returned, 0, -(TOMBSTONES + 1))
+  end
+end
+
+--[[
+  Puts the item of a removed delivery back with its history: to the dead letters
+  when `dead`, else into the delayed set when `delay` > 0, else onto the queue,
+  at the front (taken next) or the back. Returns 2 when dead-lettered, else the
+  time it is due (0: at once).
+]]
+local function put_back(k, value, count, err, fence, now, delay, front, dead, ttl)
+  local stored = with_history(value, count, err, fence)
+  if dead then
+    redis.call("LPUSH", k.dead, stored)
+    return -1
+  end
+  if delay > 0 then
+    redis.call("ZADD", k.delayed, now + delay, stored)
+    return now + delay
+  end
+  if front then redis.call("RPUSH", k.queue, stored) else redis.call("LPUSH", k.queue, stored) end
+  if ttl > 0 then redis.call("PEXPIRE", k.queue, ttl) end
+  return 0
+end
