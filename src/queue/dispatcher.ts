@@ -228,9 +228,10 @@ export class QueueDispatcher {
         const deliveryCount = t.ref.owner ? item.deliveries + 1 : 1;
         batch.push({ token, fence: t.ref.fence, deliveryCount, queue: this.config.name, item, lastError: item.lastError });
       }
-      // A stream that has ended but is not closed yet writes nothing: its items go back.
+      // A stream that has ended but is not closed yet writes nothing: its items go back, and it takes no more.
       if (!stream.sink.deliver(batch)) {
         refused.push(...taken.slice(from, i));
+        stream.credit = 0;
         continue;
       }
       tokens.forEach((token, j) => stream.held.set(token, taken[from + j].ref));
