@@ -23,7 +23,7 @@ import { QueueDispatcher } from "../../src/queue/dispatcher.js";
 import { LeaseStream, type Delivery } from "../../src/queue/lease-stream.js";
 import { killStarted, startChaosRedis, startServer, type ChaosRedis } from "../chaos/harness/procs.js";
 import { testDispatchHost } from "../helpers/dispatch.js";
-import { leaseRecords, type TestRedis } from "../helpers/redis.js";
+import { leaseRecords } from "../helpers/redis.js";
 import { startSwitchyard, type TestSwitchyard } from "../helpers/switchyard.js";
 
 let redis: ChaosRedis;
@@ -45,8 +45,7 @@ afterAll(async () => {
 const target = () => ({ kind: "socket" as const, path: redis.socketPath });
 
 async function instance(options: Parameters<typeof startSwitchyard>[1] = {}): Promise<TestSwitchyard> {
-  // startSwitchyard reads only the target of the Redis it is given.
-  const sy = await startSwitchyard({ target: target() } as TestRedis, options);
+  const sy = await startSwitchyard({ target: target() }, options);
   started.push(sy);
   return sy;
 }
