@@ -4,7 +4,7 @@
  */
 import * as grpc from "@grpc/grpc-js";
 import { create, type DescMessage, type MessageInitShape } from "@bufbuild/protobuf";
-import { durationFromMs } from "@bufbuild/protobuf/wkt";
+import { durationFromMs, timestampFromMs } from "@bufbuild/protobuf/wkt";
 import {
   type AckResponse,
   type Delivery,
@@ -44,7 +44,19 @@ import { EnqueueBatcher } from "./enqueue-batcher.js";
 import { EnqueueStream } from "./enqueue-stream.js";
 
 /** Something to enqueue: bytes, a string (UTF-8), or an item with headers. */
-export type ItemInput = Uint8Array | string | { payload: Uint8Array | string; headers?: Record<string, string> };
+export type ItemInput =
+  | Uint8Array
+  | string
+  | {
+      payload: Uint8Array | string;
+      headers?: Record<string, string>;
+      /** Not delivered before this long from now (ms). */
+      delayMs?: number;
+      /** Not delivered before this time. */
+      notBefore?: Date;
+      /** Another enqueue of the same key on the queue within its idempotency window adds nothing and answers the first id. */
+      idempotencyKey?: string;
+    };
 
 /** Options for the client. */
 export interface ClientOptions {
@@ -98,7 +110,11 @@ function item(payload: Uint8Array, headers?: Record<string, string> | null): Enq
 function toItem(input: ItemInput): EnqueueItem {
   if (typeof input === "string") return item(utf8.encode(input));
   if (input instanceof Uint8Array) return item(input);
-  return item(typeof input.payload === "string" ? utf8.encode(input.payload) : input.payload, input.headers);
+  const out = item(typeof input.payload === "string" ? utf8.encode(input.payload) : input.payload, input.headers);
+  if (input.delayMs !== undefined) out.delay = durationFromMs(input.delayMs);
+  if (input.notBefore) out.notBefore = timestampFromMs(input.notBefore.getTime());
+  if (input.idempotencyKey) out.idempotencyKey = input.idempotencyKey;
+  return out;
 }
 
 function replyFields(reply?: Reply) {

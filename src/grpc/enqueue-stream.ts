@@ -20,10 +20,10 @@ import { invalid, SwitchyardError } from "../errors.js";
 import { type EnqueueStreamResponse, EnqueueStreamResponseSchema } from "../gen/switchyard/v1/queue_pb.js";
 import type { Logger } from "../log.js";
 import { ItemIds } from "../queue/item-ids.js";
-import type { Queues } from "../queue/queues.js";
+import { ScheduledEnqueue, type Queues } from "../queue/queues.js";
 import { RefusedMessage } from "./access.js";
 import { MalformedMessage, PreEncoded } from "./adapter.js";
-import { encodeEnqueueStreamIds, type EnqueueCall, type EnqueueStreamCall } from "./enqueue-wire.js";
+import { encodeEnqueueStreamIds, encodeEnqueueStreamResult, type EnqueueCall, type EnqueueStreamCall } from "./enqueue-wire.js";
 import { durationMs } from "./convert.js";
 import { assertWellFormed, callLogger, toStatus } from "./status.js";
 import { traceOf, withTrace, type TraceContext } from "./trace.js";
@@ -33,7 +33,7 @@ const METHOD = "EnqueueStream";
 const MAX_IN_FLIGHT = 128;
 
 /** Runs one Enqueue request, as the unary call and the stream both do; resolves to the ids. */
-export async function runEnqueue(queues: Queues, req: EnqueueCall, trace: TraceContext | undefined): Promise<ItemIds> {
+export async function runEnqueue(queues: Queues, req: EnqueueCall, trace: TraceContext | undefined): Promise<ItemIds | ScheduledEnqueue> {
   const items = withTrace(req.items, trace);
   const wait = req.minReplicas > 0 ? { replicas: req.minReplicas, timeoutMs: durationMs("replica_timeout", req.replicaTimeout) || 1000 } : undefined;
   return queues.enqueueIds(req.queue, items, durationMs("ttl", req.ttl) ?? 0, wait);
@@ -72,9 +72,10 @@ export function enqueueStreamHandler(queues: Queues, baseLog: Logger) {
       call.pause();
       endWhenAnswered();
     });
-    const answer = (id: number, outcome: ItemIds | grpc.StatusObject) => {
+    const answer = (id: number, outcome: ItemIds | ScheduledEnqueue | grpc.StatusObject) => {
       if (ended) return;
       if (outcome instanceof ItemIds) call.write(new PreEncoded(encodeEnqueueStreamIds(id, outcome)));
+      else if (outcome instanceof ScheduledEnqueue) call.write(new PreEncoded(encodeEnqueueStreamResult(id, outcome.ids, outcome.duplicates)));
       else call.write(create(EnqueueStreamResponseSchema, { id, code: outcome.code, message: outcome.details }));
     };
 

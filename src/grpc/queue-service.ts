@@ -38,12 +38,13 @@ import {
 import type { Logger } from "../log.js";
 import type { Clock } from "../clock.js";
 import type { LeaseStream } from "../queue/lease-stream.js";
-import type { NewItem, Queues, SettleOptions, WorkerSettle } from "../queue/queues.js";
+import { ScheduledEnqueue, type NewItem, type Queues, type SettleOptions, type WorkerSettle } from "../queue/queues.js";
 import { applyUpdate, type QueueConfig } from "../queue/declaration.js";
 import { checkSelection } from "../queue/admin.js";
 import { MalformedMessage, PreEncoded } from "./adapter.js";
 import { encodeDeliveries } from "./delivery-wire.js";
-import { encodeEnqueueResponseIds, type EnqueueCall } from "./enqueue-wire.js";
+import { encodeEnqueueResponse, encodeEnqueueResponseIds, type EnqueueCall } from "./enqueue-wire.js";
+import { ItemIds } from "../queue/item-ids.js";
 import { durationMs, msDuration, msTimestamp, queueMessage, queueSpec } from "./convert.js";
 import { assertWellFormed, callLogger, toStatus, unary } from "./status.js";
 import { traceOf } from "./trace.js";
@@ -69,6 +70,11 @@ function newItems(items: EnqueueItem[]): NewItem[] {
 function replyOf(req: AckRequest) {
   if (req.replies.length === 0) return undefined;
   return { queue: req.replyQueue || undefined, items: newItems(req.replies), ttlMs: durationMs("reply_ttl", req.replyTtl) ?? 0 };
+}
+
+/** An EnqueueResponse for what an enqueue answered. */
+function enqueueResponse(out: ItemIds | ScheduledEnqueue): Buffer {
+  return out instanceof ItemIds ? encodeEnqueueResponseIds(out) : encodeEnqueueResponse(out);
 }
 
 /** What a Retry says: its reason and, when given, its own delay. */
@@ -302,7 +308,7 @@ export function queueServiceHandlers(queues: Queues, log: Logger, lease: LeaseSe
     }),
     // The request arrives read by readEnqueueRequest (adapter.ts): its items still in the request's bytes.
     enqueue: unary(log, "Enqueue", async (req: EnqueueCall, call) =>
-      new PreEncoded(encodeEnqueueResponseIds(await runEnqueue(queues, req, traceOf(call.metadata)))),
+      new PreEncoded(enqueueResponse(await runEnqueue(queues, req, traceOf(call.metadata)))),
     ),
     enqueueStream: enqueueStreamHandler(queues, log),
     lease: leaseHandler(queues, log, lease),

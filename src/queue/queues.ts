@@ -8,7 +8,7 @@ import type { Logger } from "../log.js";
 import { noMetrics, type Metrics } from "../metrics/hooks.js";
 import { MAX_REPLICA_WAIT_MS, type RedisConnection } from "../redis/connection.js";
 import { FramedCommand, type BulkStrings } from "../redis/bulk-strings.js";
-import { pushItems, type DeadLetterAction, type SettleCode, type SettleOp } from "../redis/scripts.js";
+import { enqueueScheduled, pushItems, type DeadLetterAction, type SettleCode, type SettleOp } from "../redis/scripts.js";
 import { systemKeys } from "../redis/keys.js";
 import { keysOf, type QueueConfig } from "./declaration.js";
 import { DelayedItems } from "./delayed.js";
@@ -141,6 +141,51 @@ interface PreparedEnqueue {
   /** The items' stored forms, framed for the push. */
   values: BulkStrings;
   ttlMs: number;
+  /** Items that wait for a time or carry an idempotency key: each item's schedule and key, in order. */
+  options?: { dueMs: number; idempotencyKey: string }[];
+}
+
+/**
+ * What an enqueue of items with a time or an idempotency key answers: one id
+ * per item (for an item whose key was used before, the first item's id) and
+ * the indexes of those duplicates.
+ */
+export class ScheduledEnqueue {
+  constructor(
+    readonly ids: string[],
+    readonly duplicates: number[],
+  ) {}
+}
+
+/** The longest idempotency key (queue.proto: EnqueueItem.idempotency_key). */
+export const MAX_IDEMPOTENCY_KEY_BYTES = 256;
+/** How far ahead an item may be scheduled. */
+const MAX_SCHEDULE_MS = 10 * 365 * 24 * 3600_000;
+
+/** Each item's due time (0: now) and idempotency key, checked; INVALID_ARGUMENT naming the item's field. */
+function scheduleOf(items: NewItems, now: number): { dueMs: number; idempotencyKey: string }[] {
+  const out: { dueMs: number; idempotencyKey: string }[] = [];
+  for (let i = 0; i < items.count; i++) {
+    const o = items.options(i);
+    const bad = (field: string, description: string) =>
+      new SwitchyardError("invalid_argument", `items[${i}].${field} ${description}`, { reason: "INVALID_FIELD", violations: [{ field: `items[${i}].${field}`, description }] });
+    if (o?.conflict) throw bad("delay", "is given with not_before; give one of them");
+    const key = o?.idempotencyKey ?? "";
+    if (Buffer.byteLength(key) > MAX_IDEMPOTENCY_KEY_BYTES) throw bad("idempotency_key", `is longer than ${MAX_IDEMPOTENCY_KEY_BYTES} bytes`);
+    let dueMs = 0;
+    const s = o?.schedule;
+    if (s && "delayMs" in s) {
+      if (!Number.isFinite(s.delayMs) || s.delayMs < 0) throw bad("delay", "must not be negative");
+      if (s.delayMs > MAX_SCHEDULE_MS) throw bad("delay", "is more than 10 years");
+      dueMs = s.delayMs > 0 ? now + s.delayMs : 0;
+    } else if (s) {
+      if (!Number.isFinite(s.notBeforeMs)) throw bad("not_before", "is not a time");
+      if (s.notBeforeMs > now + MAX_SCHEDULE_MS) throw bad("not_before", "is more than 10 years ahead");
+      dueMs = s.notBeforeMs > now ? s.notBeforeMs : 0;
+    }
+    out.push({ dueMs, idempotencyKey: key });
+  }
+  return out;
 }
 
 export class Queues {
@@ -340,14 +385,15 @@ export class Queues {
     }
     const config = await this.registry.get(queue);
     const now = this.clock.now();
+    const options = items.hasOptions ? scheduleOf(items, now) : undefined;
     const ids = ItemIds.next(items.count);
     return {
       config, ids, values: encodeItems(ids, items, now, FramedCommand.lpushRoom(config.name), this.options.maxItemBytes),
-      ttlMs: ttlMs || config.publishTtlMs,
+      ttlMs: ttlMs || config.publishTtlMs, options,
     };
   }
 
-  private async write(p: PreparedEnqueue, wait?: ReplicaWait): Promise<ItemIds> {
+  private async write(p: PreparedEnqueue, wait?: ReplicaWait): Promise<ItemIds | ScheduledEnqueue> {
     // Redis unreachable: fail now, as a lone push would (ioredis keeps no offline queue here),
     // rather than wait behind a push that ioredis holds to send again once it has reconnected,
     // which can take as long as a restarted Redis takes to load its data.
@@ -368,7 +414,37 @@ export class Queues {
     }
   }
 
-  private async pushNow(p: PreparedEnqueue, wait?: ReplicaWait): Promise<ItemIds> {
+  /** Enqueues items with a time or an idempotency key, in the queue's turn (one script call). */
+  private async pushScheduled(p: PreparedEnqueue, options: NonNullable<PreparedEnqueue["options"]>): Promise<ScheduledEnqueue> {
+    const { config } = p;
+    const values = p.values.values();
+    const items = options.map((o, i) => ({ id: p.ids.get(i), value: values[i], dueMs: o.dueMs, idempotencyKey: o.idempotencyKey }));
+    const now = this.clock.now();
+    const answers = await this.pushes.alone(config.name, () => {
+      const sent = enqueueScheduled(this.redis.client, keysOf(config), now, config.idempotencyWindowMs, Math.ceil(p.ttlMs), items);
+      this.dispatchers.get(config.name)?.pushed();
+      return sent;
+    });
+    const duplicates: number[] = [];
+    let earliest = Infinity;
+    const ids = answers.map((first, i) => {
+      if (first) {
+        duplicates.push(i);
+        return first;
+      }
+      if (items[i].dueMs > now) earliest = Math.min(earliest, items[i].dueMs);
+      return items[i].id;
+    });
+    if (Number.isFinite(earliest)) this.delayed.note(config.name, earliest);
+    this.metrics.items(config.name, "enqueued", items.length - duplicates.length);
+    return new ScheduledEnqueue(ids, duplicates);
+  }
+
+  private async pushNow(p: PreparedEnqueue, wait?: ReplicaWait): Promise<ItemIds | ScheduledEnqueue> {
+    if (p.options) {
+      if (wait) throw invalid("min_replicas cannot be combined with delayed items or idempotency keys; send them in their own Enqueue");
+      return this.pushScheduled(p, p.options);
+    }
     if (!wait) {
       await this.pushes.push(p.config.name, Math.ceil(p.ttlMs), p.values);
       this.metrics.items(p.config.name, "enqueued", p.ids.count);
@@ -393,11 +469,16 @@ export class Queues {
    * only once that many replicas have them.
    */
   async enqueue(queue: string, items: readonly NewItem[] | NewItems, ttlMs = 0, wait?: ReplicaWait): Promise<string[]> {
-    return (await this.enqueueIds(queue, items, ttlMs, wait)).toArray();
+    const out = await this.enqueueIds(queue, items, ttlMs, wait);
+    return out instanceof ItemIds ? out.toArray() : out.ids;
   }
 
-  /** enqueue(), resolving to the ids as ItemIds: for callers that write them out, with no string per id. */
-  async enqueueIds(queue: string, items: readonly NewItem[] | NewItems, ttlMs = 0, wait?: ReplicaWait): Promise<ItemIds> {
+  /**
+   * enqueue(), resolving to the ids as ItemIds (for callers that write them
+   * out, with no string per id), or, when items had a time or an idempotency
+   * key, as a ScheduledEnqueue.
+   */
+  async enqueueIds(queue: string, items: readonly NewItem[] | NewItems, ttlMs = 0, wait?: ReplicaWait): Promise<ItemIds | ScheduledEnqueue> {
     if (wait && (!Number.isInteger(wait.replicas) || wait.replicas < 0 || wait.replicas > MAX_REPLICAS)) {
       throw invalid(`min_replicas must be between 0 and ${MAX_REPLICAS}`);
     }
@@ -537,6 +618,7 @@ export class Queues {
     if (frees || result.code !== "done") this.release(token, fromStream);
     if (result.code !== "done" && result.code !== "dead_lettered") throw settleError(result.code, action, ref);
     if (action === "drop" && opts.reason) this.log.info("item dropped", { queue: config.name, fence: ref.fence, reason: op.reason });
+    if (action === "retry" && result.dueMs > 0) this.delayed.note(config.name, result.dueMs);
     return {
       deadLettered: result.code === "dead_lettered",
       expireTimeMs: action === "extend" && config.recoverySet ? this.clock.now() + config.minIdleMs : undefined,
@@ -613,9 +695,9 @@ export class Queues {
     if (!route) throw invalid("reply_queue is required with replies (the queue declares no reply_queue)");
     const prepared = await this.prepare(route, reply.items, reply.ttlMs);
     await this.settle(token, "check", {}, fromStream);
-    const ids = (await this.write(prepared)).toArray();
+    const written = await this.write(prepared);
     await this.settle(token, "ack", {}, fromStream);
-    return ids;
+    return written instanceof ItemIds ? written.toArray() : written.ids;
   }
 
   /** Items of a declared queue's ready, dead-letter or delayed list, next to leave first, without moving them. */

@@ -44,6 +44,20 @@ export class BulkStrings {
     return this.buffer.subarray(this.start - head.length);
   }
 
+  /** The values one by one, as views of the buffer (for the rare caller that sends them otherwise). */
+  values(): Buffer[] {
+    const out: Buffer[] = [];
+    let pos = this.start;
+    for (let i = 0; i < this.count; i++) {
+      let size = 0;
+      for (pos++; this.buffer[pos] !== CR; pos++) size = size * 10 + this.buffer[pos] - 48;
+      pos += 2;
+      out.push(this.buffer.subarray(pos, pos + size));
+      pos += size + 2;
+    }
+    return out;
+  }
+
   /** `values` framed (for values that already exist one by one). */
   static of(values: readonly Uint8Array[]): BulkStrings {
     let size = 0;

@@ -12,8 +12,12 @@ import { FramedCommand, type BulkStrings } from "./bulk-strings.js";
 
 const scriptDir = new URL("./scripts/", import.meta.url);
 const load = (name: string) => readFileSync(new URL(`${name}.lua`, scriptDir), "utf8");
-/** A queue script: lib.lua's shared functions, then the script. */
-const withLib = (name: string) => `${load("lib")}\n${load(name)}`;
+/** A queue script: lib.lua's shared functions, then the script (after its shebang line, which must stay first). */
+function withLib(name: string): string {
+  const text = load(name);
+  const shebang = text.startsWith("#!") ? text.slice(0, text.indexOf("\n") + 1) : "";
+  return `${shebang}${load("lib")}\n${text.slice(shebang.length)}`;
+}
 
 /** Sent as EVAL by pushItems rather than registered (see there). */
 const pushLua = load("push");
@@ -25,6 +29,7 @@ const definitions = {
   syAdopt: { numberOfKeys: 4, lua: withLib("adopt") },
   syPop: { numberOfKeys: 2, lua: load("pop") },
   syPromote: { numberOfKeys: 2, lua: load("promote") },
+  syEnqueue: { numberOfKeys: 4, lua: load("enqueue") },
   // Called with the number of keys first: two, plus a lock key and a fence counter per job.
   syClaimTicks: { lua: load("claim-ticks") },
   syClaimInterval: { numberOfKeys: 2, lua: load("claim-interval") },
@@ -98,6 +103,33 @@ async function notAList(client: RedisClient, key: string, err: unknown): Promise
     "failed_precondition",
     `key "${key}" holds a ${type}, not a list; delete or rename it before using it as a queue`,
   );
+}
+
+/** One item for {@link enqueueScheduled}. */
+export interface ScheduledItem {
+  id: string;
+  value: Buffer;
+  /** When it becomes ready (ms; 0: now). */
+  dueMs: number;
+  /** "" : none. */
+  idempotencyKey: string;
+}
+
+/**
+ * enqueue.lua: enqueues items that wait for a time or carry an idempotency
+ * key; resolves to one answer per item: "" when added, else the id of the
+ * item first enqueued with its key. FAILED_PRECONDITION when the queue key is not a list.
+ */
+export async function enqueueScheduled(
+  client: RedisClient, keys: QueueKeys, now: number, windowMs: number, ttlMs: number, items: readonly ScheduledItem[],
+): Promise<string[]> {
+  const args: (string | number | Buffer)[] = [keys.queue, keys.delayed, keys.idempotency, keys.idempotencyTime, now, windowMs, ttlMs];
+  for (const it of items) args.push(it.id, it.value, it.dueMs, it.idempotencyKey);
+  try {
+    return (await call(client, "syEnqueue", args)) as string[];
+  } catch (err) {
+    throw await notAList(client, keys.queue, err);
+  }
 }
 
 /** dead-letters.lua: what happens to the chosen dead letters. */

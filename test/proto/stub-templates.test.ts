@@ -34,7 +34,7 @@ describe("clients/stubs/buf.gen.*.yaml", () => {
   it("python: messages, type stubs and gRPC stubs that reach a server", async () => {
     const out = join(await generate("python"), "gen/python");
     expect(readdirSync(join(out, "switchyard/v1")).sort()).toEqual(
-      ["audit", "auth", "cron", "queue"].flatMap((f) => [`${f}_pb2.py`, `${f}_pb2.pyi`, `${f}_pb2_grpc.py`]).sort(),
+      ["audit", "auth", "cron", "errors", "queue"].flatMap((f) => [`${f}_pb2.py`, `${f}_pb2.pyi`, `${f}_pb2_grpc.py`]).sort(),
     );
     await t.sy.client.createQueue({ name: "{stubs}", mode: QueueMode.SIMPLE });
     const script = `import sys, grpc

@@ -45,4 +45,22 @@ describe("Redis out of memory", () => {
     await client.enqueue(Q, ["after"]);
     expect(await redis.plain.llen(Q)).toBe(2);
   });
+
+  it("still leases and settles while Redis is full, so workers drain it", async () => {
+    const Q = "{oom-drain}";
+    await client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
+    await client.enqueue(Q, ["a", "b", "c"]);
+    await redis.plain.config("SET", "maxmemory-policy", "noeviction");
+    await redis.plain.config("SET", "maxmemory", "1");
+    try {
+      const lease = client.lease(Q, 3);
+      const got = await lease.take(3);
+      for (const d of got) await client.ack(d.leaseToken);
+      expect(await redis.plain.llen(Q)).toBe(0);
+      expect(await redis.plain.llen(`${Q}.processing`)).toBe(0);
+      await lease.close();
+    } finally {
+      await redis.plain.config("SET", "maxmemory", "0");
+    }
+  });
 });

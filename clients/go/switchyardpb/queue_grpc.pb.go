@@ -22,9 +22,22 @@ type QueueServiceClient interface {
 	CreateQueue(ctx context.Context, in *CreateQueueRequest, opts ...grpc.CallOption) (*CreateQueueResponse, error)
 	// Returns one declaration, or NOT_FOUND.
 	GetQueue(ctx context.Context, in *GetQueueRequest, opts ...grpc.CallOption) (*GetQueueResponse, error)
+	// Changes the settings of a declared queue that can change safely while
+	// items are in flight: max_deliveries, min_idle, recovery_ttl, retry_policy,
+	// idempotency_window, publish_ttl, reply_queue, stream_trim. Only the fields
+	// named in update_mask change; a field that cannot change (a key name, the
+	// mode) is FAILED_PRECONDITION with reason IMMUTABLE_FIELD.
+	UpdateQueue(ctx context.Context, in *UpdateQueueRequest, opts ...grpc.CallOption) (*UpdateQueueResponse, error)
+	// Stops deliveries of a queue on every instance within a second. Enqueue
+	// still accepts items; leased items can still be settled; open Lease streams
+	// stay open and receive items again after ResumeQueue.
+	PauseQueue(ctx context.Context, in *PauseQueueRequest, opts ...grpc.CallOption) (*PauseQueueResponse, error)
+	// Restarts deliveries of a paused queue.
+	ResumeQueue(ctx context.Context, in *ResumeQueueRequest, opts ...grpc.CallOption) (*ResumeQueueResponse, error)
 	// Lists declarations in name order.
 	ListQueues(ctx context.Context, in *ListQueuesRequest, opts ...grpc.CallOption) (*ListQueuesResponse, error)
-	// Removes a declaration; with purge, also deletes the queue's Redis keys.
+	// Removes a declaration; with purge, also deletes the queue's Redis keys
+	// (all but its fence counter, so a token of before can never name a delivery of after).
 	DeleteQueue(ctx context.Context, in *DeleteQueueRequest, opts ...grpc.CallOption) (*DeleteQueueResponse, error)
 	// Depth, processing and dead-letter counts, and the oldest claim's age.
 	GetQueueStats(ctx context.Context, in *GetQueueStatsRequest, opts ...grpc.CallOption) (*GetQueueStatsResponse, error)
@@ -32,8 +45,8 @@ type QueueServiceClient interface {
 	// next-to-leave first (for the ready list, the next item a worker gets; for
 	// dead letters, the oldest).
 	PeekQueue(ctx context.Context, in *PeekQueueRequest, opts ...grpc.CallOption) (*PeekQueueResponse, error)
-	// Deletes the items waiting in a queue's ready list. Leased items (in the
-	// processing list) and dead letters stay.
+	// Deletes the items waiting in a queue: its ready list and its delayed
+	// items. Leased items (in the processing list) and dead letters stay.
 	PurgeQueue(ctx context.Context, in *PurgeQueueRequest, opts ...grpc.CallOption) (*PurgeQueueResponse, error)
 	// Moves dead letters back onto their queue (where workers take them last),
 	// with a fresh delivery count.
@@ -93,6 +106,33 @@ func (c *queueServiceClient) CreateQueue(ctx context.Context, in *CreateQueueReq
 func (c *queueServiceClient) GetQueue(ctx context.Context, in *GetQueueRequest, opts ...grpc.CallOption) (*GetQueueResponse, error) {
 	out := new(GetQueueResponse)
 	err := c.cc.Invoke(ctx, "/switchyard.v1.QueueService/GetQueue", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *queueServiceClient) UpdateQueue(ctx context.Context, in *UpdateQueueRequest, opts ...grpc.CallOption) (*UpdateQueueResponse, error) {
+	out := new(UpdateQueueResponse)
+	err := c.cc.Invoke(ctx, "/switchyard.v1.QueueService/UpdateQueue", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *queueServiceClient) PauseQueue(ctx context.Context, in *PauseQueueRequest, opts ...grpc.CallOption) (*PauseQueueResponse, error) {
+	out := new(PauseQueueResponse)
+	err := c.cc.Invoke(ctx, "/switchyard.v1.QueueService/PauseQueue", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *queueServiceClient) ResumeQueue(ctx context.Context, in *ResumeQueueRequest, opts ...grpc.CallOption) (*ResumeQueueResponse, error) {
+	out := new(ResumeQueueResponse)
+	err := c.cc.Invoke(ctx, "/switchyard.v1.QueueService/ResumeQueue", in, out, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -278,9 +318,22 @@ type QueueServiceServer interface {
 	CreateQueue(context.Context, *CreateQueueRequest) (*CreateQueueResponse, error)
 	// Returns one declaration, or NOT_FOUND.
 	GetQueue(context.Context, *GetQueueRequest) (*GetQueueResponse, error)
+	// Changes the settings of a declared queue that can change safely while
+	// items are in flight: max_deliveries, min_idle, recovery_ttl, retry_policy,
+	// idempotency_window, publish_ttl, reply_queue, stream_trim. Only the fields
+	// named in update_mask change; a field that cannot change (a key name, the
+	// mode) is FAILED_PRECONDITION with reason IMMUTABLE_FIELD.
+	UpdateQueue(context.Context, *UpdateQueueRequest) (*UpdateQueueResponse, error)
+	// Stops deliveries of a queue on every instance within a second. Enqueue
+	// still accepts items; leased items can still be settled; open Lease streams
+	// stay open and receive items again after ResumeQueue.
+	PauseQueue(context.Context, *PauseQueueRequest) (*PauseQueueResponse, error)
+	// Restarts deliveries of a paused queue.
+	ResumeQueue(context.Context, *ResumeQueueRequest) (*ResumeQueueResponse, error)
 	// Lists declarations in name order.
 	ListQueues(context.Context, *ListQueuesRequest) (*ListQueuesResponse, error)
-	// Removes a declaration; with purge, also deletes the queue's Redis keys.
+	// Removes a declaration; with purge, also deletes the queue's Redis keys
+	// (all but its fence counter, so a token of before can never name a delivery of after).
 	DeleteQueue(context.Context, *DeleteQueueRequest) (*DeleteQueueResponse, error)
 	// Depth, processing and dead-letter counts, and the oldest claim's age.
 	GetQueueStats(context.Context, *GetQueueStatsRequest) (*GetQueueStatsResponse, error)
@@ -288,8 +341,8 @@ type QueueServiceServer interface {
 	// next-to-leave first (for the ready list, the next item a worker gets; for
 	// dead letters, the oldest).
 	PeekQueue(context.Context, *PeekQueueRequest) (*PeekQueueResponse, error)
-	// Deletes the items waiting in a queue's ready list. Leased items (in the
-	// processing list) and dead letters stay.
+	// Deletes the items waiting in a queue: its ready list and its delayed
+	// items. Leased items (in the processing list) and dead letters stay.
 	PurgeQueue(context.Context, *PurgeQueueRequest) (*PurgeQueueResponse, error)
 	// Moves dead letters back onto their queue (where workers take them last),
 	// with a fresh delivery count.
@@ -339,6 +392,15 @@ func (UnimplementedQueueServiceServer) CreateQueue(context.Context, *CreateQueue
 }
 func (UnimplementedQueueServiceServer) GetQueue(context.Context, *GetQueueRequest) (*GetQueueResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method GetQueue not implemented")
+}
+func (UnimplementedQueueServiceServer) UpdateQueue(context.Context, *UpdateQueueRequest) (*UpdateQueueResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method UpdateQueue not implemented")
+}
+func (UnimplementedQueueServiceServer) PauseQueue(context.Context, *PauseQueueRequest) (*PauseQueueResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method PauseQueue not implemented")
+}
+func (UnimplementedQueueServiceServer) ResumeQueue(context.Context, *ResumeQueueRequest) (*ResumeQueueResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ResumeQueue not implemented")
 }
 func (UnimplementedQueueServiceServer) ListQueues(context.Context, *ListQueuesRequest) (*ListQueuesResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ListQueues not implemented")
@@ -427,6 +489,60 @@ func _QueueService_GetQueue_Handler(srv interface{}, ctx context.Context, dec fu
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(QueueServiceServer).GetQueue(ctx, req.(*GetQueueRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _QueueService_UpdateQueue_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UpdateQueueRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(QueueServiceServer).UpdateQueue(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/switchyard.v1.QueueService/UpdateQueue",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(QueueServiceServer).UpdateQueue(ctx, req.(*UpdateQueueRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _QueueService_PauseQueue_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PauseQueueRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(QueueServiceServer).PauseQueue(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/switchyard.v1.QueueService/PauseQueue",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(QueueServiceServer).PauseQueue(ctx, req.(*PauseQueueRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _QueueService_ResumeQueue_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResumeQueueRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(QueueServiceServer).ResumeQueue(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/switchyard.v1.QueueService/ResumeQueue",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(QueueServiceServer).ResumeQueue(ctx, req.(*ResumeQueueRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -710,6 +826,18 @@ var _QueueService_serviceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetQueue",
 			Handler:    _QueueService_GetQueue_Handler,
+		},
+		{
+			MethodName: "UpdateQueue",
+			Handler:    _QueueService_UpdateQueue_Handler,
+		},
+		{
+			MethodName: "PauseQueue",
+			Handler:    _QueueService_PauseQueue_Handler,
+		},
+		{
+			MethodName: "ResumeQueue",
+			Handler:    _QueueService_ResumeQueue_Handler,
 		},
 		{
 			MethodName: "ListQueues",

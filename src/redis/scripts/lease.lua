@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 --[[
   Leases up to ARGV[2] items of a reliable queue: moves each from the queue
   into the processing list (LMOVE, the seed's move) and records its delivery
@@ -10,6 +11,8 @@
   ARGV[4] recovery ttl (ms, 0: none)   ARGV[5] owner: the leasing instance's id
   Returns: a flat array: value and fence of each moved item (its delivery
   count is its history's deliveries plus one, read by the caller).
+  Runs when Redis is out of memory (allow-oom): moving an item takes next to
+  no memory, and leasing is how a full Redis drains.
   Moves no more than LLEN items: it never touches the queue once it is empty
   (while a cluster slot migrates, a key that disappears mid-script is "non
   local" and the script would stop halfway, with items moved but never delivered).
