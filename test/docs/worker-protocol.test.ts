@@ -29,6 +29,10 @@ describe("docs/worker-protocol.md", () => {
     expect(quoted(/`SWITCHYARD_MAX_PAYLOAD_BYTES` \((\d+) MiB\)/) * 2 ** 20).toBe(defaults.maxPayloadBytes);
     expect(quoted(/`SWITCHYARD_HEARTBEAT_INTERVAL`, default (\d+) s/) * 1000).toBe(defaults.heartbeatIntervalMs);
     expect(quoted(/`SWITCHYARD_SHUTDOWN_GRACE`, default (\d+) s/) * 1000).toBe(defaults.shutdownGraceMs);
+    expect(quoted(/`SWITCHYARD_MAX_STREAMS_PER_CONNECTION` \((\d+)\)/)).toBe(defaults.maxStreamsPerConnection);
+    expect(quoted(/`SWITCHYARD_CONNECTION_IDLE_TIMEOUT` \((\d+) min\)/) * 60_000).toBe(defaults.connectionIdleTimeoutMs);
+    expect(quoted(/`SWITCHYARD_LEASE_OPEN_TIMEOUT` \((\d+) s\)/) * 1000).toBe(defaults.leaseOpenTimeoutMs);
+    expect(quoted(/`SWITCHYARD_LEASE_STREAM_BUFFER_BYTES` \((\d+) MiB/) * 2 ** 20).toBe(defaults.maxStreamBufferBytes);
     const ping = /"grpc\.http2\.min_ping_interval_without_data_ms": ([\d_]+)/.exec(read("src/grpc/server.ts"))!;
     expect(quoted(/no\s+more often than one per (\d+) s/) * 1000).toBe(Number(ping[1].replace(/_/g, "")));
   });
