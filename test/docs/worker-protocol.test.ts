@@ -1,14 +1,25 @@
 /**
  * docs/worker-protocol.md against the code it describes: the numbers it quotes
- * are the server's defaults, every message kind of the Lease stream is in it,
- * and the statuses it says to stop on are the ones the Python and Go workers
- * stop on. (The behaviour itself is shown by the clients' suites and the proxy test.)
+ * are the server's defaults, every message kind of the Lease stream and every
+ * field a worker meets is in it, and the statuses it says to stop on are the
+ * ones the Python and Go workers stop on. (The behaviour itself is shown by the clients' suites and the proxy test.)
  */
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { defaults } from "../../src/config.js";
-import { LeaseRequestSchema, LeaseResponseSchema } from "../../src/gen/switchyard/v1/queue_pb.js";
+import {
+  AckRequestSchema,
+  DeliverySchema,
+  DrainSchema,
+  DropRequestSchema,
+  LeaseOpenedSchema,
+  LeaseOpenSchema,
+  LeaseRequestSchema,
+  LeaseResponseSchema,
+  RetryRequestSchema,
+  SettleResultSchema,
+} from "../../src/gen/switchyard/v1/queue_pb.js";
 
 const root = join(import.meta.dirname, "..", "..");
 const read = (path: string) => readFileSync(join(root, path), "utf8");
@@ -41,6 +52,13 @@ describe("docs/worker-protocol.md", () => {
     const kinds = [...LeaseRequestSchema.oneofs[0].fields, ...LeaseResponseSchema.oneofs[0].fields].map((f) => f.name);
     expect(kinds.length).toBeGreaterThanOrEqual(12);
     for (const kind of kinds) expect(doc, `the document never shows \`${kind}\``).toMatch(new RegExp("`" + kind + "[ `]"));
+  });
+
+  it("names every field a worker reads or sends on the stream", () => {
+    const schemas = [LeaseOpenSchema, LeaseOpenedSchema, DeliverySchema, RetryRequestSchema, DropRequestSchema, AckRequestSchema, SettleResultSchema, DrainSchema];
+    for (const schema of schemas) {
+      for (const field of schema.fields) expect(doc, `${schema.typeName}.${field.name} is not in the document`).toContain(field.name);
+    }
   });
 
   it("names the same statuses to stop on as the Python and Go workers", () => {

@@ -70,10 +70,6 @@ type Delivery struct {
 	ack *pb.AckRequest
 }
 
-// LastError is why the item's previous delivery failed ("" on a first delivery, or from a
-// server or stubs without Delivery.last_error).
-func (d *Delivery) LastError() string { return getString(d.Delivery, "last_error") }
-
 // Reply makes the item's ack enqueue items onto queue (ttl 0: none) once the handler returns nil.
 func (d *Delivery) Reply(queue string, ttl time.Duration, items ...*pb.EnqueueItem) {
 	d.ack.ReplyQueue = queue
@@ -87,8 +83,8 @@ type dropError struct{ reason string }
 
 func (e *dropError) Error() string { return "drop: " + e.reason }
 
-// Drop, returned by a handler, drops the item: it can never succeed (the reason reaches
-// servers whose proto has DropRequest.reason).
+// Drop, returned by a handler, drops the item: it can never succeed (the reason is logged
+// and kept with the item's history).
 func Drop(reason string) error { return &dropError{reason} }
 
 type retryError struct {
@@ -98,9 +94,9 @@ type retryError struct {
 
 func (e *retryError) Error() string { return "retry: " + e.reason }
 
-// Retry, returned by a handler, retries the item. The reason and delay reach servers
-// whose proto has them (RetryRequest.reason, .delay); any other error retries with its
-// text as the reason.
+// Retry, returned by a handler, retries the item: the next delivery carries reason as
+// Delivery.LastError, and it comes no sooner than delay from now (0: the queue's retry
+// policy). Any other error retries with its text as the reason.
 func Retry(reason string, delay time.Duration) error { return &retryError{reason, delay} }
 
 // Stats counts what a worker did; read it with Load at any time.
@@ -356,19 +352,18 @@ func (r *runner) handle(h *held) {
 		req = &pb.LeaseRequest{Kind: &pb.LeaseRequest_Ack{Ack: d.ack}}
 		r.stats.Acked.Add(1)
 	case errors.As(err, &drop):
-		dr := &pb.DropRequest{LeaseToken: d.LeaseToken}
-		setString(dr, "reason", drop.reason)
-		req = &pb.LeaseRequest{Kind: &pb.LeaseRequest_Drop{Drop: dr}}
+		req = &pb.LeaseRequest{Kind: &pb.LeaseRequest_Drop{Drop: &pb.DropRequest{LeaseToken: d.LeaseToken, Reason: drop.reason}}}
 		r.stats.Dropped.Add(1)
 	default:
-		rr := &pb.RetryRequest{LeaseToken: d.LeaseToken}
+		rr := &pb.RetryRequest{LeaseToken: d.LeaseToken, Reason: reason(err)}
 		if errors.As(err, &retry) {
-			setString(rr, "reason", retry.reason)
-			setDuration(rr, "delay", retry.delay)
+			rr.Reason = retry.reason
+			if retry.delay > 0 {
+				rr.Delay = durationpb.New(retry.delay)
+			}
 		} else {
 			r.stats.HandlerErrors.Add(1)
 			r.report(err, d.Delivery)
-			setString(rr, "reason", reason(err))
 		}
 		req = &pb.LeaseRequest{Kind: &pb.LeaseRequest_Retry{Retry: rr}}
 		r.stats.Retried.Add(1)
@@ -466,8 +461,8 @@ func (r *runner) extensionInterval(opened *pb.LeaseOpened) time.Duration {
 		}
 		return r.o.ExtendEvery
 	}
-	if idle, ok := getDuration(opened, "min_idle"); ok {
-		return idle / 2
+	if idle := opened.GetMinIdle(); idle != nil {
+		return idle.AsDuration() / 2
 	}
 	if opened.Mode != pb.QueueMode_QUEUE_MODE_RELIABLE {
 		return 0
@@ -476,8 +471,7 @@ func (r *runner) extensionInterval(opened *pb.LeaseOpened) time.Duration {
 	known := r.declaredKnown
 	r.mu.Unlock()
 	if !known {
-		// A server before LeaseOpened.min_idle (or a queue without one): the declaration
-		// has it, if the token may read it.
+		// A server before LeaseOpened.min_idle: the declaration has it, if the token may read it.
 		ctx, cancel := context.WithTimeout(r.outgoing(context.Background()), 10*time.Second)
 		res, err := r.client.GetQueue(ctx, &pb.GetQueueRequest{Name: r.o.Queue})
 		cancel()
@@ -490,6 +484,15 @@ func (r *runner) extensionInterval(opened *pb.LeaseOpened) time.Duration {
 		r.mu.Unlock()
 	}
 	return r.declaredIdle / 2
+}
+
+// reason is what a failed handler's error says, cut to the 1,000 characters the server keeps.
+func reason(err error) string {
+	s := err.Error()
+	if len(s) > 1000 {
+		s = s[:1000]
+	}
+	return s
 }
 
 func (r *runner) extendDue(now time.Time) {

@@ -299,7 +299,7 @@ func TestOutcomes(t *testing.T) {
 			mu.Lock()
 			seen = append(seen, fmt.Sprintf("%s#%d", d.Payload, d.DeliveryCount))
 			if d.DeliveryCount > 1 {
-				lastErrors[string(d.Payload)] = d.LastError()
+				lastErrors[string(d.Payload)] = d.LastError
 			}
 			mu.Unlock()
 			switch string(d.Payload) {
@@ -333,17 +333,45 @@ func TestOutcomes(t *testing.T) {
 	if s.Acked.Load() != 3 || s.Dropped.Load() != 1 || s.Retried.Load() != 2 || s.HandlerErrors.Load() != 1 {
 		t.Fatalf("stats acked %d dropped %d retried %d errors %d", s.Acked.Load(), s.Dropped.Load(), s.Retried.Load(), s.HandlerErrors.Load())
 	}
-	// The reason of a retry comes back with the next delivery where the proto carries it.
-	want := map[string]string{"1": "", "2": ""}
-	if (&pb.Delivery{}).ProtoReflect().Descriptor().Fields().ByName("last_error") != nil {
-		want = map[string]string{"1": "not yet", "2": "handler panicked: flaky dependency"}
-	}
+	// The reason of a retry comes back with the next delivery.
+	want := map[string]string{"1": "not yet", "2": "handler panicked: flaky dependency"}
 	if fmt.Sprint(lastErrors) != fmt.Sprint(want) {
 		t.Fatalf("last errors %v, want %v", lastErrors, want)
 	}
 	peek, err := c.PeekQueue(ctxT(t), &pb.PeekQueueRequest{Name: "{out}.replies"})
 	if err != nil || len(peek.Items) != 1 || string(peek.Items[0].Payload) != "thumbnail" || peek.Items[0].Headers["of"] != ids[3] {
 		t.Fatalf("replies %v %v", peek, err)
+	}
+}
+
+// A retry with a delay comes back no sooner, with its reason as the next delivery's LastError.
+func TestRetryWithADelay(t *testing.T) {
+	conn, _, _ := reliableQueue(t, "{later}", "x", 1)
+	type seen struct {
+		at        time.Time
+		count     uint32
+		lastError string
+	}
+	deliveries := make(chan seen, 2)
+	stop := runWorker(t, conn, worker.Options{
+		Queue: "{later}",
+		Handler: func(_ context.Context, d *worker.Delivery) error {
+			deliveries <- seen{time.Now(), d.DeliveryCount, d.LastError}
+			if d.DeliveryCount == 1 {
+				return worker.Retry("busy", time.Second)
+			}
+			return nil
+		},
+	}, nil)
+	first, second := <-deliveries, <-deliveries
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if first.count != 1 || first.lastError != "" || second.count != 2 || second.lastError != "busy" {
+		t.Fatalf("deliveries %+v then %+v", first, second)
+	}
+	if gap := second.at.Sub(first.at); gap < 900*time.Millisecond {
+		t.Fatalf("the retry came back after %s, before its 1 s delay", gap)
 	}
 }
 
@@ -418,20 +446,14 @@ func TestReplacesAStreamThatWentSilent(t *testing.T) {
 }
 
 // A job longer than min_idle keeps its item only while its lease is extended: by default
-// every half min_idle, read from the declaration or, for a token that may only lease, from
-// LeaseOpened.min_idle where the stubs and server have it (before, it cannot extend).
+// every half min_idle, which LeaseOpened tells even a token that may not read the declaration.
 func TestExtendsLongJobs(t *testing.T) {
 	c := pb.NewQueueServiceClient(dialAs(t, sharedAddr, adminToken))
-	told := (&pb.LeaseOpened{}).ProtoReflect().Descriptor().Fields().ByName("min_idle") != nil
-	leaseOnly := "[1 2]"
-	if told {
-		leaseOnly = "[1]"
-	}
 	for _, tc := range []struct {
 		queue, token string
 		extendEvery  time.Duration
 		want         string
-	}{{"{auto}", adminToken, 0, "[1]"}, {"{off}", adminToken, -1, "[1 2]"}, {"{lease-only}", leaserToken, 0, leaseOnly}} {
+	}{{"{auto}", adminToken, 0, "[1]"}, {"{off}", adminToken, -1, "[1 2]"}, {"{lease-only}", leaserToken, 0, "[1]"}} {
 		tc := tc
 		t.Run(tc.queue, func(t *testing.T) {
 			t.Parallel() // the jobs run at once: each takes 4.5 s

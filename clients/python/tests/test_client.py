@@ -7,7 +7,6 @@ import unittest
 import grpc
 
 import switchyard
-from switchyard._proto import has_field, pb
 from harness import PY_TOKEN, ServerTest, wait_for
 
 
@@ -52,17 +51,19 @@ class EnqueueAndAdmin(ServerTest):
         with self.assertRaises(ValueError):
             self.client.create_queue("{a}", "fifo")
 
-    def test_an_idempotency_key_enqueues_once_or_is_refused_by_stubs_without_it(self):
+    def test_an_idempotency_key_enqueues_once(self):
         q = self.fresh_queue()
         item = switchyard.Item("charge order 7", idempotency_key="order-7")
-        if not has_field(pb.EnqueueItem, "idempotency_key"):
-            with self.assertRaises(ValueError):
-                self.client.enqueue(q, [item])
-            self.assertEqual(self.client.queue_stats(q).ready, 0)
-            return
         first = self.client.enqueue(q, [item])
         self.assertEqual(self.client.enqueue(q, [item]), first)
         self.assertEqual(self.client.queue_stats(q).ready, 1)
+
+    def test_a_delayed_item_waits_then_becomes_ready(self):
+        q = self.fresh_queue()
+        self.client.enqueue(q, [switchyard.Item("later", delay=datetime.timedelta(milliseconds=800)), "now"])
+        stats = self.client.queue_stats(q)
+        self.assertEqual((stats.ready, stats.delayed), (1, 1))
+        wait_for(lambda: self.client.queue_stats(q).ready == 2, timeout=10, what="the delayed item to be ready")
 
     def test_purges_the_waiting_items(self):
         q = self.fresh_queue("simple")

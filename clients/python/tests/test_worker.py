@@ -10,7 +10,6 @@ import unittest
 import grpc
 
 import switchyard
-from switchyard._proto import has_field, pb
 from harness import ADMIN_TOKEN, FAST, LEASER_TOKEN, Forwarder, Redis, Server, ServerTest, fresh_client, wait_for
 
 
@@ -98,10 +97,25 @@ class Outcomes(ServerTest):
         self.assertEqual((worker.stats["dropped"], worker.stats["retried"], worker.stats["acked"]), (1, 2, 3))
         reply = self.client.peek(replies).items
         self.assertEqual([(i.payload, dict(i.headers)) for i in reply], [(b"thumbnail", {"of": ids[b"reply"]})])
-        # The reason of a retry comes back with the next delivery where the proto carries it.
-        carried = has_field(pb.RetryRequest, "reason") and has_field(pb.Delivery, "last_error")
+        # The reason of a retry comes back with the next delivery.
         last_errors = {p: e for p, n, e in handler.errors if n == 2}
-        self.assertEqual(last_errors, {b"retry": "not yet", b"boom": "ValueError: flaky dependency"} if carried else {b"retry": "", b"boom": ""})
+        self.assertEqual(last_errors, {b"retry": "not yet", b"boom": "ValueError: flaky dependency"})
+
+    def test_a_retry_with_a_delay_comes_back_no_sooner(self):
+        q = self.fresh_queue()
+        times = []
+
+        def plan(d):
+            times.append(time.monotonic())
+            if d.delivery_count == 1:
+                raise switchyard.Retry("busy", delay=1.0)
+
+        handler = Recorder(plan)
+        self.client.enqueue(q, [b"x"])
+        run_worker(self, self.client, q, handler)
+        wait_for(lambda: self.client.queue_stats(q).completed_total == 1, timeout=10, what="the second delivery's ack")
+        self.assertEqual([(n, e) for _, n, e in handler.errors], [(1, ""), (2, "busy")])
+        self.assertGreaterEqual(times[1] - times[0], 0.9)
 
     def test_an_undeclared_queue_stops_the_worker_with_not_found(self):
         worker = switchyard.Worker(self.client, "{never-declared}", lambda d: None)
@@ -155,11 +169,9 @@ class SilentStream(ServerTest):
 
 class LeaseExtension(ServerTest):
     """A job longer than min_idle keeps its item only if its lease is extended: by default
-    every half min_idle, from the declaration, or for a token that may only lease, from
-    LeaseOpened.min_idle where the server sends it (before that, it cannot extend)."""
+    every half min_idle, which LeaseOpened tells even a token that may not read the declaration."""
 
     def test_extends_before_half_of_min_idle_and_without_it_the_watchdog_hands_the_item_out_again(self):
-        told = has_field(pb.LeaseOpened, "min_idle")
         leaser = switchyard.Client(self.server.address, token=LEASER_TOKEN)
         self.addCleanup(leaser.close)
         # The three jobs run at once (each takes 4.5 s).
@@ -179,7 +191,7 @@ class LeaseExtension(ServerTest):
             wait_for(lambda q=q: self.client.queue_stats(q).processing == 0, what="the item to be settled")
         self.assertEqual(
             {name: [n for _, n, _ in h.seen] for name, (_, _, h) in runs.items()},
-            {"auto": [1], "off": [1, 2], "lease-only": [1] if told else [1, 2]},
+            {"auto": [1], "off": [1, 2], "lease-only": [1]},
         )
 
 

@@ -14,9 +14,4 @@ except ImportError as err:  # pragma: no cover - depends on how the package was 
     ) from err
 
 
-def has_field(message_class, name):
-    """True when the stubs' message type has field `name` (it arrived in a later proto)."""
-    return name in message_class.DESCRIPTOR.fields_by_name
-
-
-__all__ = ["pb", "pb_grpc", "cron_grpc", "has_field"]
+__all__ = ["pb", "pb_grpc", "cron_grpc"]

@@ -6,7 +6,7 @@ import grpc
 from ._proto import cron_grpc, pb, pb_grpc
 from .errors import Error
 from .lease import LeaseStream
-from .messages import duration, enqueue_item, reply_fields, settle_request
+from .messages import duration, enqueue_item, reply_fields, retry_request
 
 # The server sends messages up to SWITCHYARD_MAX_MESSAGE_BYTES (64 MiB by default); gRPC
 # clients refuse more than 4 MiB unless told otherwise (docs/worker-protocol.md §1).
@@ -68,8 +68,8 @@ class Client:
     def enqueue(self, queue, items, *, ttl=None, min_replicas=0, replica_timeout=None):
         """Pushes items (bytes, str or Item) onto a declared queue in order; returns their ids.
 
-        Not idempotent: after UNAVAILABLE or a deadline the items may have been written,
-        and sending them again may enqueue them twice (docs/worker-protocol.md §9).
+        After UNAVAILABLE or a deadline the items may have been written: sending them again
+        enqueues them twice, unless each Item has an idempotency_key (docs/worker-protocol.md §9).
         """
         request = pb.EnqueueRequest(
             queue=queue,
@@ -149,13 +149,13 @@ class Client:
     def retry(self, lease_token, reason="", delay=None):
         """Returns a delivery to the queue; True when it went to the dead-letter list instead.
 
-        `reason` and `delay` reach servers whose proto has them; older ones ignore them.
+        `reason` comes back as the next delivery's last_error; `delay` (seconds) holds the
+        next delivery back that long instead of the queue's retry policy.
         """
-        request = settle_request(pb.RetryRequest, lease_token, reason=reason, delay=duration(delay))
-        return self._call(self.queues.Retry, request).dead_lettered
+        return self._call(self.queues.Retry, retry_request(lease_token, reason, delay)).dead_lettered
 
     def drop(self, lease_token, reason=""):
-        self._call(self.queues.Drop, settle_request(pb.DropRequest, lease_token, reason=reason))
+        self._call(self.queues.Drop, pb.DropRequest(lease_token=lease_token, reason=reason[:1000]))
 
     def extend(self, lease_token):
         """Restarts a delivery's claim; returns when the watchdog may next recover it (None without a recovery set)."""

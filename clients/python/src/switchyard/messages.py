@@ -4,20 +4,20 @@ import datetime
 
 from google.protobuf.duration_pb2 import Duration
 
-from ._proto import has_field, pb
+from ._proto import pb
 
 
 class Item:
     """An item to enqueue: a payload (bytes, or str as UTF-8) and optional headers.
 
-    `idempotency_key` (a repeated enqueue with the same key adds nothing), `delay` (seconds
-    or a timedelta) and `not_before` (a datetime) need a server and stubs whose proto has
-    them; with older stubs, giving one raises ValueError rather than enqueue without it.
+    `idempotency_key`: another enqueue with the same key onto the same queue within its
+    idempotency window adds nothing and answers the first item's id. `delay` (seconds or a
+    timedelta) or `not_before` (an aware datetime) holds the item back until then.
     """
 
     __slots__ = ("payload", "headers", "idempotency_key", "delay", "not_before")
 
-    def __init__(self, payload, headers=None, *, idempotency_key=None, delay=None, not_before=None):
+    def __init__(self, payload, headers=None, *, idempotency_key="", delay=None, not_before=None):
         self.payload = payload
         self.headers = headers or {}
         self.idempotency_key = idempotency_key
@@ -44,19 +44,11 @@ def enqueue_item(item):
     """A pb.EnqueueItem from bytes, str or Item."""
     if not isinstance(item, Item):
         return pb.EnqueueItem(payload=_bytes(item))
-    message = pb.EnqueueItem(payload=_bytes(item.payload), headers=item.headers)
-    later = {"idempotency_key": item.idempotency_key, "delay": duration(item.delay), "not_before": item.not_before}
-    for name, value in later.items():
-        if value is None:
-            continue
-        if not has_field(pb.EnqueueItem, name):
-            raise ValueError(f"EnqueueItem.{name} is not in this package's proto: rebuild it from a Switchyard proto that has it")
-        if name == "not_before":
-            message.not_before.FromDatetime(value)
-        elif name == "delay":
-            message.delay.CopyFrom(value)
-        else:
-            setattr(message, name, value)
+    message = pb.EnqueueItem(
+        payload=_bytes(item.payload), headers=item.headers, idempotency_key=item.idempotency_key, delay=duration(item.delay)
+    )
+    if item.not_before is not None:
+        message.not_before.FromDatetime(item.not_before)
     return message
 
 
@@ -83,22 +75,21 @@ def reply_fields(reply):
     return fields
 
 
-def settle_request(message_class, lease_token, **optional):
-    """A settle message; optional fields this proto does not have yet are left out."""
-    fields = {k: v for k, v in optional.items() if v not in (None, "") and has_field(message_class, k)}
-    return message_class(lease_token=lease_token, **fields)
-
-
 def ack(lease_token, reply=None):
     """A LeaseRequest acking a delivery, with a Reply's items if any."""
     return pb.LeaseRequest(ack=pb.AckRequest(lease_token=lease_token, **reply_fields(reply)))
 
 
+def retry_request(lease_token, reason="", delay=None):
+    """A RetryRequest: `reason` travels with the item; `delay` (seconds) overrides the queue's retry policy."""
+    return pb.RetryRequest(lease_token=lease_token, reason=reason[:1000], delay=duration(delay))
+
+
 def retry(lease_token, reason="", delay=None):
-    """A LeaseRequest retrying a delivery (reason and delay where the proto has them)."""
-    return pb.LeaseRequest(retry=settle_request(pb.RetryRequest, lease_token, reason=reason, delay=duration(delay)))
+    """A LeaseRequest retrying a delivery."""
+    return pb.LeaseRequest(retry=retry_request(lease_token, reason, delay))
 
 
 def drop(lease_token, reason=""):
-    """A LeaseRequest dropping a delivery (reason where the proto has it)."""
-    return pb.LeaseRequest(drop=settle_request(pb.DropRequest, lease_token, reason=reason))
+    """A LeaseRequest dropping a delivery."""
+    return pb.LeaseRequest(drop=pb.DropRequest(lease_token=lease_token, reason=reason[:1000]))

@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 
 from . import messages
-from ._proto import has_field, pb
+from ._proto import pb
 from .client import Client
 from .errors import FATAL, Error
 from .lease import LeaseStream
@@ -45,8 +45,9 @@ UNARY_SETTLE_TIME = 30.0
 
 
 class Retry(Exception):
-    """Raised by a handler: retry the item. `reason` says why; `delay` (seconds) asks to
-    wait before the next delivery. Both reach servers whose proto has them."""
+    """Raised by a handler: retry the item. `reason` says why (the next delivery's
+    last_error); `delay` (seconds) holds the next delivery back that long instead of the
+    queue's retry policy."""
 
     def __init__(self, reason="", delay=None):
         super().__init__(reason)
@@ -89,8 +90,8 @@ class Delivery:
 
     @property
     def last_error(self):
-        """Why the previous delivery failed ("" on a first delivery, or from a server that does not say)."""
-        return self.raw.last_error if has_field(pb.Delivery, "last_error") else ""
+        """Why the previous delivery failed: a Retry's reason, or the watchdog's ("" on a first delivery)."""
+        return self.raw.last_error
 
 
 class Backoff:
@@ -410,13 +411,12 @@ class Worker:
     def _extension_interval(self, opened):
         if self.extend_every is not None:
             return self.extend_every or None
-        if has_field(pb.LeaseOpened, "min_idle") and opened.HasField("min_idle"):
+        if opened.HasField("min_idle"):
             return opened.min_idle.ToNanoseconds() / 2e9
         if opened.mode != pb.QUEUE_MODE_RELIABLE:
             return None
         if self._declared_min_idle is None:
-            # A server before LeaseOpened.min_idle (or a queue without one): the declaration
-            # says, if the token may read it.
+            # A server before LeaseOpened.min_idle: the declaration says, if the token may read it.
             try:
                 queue = self.client.get_queue(self.queue)
                 self._declared_min_idle = queue.min_idle.ToNanoseconds() / 1e9 if queue.HasField("min_idle") else 0.0
