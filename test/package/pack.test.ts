@@ -72,7 +72,7 @@ async function installInEmptyProject(): Promise<string> {
 
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), "sy-pack-"));
-  // dist/ is fresh: npm test builds first. (npm pack without --ignore-scripts builds too: prepack.)
+  // dist/ is built: npm test builds first. (npm pack without --ignore-scripts cleans and builds: prepack.)
   const packed = JSON.parse((await npm(["pack", "--ignore-scripts", "--json", "--pack-destination", dir], root)).stdout) as { filename: string; files: { path: string }[] }[];
   tarball = join(dir, packed[0].filename);
   files = packed[0].files.map((f) => f.path);
@@ -81,9 +81,9 @@ beforeAll(async () => {
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 describe("npm pack", () => {
-  it("builds before it packs", () => {
+  it("builds afresh before it packs (no file of an earlier build left in dist/)", () => {
     const pkg = JSON.parse(readFileSync(join(root, "package.json"), "utf8")) as { scripts: Record<string, string> };
-    expect(pkg.scripts.prepack).toBe("npm run build");
+    expect(pkg.scripts.prepack).toBe(`node -e "require('node:fs').rmSync('dist', { recursive: true, force: true })" && npm run build`);
   });
 
   it("ships the compiled service, client, CLI, scripts, dashboard, protos and licence, and no sources, tests or maps", () => {
