@@ -1,3 +1,5 @@
+import type { ErrorReason as ErrorReasonEnum } from "./gen/switchyard/v1/errors_pb.js";
+
 /** The error codes Switchyard reports, named like gRPC's status codes. */
 export type ErrorCode =
   | "invalid_argument"
@@ -12,14 +14,9 @@ export type ErrorCode =
 
 /**
  * Why an error happened, for clients to branch on: a name of switchyard.v1.ErrorReason
- * without its prefix (errors.proto), sent in the status's google.rpc.ErrorInfo.
+ * without its prefix (errors.proto, the one list), sent in the status's google.rpc.ErrorInfo.
  */
-export type ErrorReason =
-  | "INVALID_FIELD" | "QUEUE_NOT_FOUND" | "QUEUE_EXISTS" | "SLOT_MISMATCH" | "KEY_NOT_ALLOWED" | "WRONG_KEY_TYPE"
-  | "LEASE_SUPERSEDED" | "LEASE_NOT_HELD" | "LEASE_UNKNOWN" | "LEASE_TOKEN_INVALID" | "QUEUE_PAUSED"
-  | "PAYLOAD_TOO_LARGE" | "LIMIT_EXCEEDED" | "REDIS_OUT_OF_MEMORY" | "REDIS_UNAVAILABLE" | "SHUTTING_DOWN"
-  | "IMMUTABLE_FIELD" | "WRONG_QUEUE_MODE" | "GROUP_NOT_FOUND" | "GROUP_EXISTS" | "JOB_NOT_FOUND"
-  | "INVALID_SCHEDULE" | "UNAUTHENTICATED" | "MISSING_SCOPE" | "INTERNAL";
+export type ErrorReason = Exclude<keyof typeof ErrorReasonEnum, "UNSPECIFIED">;
 
 /** A request field that was wrong, and how (google.rpc.BadRequest.FieldViolation). */
 export interface FieldViolation {
@@ -27,12 +24,23 @@ export interface FieldViolation {
   description: string;
 }
 
+/** What an error says besides its code and message. */
+export interface ErrorDetails {
+  /** Why, for clients to branch on (required: every error a client sees carries one). */
+  reason: ErrorReason;
+  /** Logged, never sent. */
+  cause?: unknown;
+  violations?: readonly FieldViolation[];
+  metadata?: Record<string, string>;
+}
+
 /**
  * A domain error. `message` is sent to the client and says what to fix;
- * `reason` and `violations` go with it as error details; `cause` is logged, never sent.
+ * `reason`, `violations` and `metadata` go with it as error details
+ * (google.rpc.ErrorInfo and BadRequest, see src/grpc/status.ts); `cause` is logged, never sent.
  */
 export class SwitchyardError extends Error {
-  readonly reason?: ErrorReason;
+  readonly reason: ErrorReason;
   readonly violations?: readonly FieldViolation[];
   /** Facts for the client (ErrorInfo metadata), e.g. { queue: "{thumbnails}" }. */
   readonly metadata?: Readonly<Record<string, string>>;
@@ -40,17 +48,23 @@ export class SwitchyardError extends Error {
   constructor(
     readonly code: ErrorCode,
     message: string,
-    options?: { cause?: unknown; reason?: ErrorReason; violations?: readonly FieldViolation[]; metadata?: Record<string, string> },
+    details: ErrorDetails,
   ) {
-    super(message, options);
+    super(message, { cause: details.cause });
     this.name = "SwitchyardError";
-    this.reason = options?.reason;
-    this.violations = options?.violations;
-    this.metadata = options?.metadata;
+    this.reason = details.reason;
+    this.violations = details.violations;
+    this.metadata = details.metadata;
   }
 }
 
-/** Shorthand for `new SwitchyardError("invalid_argument", message)`. */
-export function invalid(message: string): SwitchyardError {
-  return new SwitchyardError("invalid_argument", message);
+/**
+ * INVALID_ARGUMENT, reason INVALID_FIELD; with `field` (a request path such
+ * as "items[3].delay"), also a BadRequest violation of that field saying `message`.
+ */
+export function invalid(message: string, field?: string): SwitchyardError {
+  return new SwitchyardError("invalid_argument", message, {
+    reason: "INVALID_FIELD",
+    violations: field === undefined ? undefined : [{ field, description: message }],
+  });
 }

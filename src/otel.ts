@@ -26,7 +26,7 @@ export async function loadInstrumentation(config: Pick<Config, "otel" | "otelMod
       "failed_precondition",
       `SWITCHYARD_OTEL=on, but ${config.otelModule} could not be loaded (${err instanceof Error ? err.message : String(err)}); ` +
         "install it (npm install @opentelemetry/auto-instrumentations-node) or set SWITCHYARD_OTEL_MODULE",
-      { cause: err },
+      { reason: "INTERNAL", cause: err },
     );
   }
   return true;

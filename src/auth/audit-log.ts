@@ -4,7 +4,7 @@
  * sorted set by sequence pages them newest first, another by time lets
  * LogClean remove old ones (the job log's layout, without the per-job index).
  */
-import { SwitchyardError } from "../errors.js";
+import { invalid } from "../errors.js";
 import { CLEAN_BATCH, CLEAN_MAX_PER_RUN } from "../cron/job-log.js";
 import type { RedisConnection } from "../redis/connection.js";
 import type { SystemKeys } from "../redis/keys.js";
@@ -59,7 +59,7 @@ export class AuditLogStore {
   async list(pageSize: number, pageToken: string): Promise<AuditPage> {
     const size = pageSize <= 0 ? 50 : Math.min(pageSize, 1000);
     const before = pageToken ? Buffer.from(pageToken, "base64url").toString() : "";
-    if (pageToken && !/^\d+$/.test(before)) throw new SwitchyardError("invalid_argument", "page_token is not one this server issued");
+    if (pageToken && !/^\d+$/.test(before)) throw invalid("page_token is not one this server issued", "page_token");
     const ids = await this.redis.client.zrevrangebyscore(this.keys.auditOrder, before ? `(${before}` : "+inf", "-inf", "LIMIT", 0, size + 1);
     const page = ids.slice(0, size);
     const json = page.length ? await this.redis.client.hmget(this.keys.audit, ...page) : [];

@@ -28,7 +28,7 @@ export function tokenHash(token: string): string {
   return createHash("sha256").update(token, "utf8").digest("hex");
 }
 
-const unauthenticated = (message: string) => new SwitchyardError("unauthenticated", message);
+const unauthenticated = (message: string) => new SwitchyardError("unauthenticated", message, { reason: "UNAUTHENTICATED" });
 
 /** Names callers from the configured tokens and certificate mappings. */
 export class Authenticator {

@@ -46,6 +46,8 @@ export interface Grant {
 export interface Need {
   readonly scope: ScopeName;
   readonly queue?: string;
+  /** `queue` is a key a declaration names besides its own (refused as KEY_NOT_ALLOWED, not MISSING_SCOPE). */
+  readonly key?: boolean;
 }
 
 const systemNames = new Set<string>(SYSTEM_SCOPES);

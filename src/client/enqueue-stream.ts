@@ -5,7 +5,8 @@
  * (issue #4, bench rows 2 and 5).
  *
  * How requests end:
- * - answered: with their ids, or their own status (as a unary call's error);
+ * - answered: with their ids, or their own status (as a unary call's error,
+ *   with the reason: see errors.ts);
  * - the stream ends with OK (the server drained): what is unanswered was never
  *   read, so it is sent again on a new stream;
  * - the stream fails (the connection lost, say): what is unanswered fails with
@@ -21,6 +22,7 @@ import * as grpc from "@grpc/grpc-js";
 import type { EnqueueStreamResponse } from "../gen/switchyard/v1/queue_pb.js";
 import { PreEncoded } from "../grpc/adapter.js";
 import { encodeEnqueueStreamRequest, type EnqueueRequestFields } from "../grpc/enqueue-wire.js";
+import { serviceError } from "./errors.js";
 
 type Duplex = grpc.ClientDuplexStream<PreEncoded, EnqueueStreamResponse>;
 
@@ -29,11 +31,6 @@ interface Pending {
   sentMs: number;
   ok(ids: string[]): void;
   fail(err: grpc.ServiceError): void;
-}
-
-/** An error shaped like the ones grpc-js gives for a failed call. */
-export function serviceError(code: grpc.status, details: string): grpc.ServiceError {
-  return Object.assign(new Error(`${code} ${grpc.status[code]}: ${details}`), { code, details, metadata: new grpc.Metadata() });
 }
 
 export class EnqueueStream {
@@ -103,7 +100,7 @@ export class EnqueueStream {
     if (!p) return; // timed out already
     this.pending.delete(res.id);
     if (res.code === grpc.status.OK) p.ok(res.ids);
-    else p.fail(serviceError(res.code, res.message));
+    else p.fail(serviceError(res.code, res.message, res.reason));
     if (this.pending.size === 0) this.armIdle();
   }
 
@@ -120,7 +117,7 @@ export class EnqueueStream {
     } else if (status.code === grpc.status.OK && !this.closed) {
       for (const p of unanswered) this.write(p);
     } else {
-      const err = serviceError(status.code, status.details);
+      const err = serviceError(status.code, status.details, undefined, status.metadata);
       for (const p of unanswered) p.fail(err);
     }
   }

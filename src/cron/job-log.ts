@@ -3,7 +3,7 @@
  * run. Entries live in one hash; a per-job sorted set by sequence number pages
  * them newest first, and a sorted set by time lets LogClean remove old ones.
  */
-import { SwitchyardError } from "../errors.js";
+import { invalid } from "../errors.js";
 import type { RedisConnection } from "../redis/connection.js";
 import type { SystemKeys } from "../redis/keys.js";
 
@@ -85,7 +85,7 @@ export class JobLogStore {
   async list(jobId: string, pageSize: number, pageToken: string): Promise<JobLogPage> {
     const size = pageSize <= 0 ? 50 : Math.min(pageSize, 1000);
     const before = pageToken ? Buffer.from(pageToken, "base64url").toString() : "+inf";
-    if (before !== "+inf" && !/^\d+$/.test(before)) throw new SwitchyardError("invalid_argument", "page_token is not one this server issued");
+    if (before !== "+inf" && !/^\d+$/.test(before)) throw invalid("page_token is not one this server issued", "page_token");
     const ids = await this.redis.client.zrevrangebyscore(
       this.keys.jobLogs(jobId), before === "+inf" ? "+inf" : `(${before}`, "-inf", "LIMIT", 0, size + 1,
     );

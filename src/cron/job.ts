@@ -73,45 +73,45 @@ export const UPDATABLE: Record<string, keyof JobFields> = {
 const HANDLER_NAME = /^[A-Za-z][A-Za-z0-9_.-]{0,99}$/;
 
 function checkTarget(target: string): void {
-  if (!target) throw invalid("target is required: an http(s):// URL, a handler name, or queue:<name>");
+  if (!target) throw invalid("target is required: an http(s):// URL, a handler name, or queue:<name>", "job.target");
   if (/^https?:\/\//i.test(target)) {
     try {
       new URL(target);
     } catch {
-      throw invalid(`target "${target}" is not a valid URL`);
+      throw invalid(`target "${target}" is not a valid URL`, "job.target");
     }
     return;
   }
   if (target.startsWith("queue:")) {
-    if (target.length === "queue:".length) throw invalid('target "queue:" needs a queue name, e.g. queue:{thumbnails}');
+    if (target.length === "queue:".length) throw invalid('target "queue:" needs a queue name, e.g. queue:{thumbnails}', "job.target");
     return;
   }
   if (!HANDLER_NAME.test(target)) {
-    throw invalid(`target "${target}" is neither an http(s):// URL, queue:<name>, nor a handler name (letters, digits, _ . -)`);
+    throw invalid(`target "${target}" is neither an http(s):// URL, queue:<name>, nor a handler name (letters, digits, _ . -)`, "job.target");
   }
 }
 
 /** Validates fields and fills defaults; returns them with the parsed schedule (normalised expression). */
 export function validateJobFields(fields: JobFields): { fields: JobFields; schedule: Schedule } {
   const name = fields.name.trim();
-  if (!name) throw invalid("name is required");
-  if (name.length > 200) throw invalid("name is longer than 200 characters");
+  if (!name) throw invalid("name is required", "job.name");
+  if (name.length > 200) throw invalid("name is longer than 200 characters", "job.name");
   checkTarget(fields.target);
   if (fields.params.trim()) {
     try {
       JSON.parse(fields.params);
     } catch (err) {
-      throw invalid(`params must be JSON text: ${err instanceof Error ? err.message : String(err)}`);
+      throw invalid(`params must be JSON text: ${err instanceof Error ? err.message : String(err)}`, "job.params");
     }
   }
   const timeZone = fields.timeZone || "UTC";
   checkTimeZone(timeZone); // interval schedules ignore it, but a later cron schedule would not
   const schedule = parseSchedule(fields.schedule, timeZone);
-  if (![1, 2, 3].includes(fields.executePolicy)) throw invalid("execute_policy must be CONCURRENT (1), SINGLETON (2) or ABANDON (3)");
+  if (![1, 2, 3].includes(fields.executePolicy)) throw invalid("execute_policy must be CONCURRENT (1), SINGLETON (2) or ABANDON (3)", "job.execute_policy");
   if (fields.misfirePolicy === "run_once" && fields.catchUpWindowMs <= 0) {
-    throw invalid("misfire_policy RUN_ONCE needs a catch_up_window (how late a missed tick may still run), e.g. 10m");
+    throw invalid("misfire_policy RUN_ONCE needs a catch_up_window (how late a missed tick may still run), e.g. 10m", "job.catch_up_window");
   }
-  if (fields.catchUpWindowMs < 0) throw invalid("catch_up_window must not be negative");
+  if (fields.catchUpWindowMs < 0) throw invalid("catch_up_window must not be negative", "job.catch_up_window");
   return { fields: { ...fields, name, timeZone, schedule: schedule.expression }, schedule };
 }
 
@@ -131,6 +131,7 @@ export function checkTransition(job: JobRecord, to: JobStatusCode): void {
     throw new SwitchyardError(
       "failed_precondition",
       `job ${job.id} is ${NAMES[job.status]} and cannot become ${NAMES[to]}; from ${NAMES[job.status]} it can become ${allowed}`,
+      { reason: "INVALID_TRANSITION", metadata: { job: job.id, status: NAMES[job.status] } },
     );
   }
 }

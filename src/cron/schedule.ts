@@ -9,12 +9,17 @@
  * overlap fires once, at its first occurrence.
  */
 import { Cron } from "croner";
-import { invalid } from "../errors.js";
+import { SwitchyardError, invalid } from "../errors.js";
 
 /** A parsed schedule. */
 export type Schedule =
   | { kind: "cron"; expression: string; timeZone: string; cron: Cron }
   | { kind: "every"; expression: string; intervalMs: number };
+
+/** INVALID_ARGUMENT, reason INVALID_SCHEDULE, naming the schedule field. */
+function invalidSchedule(message: string): SwitchyardError {
+  return new SwitchyardError("invalid_argument", message, { reason: "INVALID_SCHEDULE", violations: [{ field: "schedule", description: message }] });
+}
 
 const UNITS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
 const MIN_INTERVAL_MS = 1000;
@@ -30,9 +35,9 @@ function parseEvery(text: string): number {
     consumed = re.lastIndex;
   }
   if (consumed === 0 || consumed !== body.length) {
-    throw invalid(`invalid cron expression: "@every ${body}": write a duration such as 30s, 5m, 1h30m or 6000s`);
+    throw invalidSchedule(`invalid cron expression: "@every ${body}": write a duration such as 30s, 5m, 1h30m or 6000s`);
   }
-  if (total < MIN_INTERVAL_MS) throw invalid(`invalid cron expression: "@every ${body}": the interval must be at least 1s`);
+  if (total < MIN_INTERVAL_MS) throw invalidSchedule(`invalid cron expression: "@every ${body}": the interval must be at least 1s`);
   return Math.round(total);
 }
 
@@ -41,7 +46,7 @@ export function checkTimeZone(timeZone: string): void {
   try {
     new Intl.DateTimeFormat("en-US", { timeZone });
   } catch {
-    throw invalid(`unknown time zone "${timeZone}"; use an IANA name such as Europe/Berlin or UTC`);
+    throw invalid(`unknown time zone "${timeZone}"; use an IANA name such as Europe/Berlin or UTC`, "time_zone");
   }
 }
 
@@ -70,13 +75,13 @@ export function parseSchedule(text: string, timeZone = "UTC"): Schedule {
   if (trimmed.startsWith("#")) {
     fields = trimmed.slice(1).trim().split(" ").filter(Boolean);
     if (fields.length !== 5) {
-      throw invalid(`invalid cron expression: "${text}": after "#" write 5 fields (minute hour day month weekday)`);
+      throw invalidSchedule(`invalid cron expression: "${text}": after "#" write 5 fields (minute hour day month weekday)`);
     }
     fields = ["0", ...fields];
   } else {
     fields = trimmed.split(" ").filter(Boolean);
     if (fields.length !== 6) {
-      throw invalid(
+      throw invalidSchedule(
         `invalid cron expression: "${text}": write 6 fields (second minute hour day month weekday), ` +
           `or "#" and 5 fields, or "@every <duration>"`,
       );
@@ -89,7 +94,7 @@ export function parseSchedule(text: string, timeZone = "UTC"): Schedule {
     if (!cron.nextRun(new Date(0))) throw new Error("it never fires");
     return { kind: "cron", expression, timeZone, cron };
   } catch (err) {
-    throw invalid(`invalid cron expression: "${text}": ${err instanceof Error ? err.message : String(err)}`);
+    throw invalidSchedule(`invalid cron expression: "${text}": ${err instanceof Error ? err.message : String(err)}`);
   }
 }
 
@@ -125,12 +130,12 @@ export const MAX_PREVIEW = 50;
  * INVALID_ARGUMENT saying what is wrong.
  */
 export function previewSchedule(text: string, timeZone: string, count: number, afterMs: number): { schedule: string; fireTimes: number[] } {
-  if (!text.trim()) throw invalid(`schedule is required: "s m h dom mon dow", "# m h dom mon dow" or "@every <duration>"`);
+  if (!text.trim()) throw invalidSchedule(`schedule is required: "s m h dom mon dow", "# m h dom mon dow" or "@every <duration>"`);
   if (!Number.isInteger(count) || count < 0 || count > MAX_PREVIEW) {
-    throw invalid(`count must be between 0 and ${MAX_PREVIEW} (0 means ${DEFAULT_PREVIEW})`);
+    throw invalid(`count must be between 0 and ${MAX_PREVIEW} (0 means ${DEFAULT_PREVIEW})`, "count");
   }
   if (!Number.isFinite(afterMs) || afterMs < 0 || afterMs > LATEST_MS) {
-    throw invalid("start_time must be between 1970-01-01T00:00:00Z and 9999-12-31T23:59:59Z");
+    throw invalid("start_time must be between 1970-01-01T00:00:00Z and 9999-12-31T23:59:59Z", "start_time");
   }
   checkTimeZone(timeZone || "UTC"); // as a job's: an interval ignores it, but a later cron schedule would not
   const schedule = parseSchedule(text, timeZone || "UTC");

@@ -3,7 +3,7 @@
  * channel on which every change is announced so each instance's scheduler
  * remounts within a second (SPEC C13).
  */
-import { SwitchyardError } from "../errors.js";
+import { SwitchyardError, invalid } from "../errors.js";
 import type { Clock } from "../clock.js";
 import type { RedisConnection } from "../redis/connection.js";
 import type { SystemKeys } from "../redis/keys.js";
@@ -22,6 +22,12 @@ export interface JobFilter {
   name?: string;
   pageSize?: number;
   pageToken?: string;
+}
+
+/** NOT_FOUND (JOB_NOT_FOUND) for a job that does not exist; INVALID_ARGUMENT when no id was given. */
+function jobNotFound(id: string): SwitchyardError {
+  if (!id) return invalid("id is required", "id");
+  return new SwitchyardError("not_found", `job ${id} does not exist`, { reason: "JOB_NOT_FOUND", metadata: { job: id } });
 }
 
 export class JobStore {
@@ -49,6 +55,7 @@ export class JobStore {
       throw new SwitchyardError(
         "resource_exhausted",
         `${existing} jobs exist, the limit (SWITCHYARD_MAX_CRON_JOBS=${this.maxJobs}); delete jobs you no longer need, or raise the limit`,
+        { reason: "LIMIT_EXCEEDED" },
       );
     }
     const id = String(await this.redis.client.incr(this.keys.jobSeq));
@@ -79,7 +86,7 @@ export class JobStore {
   /** The job, or NOT_FOUND. */
   async get(id: string): Promise<JobRecord> {
     const job = id ? await this.find(id) : undefined;
-    if (!job) throw new SwitchyardError("not_found", id ? `job ${id} does not exist` : "id is required");
+    if (!job) throw jobNotFound(id);
     return job;
   }
 
@@ -96,7 +103,7 @@ export class JobStore {
   async list(filter: JobFilter): Promise<JobPage> {
     const size = !filter.pageSize || filter.pageSize <= 0 ? 100 : Math.min(filter.pageSize, 1000);
     const after = filter.pageToken ? Number(Buffer.from(filter.pageToken, "base64url").toString()) : 0;
-    if (!Number.isInteger(after) || after < 0) throw new SwitchyardError("invalid_argument", "page_token is not one this server issued");
+    if (!Number.isInteger(after) || after < 0) throw invalid("page_token is not one this server issued", "page_token");
     const needle = filter.name?.toLowerCase() ?? "";
     const matching = (await this.all()).filter(
       (j) => Number(j.id) > after && (filter.status === undefined || j.status === filter.status) && j.name.toLowerCase().includes(needle),
@@ -114,12 +121,12 @@ export class JobStore {
     for (let attempt = 0; attempt < 10; attempt++) {
       const read = id ? await this.redis.client.hget(this.keys.jobs, id) : null;
       const job = read === null ? undefined : (JSON.parse(read) as JobRecord);
-      if (!job || job.deleted) throw new SwitchyardError("not_found", id ? `job ${id} does not exist` : "id is required");
+      if (!job || job.deleted) throw jobNotFound(id);
       const next = change(job);
       if (!next) return job;
       if (await replaceJob(this.redis.client, this.keys.jobs, this.keys.cronEvents, id, read!, JSON.stringify(next))) return next;
     }
-    throw new SwitchyardError("unavailable", `job ${id} is changing too often to update; retry`);
+    throw new SwitchyardError("unavailable", `job ${id} is changing too often to update; retry`, { reason: "CONTENDED", metadata: { job: id } });
   }
 
   /** Replaces the given fields; nothing is saved when the result is invalid. */

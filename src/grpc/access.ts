@@ -100,7 +100,7 @@ const admin = (name: string): Need[] => [{ scope: "queue:admin", queue: name }];
  */
 function declarationNeeds(q: Queue | undefined): Need[] {
   if (!q) return admin("");
-  const needs = [q.name, ...namedKeys(q)].map((k): Need => ({ scope: "queue:admin", queue: k }));
+  const needs = [q.name, ...namedKeys(q)].map((k, i): Need => ({ scope: "queue:admin", queue: k, key: i > 0 }));
   if (q.replyQueue) needs.push({ scope: "queue:enqueue", queue: q.replyQueue });
   return needs;
 }

@@ -20,7 +20,7 @@ import type { AuditLogStore } from "../auth/audit-log.js";
 import { describeNeed, type Need } from "../auth/scopes.js";
 import { accessRules, isOpenMethod, RefusedMessage, type AccessRule, type AuditTarget } from "./access.js";
 import { MalformedMessage } from "./adapter.js";
-import { grpcCode } from "./status.js";
+import { errorStatus } from "./status.js";
 
 /** What the interceptor works with. */
 export interface AuthParts {
@@ -50,14 +50,18 @@ function peerCommonName(call: grpc.ServerInterceptingCallInterface): string | un
 function denial(rule: AccessRule | undefined, method: string, principal: Principal, message: unknown): SwitchyardError | undefined {
   if (!rule) {
     if (principal.grants.all) return undefined;
-    return new SwitchyardError("permission_denied", `${method} has no access rule; only a caller with scope * may call it`);
+    return new SwitchyardError("permission_denied", `${method} has no access rule; only a caller with scope * may call it`, { reason: "MISSING_SCOPE" });
   }
   const needs: Need[] =
     message instanceof MalformedMessage || !rule.needs ? rule.scopes.map((scope) => ({ scope })) : rule.needs(message as never);
   const missing = needs.find((need) => !principal.grants.allows(need));
   if (!missing) return undefined;
   const on = missing.queue && missing.queue !== "*" ? ` on queue "${missing.queue}"` : "";
-  return new SwitchyardError("permission_denied", `${method}${on} needs scope ${describeNeed(missing)}; caller "${principal.name}" does not have it`);
+  // A key a declaration names is refused as such: the caller may administer the queue, but not that key.
+  return new SwitchyardError("permission_denied", `${method}${on} needs scope ${describeNeed(missing)}; caller "${principal.name}" does not have it`, {
+    reason: missing.key ? "KEY_NOT_ALLOWED" : "MISSING_SCOPE",
+    metadata: missing.queue === undefined ? { scope: missing.scope } : { scope: missing.scope, queue: missing.queue },
+  });
 }
 
 function auditTarget(rule: AccessRule, request: unknown, response: unknown): AuditTarget {
@@ -90,7 +94,7 @@ export function authInterceptor(parts: AuthParts): grpc.ServerInterceptor {
     };
     const refuse = (err: SwitchyardError) => {
       refused = true;
-      intercepted.sendStatus({ code: grpcCode(err.code), details: err.message });
+      intercepted.sendStatus(errorStatus(err));
     };
     // One slot per open Lease stream of an authenticated caller.
     const takeStreamSlot = (who: Principal): SwitchyardError | undefined => {
@@ -101,6 +105,7 @@ export function authInterceptor(parts: AuthParts): grpc.ServerInterceptor {
           "resource_exhausted",
           `caller "${who.name}" already has ${open} open Lease streams on this instance, the limit ` +
             `(SWITCHYARD_MAX_LEASE_STREAMS_PER_TOKEN=${parts.maxLeaseStreamsPerToken}); close one, or raise the limit`,
+          { reason: "LIMIT_EXCEEDED" },
         );
       }
       openStreams.set(who.name, open + 1);

@@ -16,9 +16,9 @@ const MAX_DURATION_SECONDS = 315_576_000_000n;
 /** Whole milliseconds in a Duration (rounded up), or undefined when it is unset. */
 export function durationMs(name: string, d: Duration | undefined): number | undefined {
   if (!d) return undefined;
-  if (d.seconds < 0n || d.nanos < 0) throw invalid(`${name} must not be negative`);
+  if (d.seconds < 0n || d.nanos < 0) throw invalid(`${name} must not be negative`, name);
   if (d.seconds > MAX_DURATION_SECONDS || d.nanos > 999_999_999) {
-    throw invalid(`${name} is out of range: at most ${MAX_DURATION_SECONDS} seconds, nanos below 1e9`);
+    throw invalid(`${name} is out of range: at most ${MAX_DURATION_SECONDS} seconds, nanos below 1e9`, name);
   }
   return Number(d.seconds) * 1000 + Math.ceil(d.nanos / 1e6);
 }
@@ -47,7 +47,7 @@ function retryPolicy(p: RetryPolicy | undefined): QueueSpec["retryPolicy"] {
 
 /** A caller's declaration as a domain spec. */
 export function queueSpec(queue: Queue | undefined): QueueSpec {
-  if (!queue) throw invalid("queue is required");
+  if (!queue) throw invalid("queue is required", "queue");
   const mode = queue.mode === QueueMode.SIMPLE ? "simple" : queue.mode === QueueMode.RELIABLE ? "reliable" : undefined;
   return {
     name: queue.name,

@@ -31,15 +31,15 @@ const fromCode: Record<JobStatusCode, JobStatus> = {
 /** The seed's status number for a JobStatus; INVALID_ARGUMENT for UNSPECIFIED. */
 export function statusCode(status: JobStatus): JobStatusCode {
   const code = toCode[status];
-  if (code === undefined) throw invalid("status must be UNPUBLISHED, RUNNING or PAUSED");
+  if (code === undefined) throw invalid("status must be UNPUBLISHED, RUNNING or PAUSED", "status");
   return code;
 }
 
 /** The fields of a Job message, with unset enums taking their defaults. */
 export function jobFields(job: Job | undefined): JobFields {
-  if (!job) throw invalid("job is required");
+  if (!job) throw invalid("job is required", "job");
   const policy = job.executePolicy === ExecutePolicy.UNSPECIFIED ? 2 : job.executePolicy;
-  if (policy < 1 || policy > 3) throw invalid("execute_policy must be CONCURRENT, SINGLETON or ABANDON");
+  if (policy < 1 || policy > 3) throw invalid("execute_policy must be CONCURRENT, SINGLETON or ABANDON", "job.execute_policy");
   return {
     name: job.name,
     group: job.group,
@@ -69,6 +69,7 @@ export function jobPatch(job: Job | undefined, paths: string[]): Partial<JobFiel
       throw new SwitchyardError(
         "invalid_argument",
         `update_mask path "${path}" cannot be updated; use ${Object.keys(UPDATABLE).join(", ")} (status changes through SetJobStatus)`,
+        { reason: "INVALID_FIELD", violations: [{ field: "update_mask", description: `"${path}" cannot be updated` }] },
       );
     }
     (patch as Record<string, unknown>)[key] = fields[key];

@@ -25,7 +25,7 @@ import { RefusedMessage } from "./access.js";
 import { MalformedMessage, PreEncoded } from "./adapter.js";
 import { encodeEnqueueStreamIds, encodeEnqueueStreamResult, type EnqueueCall, type EnqueueStreamCall } from "./enqueue-wire.js";
 import { durationMs } from "./convert.js";
-import { assertWellFormed, callLogger, toStatus } from "./status.js";
+import { assertWellFormed, callLogger, toStatus, type SwitchyardStatus } from "./status.js";
 import { traceOf, withTrace, type TraceContext } from "./trace.js";
 
 const METHOD = "EnqueueStream";
@@ -47,7 +47,7 @@ export function enqueueStreamHandler(queues: Queues, baseLog: Logger) {
   return (call: Duplex) => {
     const log = callLogger(baseLog, call.metadata);
     if (queues.isDraining) {
-      call.emit("error", toStatus(new SwitchyardError("unavailable", "this instance is shutting down; send to another instance"), log, METHOD));
+      call.emit("error", toStatus(new SwitchyardError("unavailable", "this instance is shutting down; send to another instance", { reason: "SHUTTING_DOWN" }), log, METHOD));
       return;
     }
     const trace = traceOf(call.metadata);
@@ -72,11 +72,11 @@ export function enqueueStreamHandler(queues: Queues, baseLog: Logger) {
       call.pause();
       endWhenAnswered();
     });
-    const answer = (id: number, outcome: ItemIds | ScheduledEnqueue | grpc.StatusObject) => {
+    const answer = (id: number, outcome: ItemIds | ScheduledEnqueue | SwitchyardStatus) => {
       if (ended) return;
       if (outcome instanceof ItemIds) call.write(new PreEncoded(encodeEnqueueStreamIds(id, outcome)));
       else if (outcome instanceof ScheduledEnqueue) call.write(new PreEncoded(encodeEnqueueStreamResult(id, outcome.ids, outcome.duplicates)));
-      else call.write(create(EnqueueStreamResponseSchema, { id, code: outcome.code, message: outcome.details }));
+      else call.write(create(EnqueueStreamResponseSchema, { id, code: outcome.code, message: outcome.details, reason: outcome.reason }));
     };
 
     call.on("data", (raw: Incoming) => {
@@ -96,7 +96,7 @@ export function enqueueStreamHandler(queues: Queues, baseLog: Logger) {
       }
       if (++inFlight >= MAX_IN_FLIGHT) call.pause();
       const { id, request } = msg;
-      (request ? runEnqueue(queues, request, trace) : Promise.reject(invalid("request is required: the EnqueueRequest to run")))
+      (request ? runEnqueue(queues, request, trace) : Promise.reject(invalid("request is required: the EnqueueRequest to run", "request")))
         .then(
           (ids) => answer(id, ids),
           (err: unknown) => answer(id, toStatus(err, log, METHOD)),

@@ -404,7 +404,7 @@ export function encodeEnqueueRequest(request: EnqueueRequestFields): Buffer {
  * EnqueueStream's messages (the request wraps an EnqueueRequest):
  *
  *   EnqueueStreamRequest   1 id (uint32)  2 request: EnqueueRequest
- *   EnqueueStreamResponse  1 id (uint32)  2 code (int32)  3 message  4 ids: repeated string
+ *   EnqueueStreamResponse  1 id (uint32)  2 code (int32)  3 message  4 ids: repeated string  5 duplicates  6 reason
  */
 
 /** An EnqueueStream request as the server reads it: the request's items packed, as readEnqueueRequest leaves them. */
@@ -448,13 +448,13 @@ export function encodeEnqueueStreamIds(id: number, ids: ItemIds): Buffer {
 
 /** toBinary(EnqueueStreamResponseSchema, { id, ids, duplicates }) of an enqueue whose items had options. */
 export function encodeEnqueueStreamResult(id: number, ids: readonly string[], duplicates: readonly number[]): Buffer {
-  return Buffer.from(toBinary(EnqueueStreamResponseSchema, { $typeName: "switchyard.v1.EnqueueStreamResponse", id, code: 0, message: "", ids: [...ids], duplicates: [...duplicates] }));
+  return Buffer.from(toBinary(EnqueueStreamResponseSchema, { $typeName: "switchyard.v1.EnqueueStreamResponse", id, code: 0, message: "", ids: [...ids], duplicates: [...duplicates], reason: "" }));
 }
 
 /** fromBinary(EnqueueStreamResponseSchema, bytes), by hand: the same message, or the same kind of error. */
 export function decodeEnqueueStreamResponse(bytes: Uint8Array): EnqueueStreamResponse {
   const r = new Reader(bytes);
-  const response: EnqueueStreamResponse = { $typeName: "switchyard.v1.EnqueueStreamResponse", id: 0, code: 0, message: "", ids: [], duplicates: [] };
+  const response: EnqueueStreamResponse = { $typeName: "switchyard.v1.EnqueueStreamResponse", id: 0, code: 0, message: "", ids: [], duplicates: [], reason: "" };
   while (r.pos < bytes.byteLength) {
     if (r.skipTag(STREAM_ID_TAG)) {
       response.ids.push(r.strictString());
@@ -476,6 +476,9 @@ export function decodeEnqueueStreamResponse(bytes: Uint8Array): EnqueueStreamRes
         break;
       case 5:
         readUints(r, wireType, response.duplicates);
+        break;
+      case 6:
+        response.reason = r.string(true);
         break;
       default:
         r.skip(wireType, no, RECURSION_LIMIT - 1);

@@ -46,7 +46,7 @@ import { encodeDeliveries } from "./delivery-wire.js";
 import { encodeEnqueueResponse, encodeEnqueueResponseIds, type EnqueueCall } from "./enqueue-wire.js";
 import { ItemIds } from "../queue/item-ids.js";
 import { durationMs, msDuration, msTimestamp, queueMessage, queueSpec } from "./convert.js";
-import { assertWellFormed, callLogger, toStatus, unary } from "./status.js";
+import { assertWellFormed, callLogger, toStatus, unary, type SwitchyardStatus } from "./status.js";
 import { traceOf } from "./trace.js";
 import { enqueueStreamHandler, runEnqueue } from "./enqueue-stream.js";
 import type { DeliveryBuffers } from "./delivery-buffers.js";
@@ -125,8 +125,8 @@ function leaseHandler(queues: Queues, baseLog: Logger, settings: LeaseSettings) 
           else call.end();
         });
     };
-    const settleFailed = (token: string, status: grpc.StatusObject) =>
-      write({ case: "settleResult", value: { leaseToken: token, code: status.code, message: status.details } });
+    const settleFailed = (token: string, status: SwitchyardStatus) =>
+      write({ case: "settleResult", value: { leaseToken: token, code: status.code, message: status.details, reason: status.reason } });
     const settle = async (s: LeaseStream, token: string, action: WorkerSettle, opts: SettleOptions = {}, ack?: AckRequest) => {
       try {
         if (ack) await queues.ack(token, replyOf(ack), s);
@@ -144,7 +144,7 @@ function leaseHandler(queues: Queues, baseLog: Logger, settings: LeaseSettings) 
     // Acks of many tokens: one settle call per queue; each token that failed gets its own result.
     const ackBatch = async (s: LeaseStream, tokens: readonly string[]) => {
       if (tokens.length > settings.maxAckBatch) {
-        finish(invalid(`ack_batch of ${tokens.length} tokens; send at most ${settings.maxAckBatch} per message (SWITCHYARD_MAX_CREDIT: no stream holds more)`));
+        finish(invalid(`ack_batch of ${tokens.length} tokens; send at most ${settings.maxAckBatch} per message (SWITCHYARD_MAX_CREDIT: no stream holds more)`, "ack_batch.lease_tokens"));
         return;
       }
       try {
@@ -160,7 +160,7 @@ function leaseHandler(queues: Queues, baseLog: Logger, settings: LeaseSettings) 
         const msg = assertWellFormed(raw);
         const kind = msg.kind;
         if (!stream) {
-          if (kind.case !== "open") throw invalid("the first message on a Lease stream must be open {queue, credit}");
+          if (kind.case !== "open") throw invalid("the first message on a Lease stream must be open {queue, credit}", "open");
           openTimer.cancel();
           stream = queues.openStream(kind.value.queue, kind.value.credit, {
             deliver: (batch) => {

@@ -1,6 +1,7 @@
 /** The one place where domain errors become gRPC statuses. */
 import * as grpc from "@grpc/grpc-js";
-import { SwitchyardError, type ErrorCode } from "../errors.js";
+import { SwitchyardError, type ErrorCode, type ErrorReason } from "../errors.js";
+import { encodeStatusDetails, STATUS_DETAILS_KEY } from "../wire/status-details.js";
 import { isConnectionError, isOutOfMemory, isUnknownOutcome } from "../redis/connection.js";
 import { withFields, type Logger } from "../log.js";
 import { MalformedMessage } from "./adapter.js";
@@ -18,49 +19,63 @@ const codes: Record<ErrorCode, grpc.status> = {
   internal: grpc.status.INTERNAL,
 };
 
-/** A status to send for `err`: known errors keep their message, others are logged and hidden. */
-export function toStatus(err: unknown, log: Logger, method: string): grpc.StatusObject {
+/** A status as Switchyard sends it: its trailers carry the google.rpc.Status; `reason` for in-band results. */
+export interface SwitchyardStatus extends grpc.StatusObject {
+  reason: ErrorReason;
+}
+
+/**
+ * The status for a domain error, with its details in the "grpc-status-details-bin"
+ * trailer: ErrorInfo (reason, domain "switchyard.v1", metadata) and, for bad input, BadRequest.
+ */
+export function errorStatus(err: SwitchyardError): SwitchyardStatus {
+  const code = codes[err.code];
   const metadata = new grpc.Metadata();
+  metadata.set(STATUS_DETAILS_KEY, encodeStatusDetails(code, err.message, err));
+  return { code, details: err.message, metadata, reason: err.reason };
+}
+
+/** A status to send for `err`: known errors keep their message, others are logged and hidden. */
+export function toStatus(err: unknown, log: Logger, method: string): SwitchyardStatus {
+  return errorStatus(domainError(err, log, method));
+}
+
+/** `err` as a domain error: Redis's out of memory and unavailability named, anything else INTERNAL (and logged). */
+function domainError(err: unknown, log: Logger, method: string): SwitchyardError {
   if (err instanceof SwitchyardError) {
     if (err.cause) log.warn("request failed", { method, code: err.code, cause: err.cause });
-    return { code: codes[err.code], details: err.message, metadata };
+    return err;
   }
   if (isOutOfMemory(err)) {
     log.warn("redis is out of memory", { method, err });
     const reason = /OOM command not allowed[^.]*/.exec((err as Error).message)![0];
-    return {
-      code: grpc.status.RESOURCE_EXHAUSTED,
-      details: `redis refused the command: ${reason} (redis is full: free memory in Redis, raise its maxmemory, or drain queues, then retry)`,
-      metadata,
-    };
+    return new SwitchyardError(
+      "resource_exhausted",
+      `redis refused the command: ${reason} (redis is full: free memory in Redis, raise its maxmemory, or drain queues, then retry)`,
+      { reason: "REDIS_OUT_OF_MEMORY" },
+    );
   }
   if (isUnknownOutcome(err)) {
     log.warn("redis did not answer", { method, err });
-    return {
-      code: grpc.status.UNAVAILABLE,
-      details:
-        "redis did not answer within SWITCHYARD_REDIS_COMMAND_TIMEOUT, or its connection dropped: the call may or may not have " +
+    return new SwitchyardError(
+      "unavailable",
+      "redis did not answer within SWITCHYARD_REDIS_COMMAND_TIMEOUT, or its connection dropped: the call may or may not have " +
         "taken effect (see the README, Timeouts); retry once Redis answers",
-      metadata,
-    };
+      { reason: "REDIS_UNAVAILABLE" },
+    );
   }
   if (isConnectionError(err)) {
     log.warn("redis unavailable", { method, err });
-    return { code: grpc.status.UNAVAILABLE, details: "redis is unavailable; retry later", metadata };
+    return new SwitchyardError("unavailable", "redis is unavailable; retry later", { reason: "REDIS_UNAVAILABLE" });
   }
   log.error("internal error", { method, err });
-  return { code: grpc.status.INTERNAL, details: "internal error", metadata };
-}
-
-/** The gRPC status code for a domain error code. */
-export function grpcCode(code: ErrorCode): grpc.status {
-  return codes[code];
+  return new SwitchyardError("internal", "internal error", { reason: "INTERNAL" });
 }
 
 /** Throws INVALID_ARGUMENT when a request could not be decoded. */
 export function assertWellFormed<T>(request: T | MalformedMessage): T {
   if (request instanceof MalformedMessage) {
-    throw new SwitchyardError("invalid_argument", `malformed ${request.typeName}: ${request.reason}`);
+    throw new SwitchyardError("invalid_argument", `malformed ${request.typeName}: ${request.reason}`, { reason: "INVALID_FIELD" });
   }
   return request;
 }

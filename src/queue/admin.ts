@@ -28,11 +28,11 @@ export async function purgeReady(client: RedisClient, config: QueueConfig): Prom
 
 /** Checks a selection; INVALID_ARGUMENT saying what to fix. */
 export function checkSelection(ids: readonly string[], all: boolean): DeadLetterSelection {
-  if (all && ids.length > 0) throw invalid("give either ids or all, not both");
+  if (all && ids.length > 0) throw invalid("give either ids or all, not both", "all");
   if (all) return { all: true };
-  if (ids.length === 0) throw invalid("name the dead letters by ids (PeekQueue with list DEAD_LETTER shows them), or set all");
-  if (ids.length > MAX_DEAD_LETTER_IDS) throw invalid(`at most ${MAX_DEAD_LETTER_IDS} ids per call; got ${ids.length}`);
-  if (ids.some((id) => id === "")) throw invalid("ids must not be empty; raw dead letters have no id: use all");
+  if (ids.length === 0) throw invalid("name the dead letters by ids (PeekQueue with list DEAD_LETTER shows them), or set all", "ids");
+  if (ids.length > MAX_DEAD_LETTER_IDS) throw invalid(`at most ${MAX_DEAD_LETTER_IDS} ids per call; got ${ids.length}`, "ids");
+  if (ids.some((id) => id === "")) throw invalid("ids must not be empty; raw dead letters have no id: use all", "ids");
   return { ids };
 }
 

@@ -74,15 +74,18 @@ const MAX_MAX_DELIVERIES = 1_000_000;
 const MAX_BACKOFF_MS = 7 * 24 * 3600_000;
 const MAX_IDEMPOTENCY_WINDOW_MS = 30 * 24 * 3600_000;
 
-function checkKeyName(what: string, key: string): void {
-  if (key.length === 0) throw invalid(`${what} must not be empty`);
-  if (Buffer.byteLength(key) > MAX_NAME_BYTES) throw invalid(`${what} is longer than ${MAX_NAME_BYTES} bytes`);
-  if (/[\s\p{Cc}]/u.test(key)) throw invalid(`${what} "${key}" contains whitespace or control characters; use a plain Redis key`);
+/** A declaration's field as a request names it (CreateQueueRequest.queue, UpdateQueueRequest.queue). */
+const field = (name: string) => `queue.${name}`;
+
+function checkKeyName(what: string, key: string, name: string): void {
+  if (key.length === 0) throw invalid(`${what} must not be empty`, field(name));
+  if (Buffer.byteLength(key) > MAX_NAME_BYTES) throw invalid(`${what} is longer than ${MAX_NAME_BYTES} bytes`, field(name));
+  if (/[\s\p{Cc}]/u.test(key)) throw invalid(`${what} "${key}" contains whitespace or control characters; use a plain Redis key`, field(name));
 }
 
 function checkDuration(what: string, ms: number | undefined, max = Number.MAX_SAFE_INTEGER): void {
-  if (ms !== undefined && (!Number.isFinite(ms) || ms < 0)) throw invalid(`${what} must be a positive duration`);
-  if (ms !== undefined && ms > max) throw invalid(`${what} must be at most ${max / 1000} s`);
+  if (ms !== undefined && (!Number.isFinite(ms) || ms < 0)) throw invalid(`${what} must be a positive duration`, field(what));
+  if (ms !== undefined && ms > max) throw invalid(`${what} must be at most ${max / 1000} s`, field(what));
 }
 
 /** The hash tag that would put `name`'s keys in one slot, e.g. "{thumbnails}". */
@@ -100,10 +103,12 @@ function checkOneSlot(config: QueueConfig): void {
   const fixes = [`${tag}`, `${tag}.processing`];
   if (config.recoverySet) fixes.push(`${tag}.claims`);
   if (config.deadLetterList !== defaultDeadLetter(config.name)) fixes.push(`${tag}.dead`);
-  throw invalid(
+  throw new SwitchyardError(
+    "invalid_argument",
     `keys of reliable queue "${config.name}" fall in different Redis Cluster hash slots ` +
       `("${config.name}" in ${slot}, "${stray}" in ${slotOf(stray)}); one command moves items between them, ` +
       `so they must share a hash tag: use ${fixes.slice(0, -1).join(", ")} and ${fixes[fixes.length - 1]}`,
+    { reason: "SLOT_MISMATCH", metadata: { queue: config.name, key: stray, hashTag: tag } },
   );
 }
 
@@ -111,9 +116,11 @@ function checkOneSlot(config: QueueConfig): void {
 function checkOutsideNamespace(config: QueueConfig, namespace: string): void {
   const own = allKeys(keysOf(config)).find((k) => hashTag(k) === namespace);
   if (own === undefined) return;
-  throw invalid(
+  throw new SwitchyardError(
+    "invalid_argument",
     `queue "${config.name}": key "${own}" has the hash tag {${namespace}}, which is Switchyard's own; ` +
       `choose names with another hash tag`,
+    { reason: "KEY_NOT_ALLOWED", metadata: { queue: config.name, key: own } },
   );
 }
 
@@ -122,28 +129,28 @@ function checkRetryPolicy(name: string, given: Partial<RetryPolicy> | undefined)
   checkDuration("retry_policy.initial_backoff", p.initialMs, MAX_BACKOFF_MS);
   checkDuration("retry_policy.max_backoff", p.maxMs, MAX_BACKOFF_MS);
   if (!Number.isFinite(p.multiplier) || p.multiplier < 1 || p.multiplier > 100) {
-    throw invalid(`queue "${name}": retry_policy.multiplier must be between 1 and 100`);
+    throw invalid(`queue "${name}": retry_policy.multiplier must be between 1 and 100`, field("retry_policy.multiplier"));
   }
-  if (!Number.isFinite(p.jitter) || p.jitter < 0 || p.jitter > 1) throw invalid(`queue "${name}": retry_policy.jitter must be between 0 and 1`);
+  if (!Number.isFinite(p.jitter) || p.jitter < 0 || p.jitter > 1) throw invalid(`queue "${name}": retry_policy.jitter must be between 0 and 1`, field("retry_policy.jitter"));
   if (p.maxMs < p.initialMs) {
-    throw invalid(`queue "${name}": retry_policy.max_backoff (${p.maxMs} ms) must be at least initial_backoff (${p.initialMs} ms)`);
+    throw invalid(`queue "${name}": retry_policy.max_backoff (${p.maxMs} ms) must be at least initial_backoff (${p.initialMs} ms)`, field("retry_policy.max_backoff"));
   }
   return Object.freeze(p);
 }
 
 /** Validates a spec and fills in defaults; throws INVALID_ARGUMENT with what to fix. */
 export function validateQueueSpec(spec: QueueSpec, nowMs: number, namespace = "switchyard"): QueueConfig {
-  checkKeyName("queue name", spec.name);
+  checkKeyName("queue name", spec.name, "name");
   if (internalKey(spec.name, "fence") === undefined) {
-    throw invalid(`queue name "${spec.name}" has a "}" but no hash tag; name it with a hash tag such as {${spec.name.replace(/[{}]/g, "")}}`);
+    throw invalid(`queue name "${spec.name}" has a "}" but no hash tag; name it with a hash tag such as {${spec.name.replace(/[{}]/g, "")}}`, field("name"));
   }
   const mode = spec.mode;
-  if (mode !== "simple" && mode !== "reliable") throw invalid(`queue "${spec.name}": mode must be SIMPLE or RELIABLE`);
+  if (mode !== "simple" && mode !== "reliable") throw invalid(`queue "${spec.name}": mode must be SIMPLE or RELIABLE`, field("mode"));
   checkDuration("min_idle", spec.minIdleMs);
   checkDuration("recovery_ttl", spec.recoveryTtlMs);
   checkDuration("idempotency_window", spec.idempotencyWindowMs, MAX_IDEMPOTENCY_WINDOW_MS);
   checkDuration("publish_ttl", spec.publishTtlMs);
-  if (spec.replyQueue) checkKeyName("reply_queue", spec.replyQueue);
+  if (spec.replyQueue) checkKeyName("reply_queue", spec.replyQueue, "reply_queue");
   const common = {
     name: spec.name,
     createTimeMs: nowMs,
@@ -166,7 +173,7 @@ export function validateQueueSpec(spec: QueueSpec, nowMs: number, namespace = "s
       ] as const
     ).find(([, v]) => v);
     if (reliableOnly) {
-      throw invalid(`queue "${spec.name}": ${reliableOnly[0]} applies to RELIABLE queues only; remove it or declare the queue RELIABLE`);
+      throw invalid(`queue "${spec.name}": ${reliableOnly[0]} applies to RELIABLE queues only; remove it or declare the queue RELIABLE`, field(reliableOnly[0]));
     }
     config = {
       ...common, mode, processingList: "", recoverySet: "", minIdleMs: 0, recoveryTtlMs: 0,
@@ -177,16 +184,16 @@ export function validateQueueSpec(spec: QueueSpec, nowMs: number, namespace = "s
     const minIdleMs = spec.minIdleMs ?? 0;
     const recoveryTtlMs = spec.recoveryTtlMs ?? 0;
     if (recoverySet && minIdleMs <= 0) {
-      throw invalid(`queue "${spec.name}": a recovery set needs min_idle, longer than the slowest job takes (e.g. 60s)`);
+      throw invalid(`queue "${spec.name}": a recovery set needs min_idle, longer than the slowest job takes (e.g. 60s)`, field("min_idle"));
     }
-    if (!recoverySet && minIdleMs > 0) throw invalid(`queue "${spec.name}": min_idle needs a recovery_set to record claims in`);
-    if (!recoverySet && recoveryTtlMs > 0) throw invalid(`queue "${spec.name}": recovery_ttl needs a recovery_set`);
+    if (!recoverySet && minIdleMs > 0) throw invalid(`queue "${spec.name}": min_idle needs a recovery_set to record claims in`, field("recovery_set"));
+    if (!recoverySet && recoveryTtlMs > 0) throw invalid(`queue "${spec.name}": recovery_ttl needs a recovery_set`, field("recovery_set"));
     if (recoveryTtlMs > 0 && recoveryTtlMs <= minIdleMs) {
-      throw invalid(`queue "${spec.name}": recovery_ttl (${recoveryTtlMs} ms) must be longer than min_idle (${minIdleMs} ms)`);
+      throw invalid(`queue "${spec.name}": recovery_ttl (${recoveryTtlMs} ms) must be longer than min_idle (${minIdleMs} ms)`, field("recovery_ttl"));
     }
     const maxDeliveries = spec.maxDeliveries || DEFAULT_MAX_DELIVERIES;
     if (!Number.isInteger(maxDeliveries) || maxDeliveries < 1 || maxDeliveries > MAX_MAX_DELIVERIES) {
-      throw invalid(`queue "${spec.name}": max_deliveries must be between 1 and ${MAX_MAX_DELIVERIES}`);
+      throw invalid(`queue "${spec.name}": max_deliveries must be between 1 and ${MAX_MAX_DELIVERIES}`, field("max_deliveries"));
     }
     config = {
       ...common,
@@ -199,9 +206,9 @@ export function validateQueueSpec(spec: QueueSpec, nowMs: number, namespace = "s
       deadLetterList: spec.deadLetterList || defaultDeadLetter(spec.name),
       retryPolicy: checkRetryPolicy(spec.name, spec.retryPolicy),
     };
-    checkKeyName("processing_list", config.processingList);
-    checkKeyName("dead_letter_list", config.deadLetterList);
-    if (recoverySet) checkKeyName("recovery_set", recoverySet);
+    checkKeyName("processing_list", config.processingList, "processing_list");
+    checkKeyName("dead_letter_list", config.deadLetterList, "dead_letter_list");
+    if (recoverySet) checkKeyName("recovery_set", recoverySet, "recovery_set");
   }
   const keys = allKeys(keysOf(config));
   const twice = keys.find((k, i) => keys.indexOf(k) !== i);
@@ -264,7 +271,7 @@ const IMMUTABLE = ["name", "mode", "processing_list", "recovery_set", "dead_lett
  * unknown path; IMMUTABLE_FIELD (FAILED_PRECONDITION) for a key name or the mode.
  */
 export function applyUpdate(stored: QueueConfig, given: QueueSpec, paths: readonly string[], namespace?: string): QueueConfig {
-  if (paths.length === 0) throw invalid(`update_mask is required: name the fields to change (${Object.keys(UPDATABLE).join(", ")})`);
+  if (paths.length === 0) throw invalid(`update_mask is required: name the fields to change (${Object.keys(UPDATABLE).join(", ")})`, "update_mask");
   const spec = specOf(stored);
   for (const path of paths) {
     const top = path.split(".")[0];
@@ -277,10 +284,10 @@ export function applyUpdate(stored: QueueConfig, given: QueueSpec, paths: readon
       );
     }
     const fields = UPDATABLE[top];
-    if (!fields) throw invalid(`update_mask path "${path}" is not a field UpdateQueue changes; use ${Object.keys(UPDATABLE).join(", ")}`);
+    if (!fields) throw invalid(`update_mask path "${path}" is not a field UpdateQueue changes; use ${Object.keys(UPDATABLE).join(", ")}`, "update_mask");
     const sub = POLICY_FIELDS[path.slice(top.length + 1)];
     if (top === "retry_policy" && path !== top) {
-      if (!sub) throw invalid(`update_mask path "${path}": retry_policy has initial_backoff, multiplier, max_backoff and jitter`);
+      if (!sub) throw invalid(`update_mask path "${path}": retry_policy has initial_backoff, multiplier, max_backoff and jitter`, "update_mask");
       spec.retryPolicy = { ...spec.retryPolicy, [sub]: given.retryPolicy?.[sub] };
       continue;
     }

@@ -115,6 +115,7 @@ export function encodeItems(ids: ItemIds, items: NewItems, enqueueTimeMs: number
         "resource_exhausted",
         `item ${i} takes ${sizes[i]} bytes stored (a payload of ${items.payloadSize(i)} bytes, its headers, id and enqueue time); ` +
           `the limit is ${maxItemBytes} (SWITCHYARD_MAX_ITEM_BYTES): send smaller headers or payload`,
+        { reason: "PAYLOAD_TOO_LARGE", violations: [{ field: `items[${i}]`, description: `at most ${maxItemBytes} bytes stored` }] },
       );
     }
     total += BulkStrings.framedSize(sizes[i]);

@@ -41,7 +41,7 @@ export async function peekItems(
   list: PeekList,
   limit: number,
 ): Promise<{ items: PeekedItem[]; total: number }> {
-  if (!Number.isInteger(limit) || limit < 0 || limit > MAX_PEEK) throw invalid(`limit must be between 0 and ${MAX_PEEK} (0 means ${DEFAULT_PEEK})`);
+  if (!Number.isInteger(limit) || limit < 0 || limit > MAX_PEEK) throw invalid(`limit must be between 0 and ${MAX_PEEK} (0 means ${DEFAULT_PEEK})`, "limit");
   const n = limit || DEFAULT_PEEK;
   const keys = keysOf(config);
   if (list === "delayed") {

@@ -368,11 +368,11 @@ export class Queues {
 
   private async prepare(queue: string, given: readonly NewItem[] | NewItems, ttlMs: number): Promise<PreparedEnqueue> {
     const items = itemsOf(given);
-    if (items.count === 0) throw invalid("items must not be empty");
+    if (items.count === 0) throw invalid("items must not be empty", "items");
     if (items.count > this.options.maxItemsPerEnqueue) {
-      throw invalid(`${items.count} items in one Enqueue; send at most ${this.options.maxItemsPerEnqueue} per call (SWITCHYARD_MAX_ITEMS_PER_ENQUEUE)`);
+      throw invalid(`${items.count} items in one Enqueue; send at most ${this.options.maxItemsPerEnqueue} per call (SWITCHYARD_MAX_ITEMS_PER_ENQUEUE)`, "items");
     }
-    if (!Number.isFinite(ttlMs) || ttlMs < 0) throw invalid("ttl must be a positive duration");
+    if (!Number.isFinite(ttlMs) || ttlMs < 0) throw invalid("ttl must be a positive duration", "ttl");
     for (let i = 0; i < items.count; i++) {
       const size = items.payloadSize(i);
       if (size > this.options.maxPayloadBytes) {
@@ -442,7 +442,7 @@ export class Queues {
 
   private async pushNow(p: PreparedEnqueue, wait?: ReplicaWait): Promise<ItemIds | ScheduledEnqueue> {
     if (p.options) {
-      if (wait) throw invalid("min_replicas cannot be combined with delayed items or idempotency keys; send them in their own Enqueue");
+      if (wait) throw invalid("min_replicas cannot be combined with delayed items or idempotency keys; send them in their own Enqueue", "min_replicas");
       return this.pushScheduled(p, p.options);
     }
     if (!wait) {
@@ -480,10 +480,10 @@ export class Queues {
    */
   async enqueueIds(queue: string, items: readonly NewItem[] | NewItems, ttlMs = 0, wait?: ReplicaWait): Promise<ItemIds | ScheduledEnqueue> {
     if (wait && (!Number.isInteger(wait.replicas) || wait.replicas < 0 || wait.replicas > MAX_REPLICAS)) {
-      throw invalid(`min_replicas must be between 0 and ${MAX_REPLICAS}`);
+      throw invalid(`min_replicas must be between 0 and ${MAX_REPLICAS}`, "min_replicas");
     }
     if (wait && (wait.timeoutMs <= 0 || wait.timeoutMs > MAX_REPLICA_WAIT_MS)) {
-      throw invalid(`replica_timeout must be more than 0 and at most ${MAX_REPLICA_WAIT_MS / 1000}s`);
+      throw invalid(`replica_timeout must be more than 0 and at most ${MAX_REPLICA_WAIT_MS / 1000}s`, "replica_timeout");
     }
     return this.write(await this.prepare(queue, items, ttlMs), wait && wait.replicas > 0 ? wait : undefined);
   }
@@ -510,7 +510,7 @@ export class Queues {
   private checkCredit(credit: number, opening: boolean): void {
     const min = opening ? 1 : 0;
     if (!Number.isInteger(credit) || credit < min || credit > this.options.maxCredit) {
-      throw invalid(`credit must be between ${min} and ${this.options.maxCredit}`);
+      throw invalid(`credit must be between ${min} and ${this.options.maxCredit}`, "credit");
     }
   }
 
@@ -612,7 +612,7 @@ export class Queues {
       if (action === "ack" || action === "drop") this.metrics.items(config.name, action === "ack" ? "acked" : "dropped");
       return { deadLettered: false };
     }
-    if (opts.delayMs !== undefined && (!Number.isFinite(opts.delayMs) || opts.delayMs < 0)) throw invalid("delay must be a positive duration");
+    if (opts.delayMs !== undefined && (!Number.isFinite(opts.delayMs) || opts.delayMs < 0)) throw invalid("delay must be a positive duration", "delay");
     const op: SettleOp = { action, delivery: deliveryField(ref), reason: cutReason(opts.reason), delayMs: opts.delayMs };
     const result = await this.settler.settle(config, op);
     if (frees || result.code !== "done") this.release(token, fromStream);
@@ -692,7 +692,7 @@ export class Queues {
       return [];
     }
     const route = reply.queue || (await this.registry.get(parseToken(token).queue)).replyQueue;
-    if (!route) throw invalid("reply_queue is required with replies (the queue declares no reply_queue)");
+    if (!route) throw invalid("reply_queue is required with replies (the queue declares no reply_queue)", "reply_queue");
     const prepared = await this.prepare(route, reply.items, reply.ttlMs);
     await this.settle(token, "check", {}, fromStream);
     const written = await this.write(prepared);

@@ -42,5 +42,6 @@ export function parseToken(token: string): LeaseRef {
   throw new SwitchyardError(
     "invalid_argument",
     token ? "lease_token is malformed; pass the lease_token of a delivery unchanged" : "lease_token is required",
+    { reason: "LEASE_TOKEN_INVALID", violations: [{ field: "lease_token", description: token ? "malformed" : "required" }] },
   );
 }

@@ -72,12 +72,13 @@ export async function startEmbeddedRedis(options: EmbeddedOptions): Promise<Embe
   // Its own process group: a Ctrl-C in the terminal must not stop Redis while
   // Switchyard is still returning held items to it on the way out.
   const child = spawn(binary, args, { stdio: "ignore", detached: true });
+  const unreachable = { reason: "REDIS_UNAVAILABLE" } as const;
   const spawnError = new Promise<never>((_, fail) => {
     child.once("error", (err: NodeJS.ErrnoException) =>
-      fail(err.code === "ENOENT" ? new SwitchyardError("unavailable", missingBinaryHelp(binary)) : err),
+      fail(err.code === "ENOENT" ? new SwitchyardError("unavailable", missingBinaryHelp(binary), unreachable) : err),
     );
     child.once("exit", (code) =>
-      fail(new SwitchyardError("unavailable", `embedded redis-server exited with code ${code}; see ${dir}/redis.log`)),
+      fail(new SwitchyardError("unavailable", `embedded redis-server exited with code ${code}; see ${dir}/redis.log`, unreachable)),
     );
   });
   const started = (async () => {
@@ -85,7 +86,7 @@ export async function startEmbeddedRedis(options: EmbeddedOptions): Promise<Embe
       if (await canConnect(socketPath)) return;
       await new Promise((r) => setTimeout(r, 10));
     }
-    throw new SwitchyardError("unavailable", `embedded redis-server did not start in 5 s; see ${dir}/redis.log`);
+    throw new SwitchyardError("unavailable", `embedded redis-server did not start in 5 s; see ${dir}/redis.log`, unreachable);
   })();
   try {
     await Promise.race([started, spawnError]);

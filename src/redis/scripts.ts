@@ -102,6 +102,7 @@ async function notAList(client: RedisClient, key: string, err: unknown): Promise
   return new SwitchyardError(
     "failed_precondition",
     `key "${key}" holds a ${type}, not a list; delete or rename it before using it as a queue`,
+    { reason: "WRONG_KEY_TYPE", metadata: { key } },
   );
 }
 

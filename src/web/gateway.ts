@@ -5,7 +5,8 @@
  * call is forwarded to this instance's own gRPC server over a private unix
  * socket with the caller's authorization metadata, so it passes the same
  * interceptors (authentication, scopes, audit, metrics, logs) and handlers as
- * every other client, and fails with the same status and message.
+ * every other client, and fails with the same status, message and error
+ * details (google.rpc.ErrorInfo, BadRequest: Connect's error details).
  *
  * Before a body is read, the caller's token is checked (a request without a
  * known one is refused at once: its body is never read) and the body's
@@ -15,13 +16,15 @@
  * Unary methods only: Lease and EnqueueStream are bidirectional streams, for gRPC clients.
  */
 import * as grpc from "@grpc/grpc-js";
-import type { DescService } from "@bufbuild/protobuf";
+import { fromBinary, type DescService } from "@bufbuild/protobuf";
 import { Code, ConnectError, type ConnectRouter, type HandlerContext } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { clientConstructor } from "../grpc/adapter.js";
 import type { Authenticator } from "../auth/authenticator.js";
 import { SwitchyardError } from "../errors.js";
+import { StatusSchema } from "../gen/google/rpc/status_pb.js";
+import { STATUS_DETAILS_KEY } from "../wire/status-details.js";
 
 /** Where the web API is served. */
 export const API_PREFIX = "/api";
@@ -48,7 +51,18 @@ function metadataOf(headers: Headers): grpc.Metadata {
   return metadata;
 }
 
-/** Forwards one unary call; the gRPC status becomes the Connect error with the same code and message. */
+/** The details of a gRPC error's google.rpc.Status, as Connect's error details (type name and bytes). */
+function detailsOf(err: grpc.ServiceError): { type: string; value: Uint8Array }[] {
+  const [bytes] = err.metadata?.get(STATUS_DETAILS_KEY) ?? [];
+  if (!(bytes instanceof Uint8Array)) return [];
+  try {
+    return fromBinary(StatusSchema, bytes).details.map((any) => ({ type: any.typeUrl.slice(any.typeUrl.lastIndexOf("/") + 1), value: any.value }));
+  } catch {
+    return [];
+  }
+}
+
+/** Forwards one unary call; the gRPC status becomes the Connect error with the same code, message and details. */
 function forward(call: UnaryCall, request: unknown, ctx: HandlerContext): Promise<unknown> {
   return new Promise((ok, fail) => {
     const timeoutMs = ctx.timeoutMs();
@@ -56,7 +70,9 @@ function forward(call: UnaryCall, request: unknown, ctx: HandlerContext): Promis
     const pending = call(request, metadataOf(ctx.requestHeader), options, (err, response) => {
       ctx.signal.removeEventListener("abort", cancel);
       if (!err) return ok(response);
-      fail(new ConnectError(err.details || err.message, err.code in Code ? (err.code as number as Code) : Code.Unknown));
+      const error = new ConnectError(err.details || err.message, err.code in Code ? (err.code as number as Code) : Code.Unknown);
+      error.details.push(...detailsOf(err));
+      fail(error);
     });
     const cancel = () => pending.cancel();
     ctx.signal.addEventListener("abort", cancel);

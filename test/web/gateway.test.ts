@@ -8,7 +8,9 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { randomBytes } from "node:crypto";
 import { Code, ConnectError, createClient, type Interceptor, type Transport } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
+import { fromBinary } from "@bufbuild/protobuf";
 import { tokenHash } from "../../src/auth/authenticator.js";
+import { ErrorInfoSchema } from "../../src/gen/google/rpc/error_details_pb.js";
 import { QueueMode, QueueService } from "../../src/gen/switchyard/v1/queue_pb.js";
 import { AuthService } from "../../src/gen/switchyard/v1/auth_pb.js";
 import { AuditService } from "../../src/gen/switchyard/v1/audit_pb.js";
@@ -150,12 +152,19 @@ describe("the web API", () => {
     expect(await redis.plain.llen("{web}")).toBe(2);
   });
 
-  it("reports domain errors with their code and message: NOT_FOUND is 404, bad input 400", async () => {
+  it("reports domain errors with their code, message and ErrorInfo: NOT_FOUND is 404, bad input 400", async () => {
     const missing = await post("switchyard.v1.QueueService/GetQueueStats", { name: "{nope}" }, adminToken);
     expect(missing).toEqual({
       status: 404,
-      json: { code: "not_found", message: 'queue "{nope}" is not declared; declare it with CreateQueue or in the config file' },
+      json: {
+        code: "not_found",
+        message: 'queue "{nope}" is not declared; declare it with CreateQueue or in the config file',
+        details: [{ type: "google.rpc.ErrorInfo", value: expect.any(String) }],
+      },
     });
+    const [info] = (missing.json as { details: { value: string }[] }).details;
+    const infoBytes = Buffer.from(info.value, "base64");
+    expect(fromBinary(ErrorInfoSchema, infoBytes)).toMatchObject({ reason: "QUEUE_NOT_FOUND", domain: "switchyard.v1", metadata: { queue: "{nope}" } });
     const bad = await post("switchyard.v1.CronService/PreviewSchedule", { schedule: "61 * * * * *" }, adminToken);
     expect(bad.status).toBe(400);
     expect(bad.json).toMatchObject({ code: "invalid_argument", message: expect.stringContaining('invalid cron expression: "61 * * * * *"') });

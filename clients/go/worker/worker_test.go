@@ -377,8 +377,8 @@ func TestRetryWithADelay(t *testing.T) {
 
 func TestAnUndeclaredQueueEndsRunWithNotFound(t *testing.T) {
 	err := worker.Run(ctxT(t), dialAs(t, sharedAddr, adminToken), worker.Options{Queue: "{nobody}", Handler: func(context.Context, *worker.Delivery) error { return nil }}, nil)
-	if status.Code(err) != codes.NotFound || !worker.Fatal(err) {
-		t.Fatalf("Run returned %v, want NOT_FOUND", err)
+	if status.Code(err) != codes.NotFound || !worker.Fatal(err) || worker.Reason(err) != "QUEUE_NOT_FOUND" {
+		t.Fatalf("Run returned %v (reason %q), want NOT_FOUND with reason QUEUE_NOT_FOUND", err, worker.Reason(err))
 	}
 }
 

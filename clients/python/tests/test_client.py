@@ -45,9 +45,12 @@ class EnqueueAndAdmin(ServerTest):
             self.client.enqueue("{nobody-declared-this}", [b"x"])
         self.assertEqual(caught.exception.code, grpc.StatusCode.NOT_FOUND)
         self.assertIn('queue "{nobody-declared-this}" is not declared', caught.exception.details)
+        # The reason to branch on (google.rpc.ErrorInfo, read from the status's trailer).
+        self.assertEqual((caught.exception.reason, caught.exception.metadata), ("QUEUE_NOT_FOUND", {"queue": "{nobody-declared-this}"}))
         with self.assertRaises(switchyard.Error) as caught:
             self.client.create_queue("{a}", recovery_set="{b}.claims", min_idle=60)
         self.assertEqual(caught.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertEqual(caught.exception.reason, "SLOT_MISMATCH")
         with self.assertRaises(ValueError):
             self.client.create_queue("{a}", "fifo")
 

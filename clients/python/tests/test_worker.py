@@ -123,6 +123,7 @@ class Outcomes(ServerTest):
         with self.assertRaises(switchyard.Error) as caught:
             worker.run()
         self.assertEqual(caught.exception.code, grpc.StatusCode.NOT_FOUND)
+        self.assertEqual((caught.exception.reason, caught.exception.metadata), ("QUEUE_NOT_FOUND", {"queue": "{never-declared}"}))
         self.assertLess(time.monotonic() - started, 5)
 
     def test_stop_lets_running_handlers_finish_and_settle(self):

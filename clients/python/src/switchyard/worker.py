@@ -192,9 +192,9 @@ class Worker:
                 self._supervise(session)
                 if self._stopping.is_set():
                     break
-                code, details = session.status
+                code, details = session.status.code, session.status.details
                 if code in FATAL:
-                    raise Error(code, details)
+                    raise session.status
                 if session.opened is not None:
                     self.backoff.reset()
                 delay = random.uniform(0, 0.05) if code == grpc.StatusCode.OK else self.backoff.next()
@@ -269,11 +269,11 @@ class Worker:
                     log.info("switchyard: the server drains (grace %.1fs); finishing what we hold",
                              response.drain.grace.ToNanoseconds() / 1e9)
                 # heartbeat: being a message is all it does
-            session.status = (grpc.StatusCode.OK, "")
+            session.status = Error(grpc.StatusCode.OK, "")
         except grpc.RpcError as err:
-            session.status = (err.code(), err.details() or "")
+            session.status = Error.from_rpc(err)
         except Exception as err:  # a bug here must not leave the worker waiting forever
-            session.status = (grpc.StatusCode.UNKNOWN, _reason(err))
+            session.status = Error(grpc.StatusCode.UNKNOWN, _reason(err))
             session.stream.cancel()
         finally:
             session.ended.set()
@@ -393,7 +393,8 @@ class Worker:
             held = self._held.get(result.lease_token)
             if held is not None:
                 held.extend_at = None  # the lease is lost: extending it again cannot help
-        self._report(Error(code, result.message), held.delivery if held else None)
+        # SettleResult.reason where the package's proto has it: the reason a unary settle's ErrorInfo would carry.
+        self._report(Error(code, result.message, getattr(result, "reason", "")), held.delivery if held else None)
 
     def _count(self, what):
         # Handler threads count at once: += on a Counter is a read, then a write.
