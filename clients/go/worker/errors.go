@@ -28,8 +28,8 @@ func Reason(err error) string {
 }
 
 // settleError is the error a failed settle result stands for: its status, with the
-// result's reason (SettleResult.reason, read by name: stubs before it have none) as
-// ErrorInfo, so Reason reads it as it would a unary settle's.
+// result's reason (SettleResult.reason) as ErrorInfo, so Reason reads it as it would a
+// unary settle's.
 func settleError(code codes.Code, message, reason string) error {
 	s := status.New(code, message)
 	if reason == "" {

@@ -450,7 +450,7 @@ func (r *runner) settleResult(s *session, res *pb.SettleResult) {
 	if h != nil {
 		d = h.d.Delivery
 	}
-	r.report(settleError(codes.Code(res.Code), res.Message, getString(res, "reason")), d)
+	r.report(settleError(codes.Code(res.Code), res.Message, res.Reason), d)
 }
 
 // extensionInterval is how often this stream's items are extended (0: never).

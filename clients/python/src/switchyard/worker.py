@@ -393,8 +393,8 @@ class Worker:
             held = self._held.get(result.lease_token)
             if held is not None:
                 held.extend_at = None  # the lease is lost: extending it again cannot help
-        # SettleResult.reason where the package's proto has it: the reason a unary settle's ErrorInfo would carry.
-        self._report(Error(code, result.message, getattr(result, "reason", "")), held.delivery if held else None)
+        # SettleResult.reason: the reason a unary settle's ErrorInfo would carry.
+        self._report(Error(code, result.message, result.reason), held.delivery if held else None)
 
     def _count(self, what):
         # Handler threads count at once: += on a Counter is a read, then a write.
