@@ -49,13 +49,15 @@ async function stuckConsumers(n: number, config: { maxStreamBufferBytes: number;
       acked++;
     }
   })();
-  // Done once the queue is empty and every item the worker acked has left processing: what is left there, the stuck ones hold.
+  // Every item taken: the queue is empty and every ack the worker sent is applied. A message on its
+  // way to the worker still counts in the buffered bytes and its items in processing, so the worker
+  // closes (its unread items go back) before the stuck streams' share is read.
   await expect.poll(async () => (await redis!.plain.llen(Q)) === 0 && (await redis!.plain.llen(`${Q}.processing`)) === ITEMS - acked, {
     timeout: 15_000,
   }).toBe(true);
-  const held = ITEMS - acked;
-  const buffered = (await scrape(sy.app.httpAddress)).get("switchyard_lease_buffered_bytes") ?? NaN;
   await worker.close();
+  const held = await redis.plain.llen(`${Q}.processing`);
+  const buffered = (await scrape(sy.app.httpAddress)).get("switchyard_lease_buffered_bytes") ?? NaN;
   return { held, buffered };
 }
 
