@@ -4,8 +4,10 @@
  * window), never two runs for one tick.
  *
  * The issue asks for 60 s; every scenario must also stop by itself in under a
- * minute, so the window is 45 s by default (CHAOS_CRON_SECONDS=60 runs the full
- * minute, with a longer timeout).
+ * minute, so the window is 40 s by default (CHAOS_CRON_SECONDS=60 runs the full
+ * minute, with a longer timeout). The 19 s beyond the window are for starting
+ * three servers, mounting, aligning to a second and reading the logs, which on
+ * a loaded machine took more than the 9 s this scenario once had.
  */
 import { afterAll, it } from "vitest";
 import { SwitchyardClient } from "../../src/client/client.js";
@@ -14,14 +16,14 @@ import { Scenario } from "./harness/ledger.js";
 import { killStarted, sleep, startChaosRedis, startServer, until, type ChaosRedis } from "./harness/procs.js";
 import { allJobLogs } from "./harness/grpc.js";
 
-const WINDOW_S = Number(process.env.CHAOS_CRON_SECONDS ?? 45);
+const WINDOW_S = Number(process.env.CHAOS_CRON_SECONDS ?? 40);
 const cleanup: (() => unknown)[] = [];
 afterAll(async () => {
   killStarted();
   for (const fn of cleanup.reverse()) await fn();
 });
 
-it(`three instances run a 1 s cron job once per tick for ${WINDOW_S} s while one is SIGKILLed midway`, { timeout: (WINDOW_S + 9) * 1000 }, async () => {
+it(`three instances run a 1 s cron job once per tick for ${WINDOW_S} s while one is SIGKILLed midway`, { timeout: (WINDOW_S + 19) * 1000 }, async () => {
   const s = new Scenario("11", `cron every 1 s on 3 instances, ${WINDOW_S} s, one SIGKILLed`);
   await s.run(async () => {
     const redis: ChaosRedis = await startChaosRedis({ aof: true });
