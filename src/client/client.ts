@@ -376,6 +376,7 @@ export class LeaseSession implements AsyncIterable<Delivery> {
   private waiting?: () => void;
   private done = false;
   private readonly resultListeners: ((r: SettleResult) => void)[] = [];
+  private readonly drainListeners: (() => void)[] = [];
   private heartbeats = 0;
   /** Acks without replies waiting to go out as one ack_batch at the end of this event-loop turn. */
   private acks: string[] = [];
@@ -402,7 +403,10 @@ export class LeaseSession implements AsyncIterable<Delivery> {
         else if (k.case === "deliveries") this.push(k.value.deliveries);
         else if (k.case === "settleResult") this.resultListeners.forEach((fn) => fn(k.value));
         else if (k.case === "heartbeat") this.heartbeats++;
-        else if (k.case === "drain") this.drained = true;
+        else if (k.case === "drain") {
+          this.drained = true;
+          this.drainListeners.forEach((fn) => fn());
+        }
       });
       stream.on("error", (err: grpc.ServiceError) => {
         failed(err);
@@ -449,6 +453,16 @@ export class LeaseSession implements AsyncIterable<Delivery> {
   /** Calls `fn` with every settle result (failures and extends). */
   onSettleResult(fn: (r: SettleResult) => void): void {
     this.resultListeners.push(fn);
+  }
+
+  /** Calls `fn` when the server asks the stream to drain (it is shutting down). */
+  onDrain(fn: () => void): void {
+    this.drainListeners.push(fn);
+  }
+
+  /** The stream has ended (cleanly or not): nothing more is sent or received on it. */
+  get closed(): boolean {
+    return this.done;
   }
 
   /** The next delivery, or undefined once the stream has ended. */
@@ -502,12 +516,14 @@ export class LeaseSession implements AsyncIterable<Delivery> {
     this.acks.push(leaseToken);
   }
 
-  retry(leaseToken: string): void {
-    this.send({ case: "retry", value: { leaseToken } });
+  /** Returns a delivery for another attempt, saying why; after `delayMs`, or the queue's retry policy's wait. */
+  retry(leaseToken: string, options: { reason?: string; delayMs?: number } = {}): void {
+    const delay = options.delayMs === undefined ? undefined : durationFromMs(options.delayMs);
+    this.send({ case: "retry", value: { leaseToken, reason: options.reason ?? "", delay } });
   }
 
-  drop(leaseToken: string): void {
-    this.send({ case: "drop", value: { leaseToken } });
+  drop(leaseToken: string, reason = ""): void {
+    this.send({ case: "drop", value: { leaseToken, reason } });
   }
 
   extend(leaseToken: string): void {
