@@ -254,13 +254,14 @@ describe("dashboard", () => {
     await reliableQueue("{hold}", 2);
     const [deadId] = await sy.client.enqueue("{hold}", ["bad input"]);
     expect(await deadLetter("{hold}", deadId, "cannot parse <b>bad input</b>")).toBe(2);
-    const [retriedId] = await sy.client.enqueue("{hold}", ["flaky"]);
-    const session = sy.client.lease("{hold}", 1);
+    const [retriedId, waitingId] = await sy.client.enqueue("{hold}", ["flaky", "rate limited"]);
+    const session = sy.client.lease("{hold}", 2);
     try {
-      const [flaky] = await session.take(1);
-      expect(flaky.id).toBe(retriedId);
+      const [flaky, limited] = await session.take(2);
+      expect([flaky.id, limited.id]).toEqual([retriedId, waitingId]);
       session.setCredit(0);
       expect((await sy.client.retry(flaky.leaseToken, { reason: "timeout talking to S3", delayMs: 0 })).deadLettered).toBe(false);
+      expect((await sy.client.retry(limited.leaseToken, { reason: "429 from upstream", delayMs: 60_000 })).notBefore).toBeDefined();
     } finally {
       await session.close();
     }
@@ -273,6 +274,11 @@ describe("dashboard", () => {
     const readyRow = page.locator(`[data-testid=ready-items] tr[data-item="${retriedId}"]`);
     await readyRow.waitFor();
     expect(await readyRow.locator("[data-testid=last-error]").textContent()).toBe("timeout talking to S3");
+    const waitingRow = page.locator(`[data-testid=delayed-items] tr[data-item="${waitingId}"]`);
+    await waitingRow.waitFor();
+    expect(await waitingRow.locator("[data-testid=last-error]").textContent()).toBe("429 from upstream");
+    expect(await waitingRow.locator("[data-testid=not-before]").textContent()).not.toBe("—");
+    expect(await card(page, "delayed")).toBe("1");
     expect(await card(page, "deliveries")).toBe("running");
 
     await page.locator("[data-testid=pause-queue]").click();

@@ -62,11 +62,12 @@ export function queuesPage(_ctx: Ctx): Page {
  * A peeked item, with the deliveries recorded for it (for a dead letter, those it had when it was
  * dead-lettered) and why the last one failed (a retry's or dead letter's reason).
  */
-function itemRow(item: PeekedItem, actions: HTMLElement[]): HTMLTableRowElement {
+function itemRow(item: PeekedItem, actions: HTMLElement[], delayed = false): HTMLTableRowElement {
   const headers = Object.entries(item.headers);
   return h("tr", { "data-item": item.id || "raw" },
     h("td", { class: "mono" }, item.id || h("em", {}, "raw")),
     h("td", {}, time(item.enqueueTime)),
+    delayed ? h("td", { "data-testid": "not-before" }, time(item.notBefore)) : null,
     h("td", { class: "num" }, item.deliveryCount),
     h("td", { class: "mono small", "data-testid": "last-error" }, item.lastError || "—"),
     h("td", { class: "mono small" }, headers.length ? headers.map(([k, v]) => h("div", {}, `${k}: ${v}`)) : "—"),
@@ -82,6 +83,7 @@ export function queuePage(name: string, ctx: Ctx): Page {
   const why = ctx.access.why(admin);
   const statsEl = h("div", { class: "cards", "data-testid": "queue-stats" });
   const readyEl = h("div", {});
+  const delayedEl = h("div", {});
   const deadEl = h("div", {});
   const confirmEl = h("div", {});
   const pauseEl = h("span", {});
@@ -114,6 +116,8 @@ export function queuePage(name: string, ctx: Ctx): Page {
     confirmEl,
     h("h2", {}, "Next to lease"),
     readyEl,
+    h("h2", {}, "Waiting (delayed or retried with backoff)"),
+    delayedEl,
     h("h2", {}, "Dead letters"),
     deadEl,
   );
@@ -143,6 +147,10 @@ export function queuePage(name: string, ctx: Ctx): Page {
       fill(readyEl, table(["id", "enqueued", "deliveries", "last error", "headers", "payload"], readyItems.items.map((i) => itemRow(i, [])),
         "Nothing is waiting.", "ready-items"),
         readyItems.total > BigInt(readyItems.items.length) && h("p", { class: "muted" }, `Showing ${readyItems.items.length} of ${readyItems.total}.`));
+      const delayed = await queueApi.peekQueue({ name, list: QueueList.DELAYED, limit: PEEK });
+      fill(delayedEl, table(["id", "enqueued", "not before", "deliveries", "last error", "headers", "payload"], delayed.items.map((i) => itemRow(i, [], true)),
+        "Nothing is waiting for its time.", "delayed-items"),
+        delayed.total > BigInt(delayed.items.length) && h("p", { class: "muted" }, `Showing the first ${delayed.items.length} of ${delayed.total}.`));
       if (mode !== QueueMode.RELIABLE) {
         fill(deadEl, h("p", { class: "muted" }, "A SIMPLE queue has no dead-letter list."));
         return;
