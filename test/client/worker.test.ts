@@ -6,6 +6,8 @@ import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import { QueueMode } from "../../src/gen/switchyard/v1/queue_pb.js";
 import { runWorker, type HandlerContext } from "../../src/client/worker.js";
 import type { ManualClock } from "../../src/clock.js";
+import { SwitchyardClient } from "../../src/client/client.js";
+import { startProxy } from "../helpers/proxy.js";
 import { startRedis, type TestRedis } from "../helpers/redis.js";
 import { startSwitchyard, type TestSwitchyard } from "../helpers/switchyard.js";
 
@@ -153,6 +155,41 @@ describe("long handlers (issue 14)", () => {
     await worker.stop();
     c.client.close();
     expect(await redis.plain.llen(`${Q}.processing`)).toBe(0);
+  });
+});
+
+describe("a worker whose stream is lost", () => {
+  it("aborts its handlers' signal, and gets the item again on the stream it reopens", async () => {
+    const Q = "{long-lost}";
+    await a.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
+    const [id] = await a.client.enqueue(Q, ["render"]);
+    const proxy = await startProxy(a.address);
+    const client = new SwitchyardClient(proxy.address);
+    const seen: [number, string][] = [];
+    let reason: unknown;
+    const worker = runWorker({
+      client,
+      queue: Q,
+      concurrency: 1,
+      handler: (d, ctx) => {
+        seen.push([ctx.attempt, d.id]);
+        if (ctx.attempt > 1) return;
+        return new Promise<void>((_ok, fail) => ctx.signal.addEventListener("abort", () => ((reason = ctx.signal.reason), fail(ctx.signal.reason))));
+      },
+    });
+    try {
+      await expect.poll(() => seen.length).toBe(1);
+      expect(proxy.cut()).toBeGreaterThan(0);
+      await expect.poll(() => String(reason)).toContain("the lease stream ended");
+      // The server returned the item when the stream ended; the worker's new stream gets it.
+      await expect.poll(() => seen, { timeout: 10_000 }).toEqual([[1, id], [2, id]]);
+      await expect.poll(() => worker.processed).toBeGreaterThanOrEqual(2);
+    } finally {
+      await worker.stop();
+      client.close();
+      await proxy.close();
+    }
+    expect(await a.client.getQueueStats(Q)).toMatchObject({ ready: 0n, processing: 0n });
   });
 });
 
