@@ -12,6 +12,10 @@
  *   way (the proxy stops reading, so senders' buffers fill as behind a dead
  *   link), and new connections are accepted but never reach the server: TCP
  *   open, no answers. `restore()` carries everything held, in order, again.
+ * - `holdReplies()` stops carrying bytes from the server on the open
+ *   connections while requests still reach it: a call is served but its
+ *   answer never arrives, as when a link fails one way just after the
+ *   request; `cut()` then ends those connections.
  */
 import { createConnection, createServer, type Server, type Socket } from "node:net";
 import { connect, type ClientHttp2Session, type ClientHttp2Stream } from "node:http2";
@@ -27,7 +31,9 @@ export interface TcpProxy {
   cut(): number;
   /** Stops carrying anything, keeping connections open (see above). */
   blackhole(): void;
-  /** Ends a blackhole: held bytes and held connections go through. */
+  /** Holds what the server sends on the open connections; requests still go through (see above). */
+  holdReplies(): void;
+  /** Ends a blackhole or held replies: held bytes and held connections go through. */
   restore(): void;
   close(): Promise<void>;
 }
@@ -93,12 +99,21 @@ export async function startProxy(target: string): Promise<TcpProxy> {
         upstream?.pause();
       }
     },
+    holdReplies() {
+      for (const [client, upstream] of pairs) {
+        upstream?.unpipe(client);
+        upstream?.pause();
+      }
+    },
     restore() {
       holding = false;
       for (const pair of pairs) {
         const [client, upstream] = pair;
         if (!upstream) join(pair);
         else {
+          // Unpiped first: a direction still carried (held replies) must not be piped twice.
+          client.unpipe(upstream);
+          upstream.unpipe(client);
           client.pipe(upstream);
           upstream.pipe(client);
         }

@@ -33,6 +33,7 @@ import { bullEnqueue, bullLeaseAck, rawEnqueue, syEnqueue, syLeaseAck, type Ctx 
 import { bullLatency, syLatency } from "./latency.js";
 import { freePort, idleStreams, startServer } from "./streams.js";
 import { watchdogRecovery } from "./watchdog.js";
+import { delayedBurst, startInstances } from "./delayed.js";
 import { SchedulerBench } from "./scheduler.js";
 import { leftovers, log, median, startCpuProfile } from "./lib.js";
 import { Rounds } from "./rounds.js";
@@ -46,7 +47,7 @@ function arg(name: string): string | undefined {
   return i >= 0 ? process.argv[i + 1] : undefined;
 }
 const QUICK = process.argv.includes("--quick");
-const inProcessRows = "1,2,3,4,5,5c,6,7,8,9";
+const inProcessRows = "1,2,3,4,5,5c,6,7,8,9,10";
 const rowsWanted = new Set(
   (arg("rows") ?? (QUICK ? "deployed" : `deployed,${inProcessRows}`))
     .split(",")
@@ -81,6 +82,7 @@ const SIZES = {
   streams: { queues: 100, streamsPerQueue: Math.round(100 * SCALE) },
   watchdog: { claims: n(100_000), streams: 10 },
   scheduler: { jobs: Math.round(10_000 * SCALE), due: Math.round(1_000 * SCALE), periodSec: 5 },
+  delayed: { items: n(10_000), leadMs: 3000 },
 };
 
 const DEPLOYED = deployedSizes(SCALE);
@@ -331,6 +333,30 @@ async function runInProcess(redis: BenchRedis): Promise<void> {
         await bench.teardown();
       }
     }
+    if (want("10")) {
+      const instances = await startInstances(redis, 3);
+      try {
+        await interleaved("10", [
+          [
+            "switchyard delayed items due at once, 3 server processes",
+            async () => {
+              const r = await delayedBurst(redis, instances.clients, SIZES.delayed);
+              record("10.p50", r.p50);
+              record("10.p99", r.p99);
+              record("10.max", r.max);
+              record("10.rate", r.moverPerSec);
+              record("10.once", r.movedOnce ? 1 : 0);
+              record("10.scriptUs", r.scriptUsPerCall);
+              record("10.lpushBeforeP99", r.lpushBefore.p99);
+              record("10.lpushDuringP99", r.lpushDuring.p99);
+              record("10.lpushDuringP50", r.lpushDuring.p50);
+            },
+          ],
+        ]);
+      } finally {
+        await instances.stop();
+      }
+    }
   } finally {
     if (REDIS_STATS) await printRedisStats(redis.plain).catch((err: unknown) => log(`redis stats: ${String(err)}`));
     for (const c of [perRequest, unary, perRpc]) c.close();
@@ -432,6 +458,13 @@ function lines(): Line[] {
     const once = runs.every((r, i) => r === due && distinct[i] === due);
     out.push({ row: "9a", what: `scheduler, ${jobs.toLocaleString("en-US")} mounted jobs, ${due.toLocaleString("en-US")} due in one second: tick lateness p50`, sy: fmtMs(med("9.p50")), bull: "—", raw: "—", ratio: "—", target: "(report)", verdict: "—" });
     out.push({ row: "9b", what: "… tick lateness p99 (and every due job ran exactly once per tick)", sy: `${fmtMs(med("9.p99"))} (max ${fmtMs(med("9.max"))}; runs per tick ${runs.join(", ")})`, bull: "—", raw: "—", ratio: "—", target: "p99 ≤ 50 ms; each due job runs once", verdict: once ? verdict(med("9.p99"), 50, false, " ms") : `FAILED: runs per tick ${runs.join(",")}, distinct ${distinct.join(",")}` });
+  }
+  if (samples.has("10.p99")) {
+    const items = SIZES.delayed.items.toLocaleString("en-US");
+    const once = samples.get("10.once")!.every((x) => x === 1);
+    out.push({ row: "10a", what: `${items} delayed items due at once across 3 server processes: lateness p99 (each moved exactly once)`, sy: `${fmtMs(med("10.p99"))} (p50 ${fmtMs(med("10.p50"))}, max ${fmtMs(med("10.max"))})`, bull: "—", raw: "—", ratio: "—", target: "p99 ≤ 50 ms; each item once", verdict: once ? verdict(med("10.p99"), 50, false, " ms") : "FAILED: an item was moved twice or not at all" });
+    out.push({ row: "10b", what: "… movers' rate (items / (last moved − due))", sy: `${fmtRate(med("10.rate"))} (promote.lua ${fmtNum(med("10.scriptUs"))} µs per call)`, bull: "—", raw: "—", ratio: "—", target: "≥ 50,000/s", verdict: verdict(med("10.rate"), 50_000, true, "/s") });
+    out.push({ row: "10c", what: "… a raw LPUSH producer (own process) meanwhile, p99", sy: `${fmtMs(med("10.lpushDuringP99"))} (p50 ${fmtMs(med("10.lpushDuringP50"))}; the second before: p99 ${fmtMs(med("10.lpushBeforeP99"))})`, bull: "—", raw: "—", ratio: "—", target: "(report)", verdict: "—" });
   }
   return out;
 }

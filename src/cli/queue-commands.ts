@@ -1,6 +1,7 @@
-/** `switchyard queue declare|list|stats|enqueue|peek-dead|requeue-dead|delete-dead|purge`. */
+/** `switchyard queue declare|list|stats|enqueue|peek|peek-dead|requeue-dead|delete-dead|purge|pause|resume`. */
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import {
+  type PeekedItem,
   PeekQueueResponseSchema,
   type Queue,
   QueueList,
@@ -84,7 +85,7 @@ function describeQueue(q: Queue): string {
       ["min idle", duration(q.minIdle)],
     );
   }
-  pairs.push(["created", time(q.createTime)]);
+  pairs.push(["paused", q.paused ? "yes" : "no"], ["created", time(q.createTime)]);
   return fields(pairs);
 }
 
@@ -125,8 +126,10 @@ const stats: Command = {
       String(s.deadLetter),
       duration(s.oldestClaimAge),
       String(s.leaseStreams),
+      String(s.delayed),
+      s.paused ? "yes" : "no",
     ]);
-    io.out(table(["QUEUE", "READY", "PROCESSING", "DEAD-LETTER", "OLDEST-CLAIM", "STREAMS"], rows));
+    io.out(table(["QUEUE", "READY", "PROCESSING", "DEAD-LETTER", "OLDEST-CLAIM", "STREAMS", "DELAYED", "PAUSED"], rows));
   },
 };
 
@@ -155,6 +158,37 @@ const enqueue: Command = {
   },
 };
 
+/** Why an item's last delivery failed, for a table ("-" when it has not). */
+const lastErrorText = (i: PeekedItem) => (i.lastError ? payloadText(new TextEncoder().encode(i.lastError)) : "-");
+
+const LISTS = { ready: QueueList.READY, delayed: QueueList.DELAYED, dead: QueueList.DEAD_LETTER } as const;
+
+const peek: Command = {
+  usage: "queue peek NAME [--list ready|delayed|dead] [--limit N]   (next to leave first; at most 100; with each item's last error)",
+  options: { list: { type: "string" }, limit: { type: "string" } },
+  async run({ argv, globals, connect, io }) {
+    const client = connect();
+    const { values, positionals } = parse(argv, this.options);
+    const [name] = need(positionals, ["NAME"]);
+    const which = choice("--list", str(values, "list") ?? "ready", ["ready", "delayed", "dead"] as const);
+    const limit = str(values, "limit");
+    const res = await client.peekQueue(name, LISTS[which], limit === undefined ? 0 : intArg("--limit", limit));
+    if (globals.json) return io.out(json(pj(PeekQueueResponseSchema, res)));
+    const noun = which === "dead" ? "dead letter" : `${which} item`;
+    io.out(`${res.items.length} of ${res.total} ${noun}${res.total === 1n ? "" : "s"} in ${name}\n`);
+    if (res.items.length === 0) return;
+    const rows = res.items.map((i) => [
+      i.id || "(raw)",
+      time(i.enqueueTime),
+      ...(which === "delayed" ? [time(i.notBefore)] : []),
+      String(i.deliveryCount),
+      lastErrorText(i),
+      payloadText(i.payload),
+    ]);
+    io.out(table(["ID", "ENQUEUED", ...(which === "delayed" ? ["NOT-BEFORE"] : []), "DELIVERIES", "LAST-ERROR", "PAYLOAD"], rows));
+  },
+};
+
 const peekDead: Command = {
   usage: "queue peek-dead NAME [--limit N]   (oldest first; at most 100)",
   options: { limit: { type: "string" } },
@@ -167,10 +201,25 @@ const peekDead: Command = {
     if (globals.json) return io.out(json(pj(PeekQueueResponseSchema, res)));
     io.out(`${res.items.length} of ${res.total} dead letter${res.total === 1n ? "" : "s"} in ${name}\n`);
     if (res.items.length === 0) return;
-    const rows = res.items.map((i) => [i.id || "(raw)", time(i.enqueueTime), headersText(i.headers), payloadText(i.payload)]);
-    io.out(table(["ID", "ENQUEUED", "HEADERS", "PAYLOAD"], rows));
+    const rows = res.items.map((i) => [i.id || "(raw)", time(i.enqueueTime), headersText(i.headers), lastErrorText(i), payloadText(i.payload)]);
+    io.out(table(["ID", "ENQUEUED", "HEADERS", "LAST-ERROR", "PAYLOAD"], rows));
   },
 };
+
+/** `pause` and `resume`: deliveries of a queue stop or restart on every instance. */
+function pauseCommand(verb: "pause" | "resume"): Command {
+  return {
+    usage: `queue ${verb} NAME   (${verb === "pause" ? "stops deliveries on every instance; enqueues still land" : "restarts deliveries"})`,
+    options: {},
+    async run({ argv, globals, connect, io }) {
+      const client = connect();
+      const [name] = need(parse(argv, this.options).positionals, ["NAME"]);
+      const queue = verb === "pause" ? await client.pauseQueue(name) : await client.resumeQueue(name);
+      if (globals.json) return io.out(json({ queue: pj(QueueSchema, queue) }));
+      io.out(verb === "pause" ? `paused deliveries of ${name} (enqueues still land)\n` : `resumed deliveries of ${name}\n`);
+    },
+  };
+}
 
 /** `requeue-dead` and `delete-dead`: dead letters by id, or all of them. */
 function deadLetterCommand(verb: "requeue" | "delete"): Command {
@@ -210,8 +259,11 @@ export const queueCommands: Record<string, Command> = {
   list: listQueues,
   stats,
   enqueue,
+  peek,
   "peek-dead": peekDead,
   "requeue-dead": deadLetterCommand("requeue"),
   "delete-dead": deadLetterCommand("delete"),
   purge,
+  pause: pauseCommand("pause"),
+  resume: pauseCommand("resume"),
 };

@@ -98,7 +98,21 @@ export interface Reply {
   ttlMs?: number;
 }
 
-type Unary = (req: unknown, meta: grpc.Metadata, opts: grpc.CallOptions, cb: (err: grpc.ServiceError | null, res: unknown) => void) => void;
+type Unary = (req: unknown, meta: grpc.Metadata, opts: grpc.CallOptions, cb: (err: grpc.ServiceError | null, res: unknown) => void) => grpc.ClientUnaryCall;
+
+/** Options of one unary call. */
+export interface CallOptions {
+  /** This call's deadline (ms from now), instead of the client's `timeoutMs`. */
+  timeoutMs?: number;
+  /** Cancels the call when it aborts (the promise rejects with CANCELLED). */
+  signal?: AbortSignal;
+}
+
+/** The CANCELLED error of a call whose signal had aborted before it was sent. */
+function cancelledBefore(method: string, signal: AbortSignal): grpc.ServiceError {
+  const err = new Error(`${grpc.status.CANCELLED} CANCELLED: ${method} not sent: its signal had aborted (${String(signal.reason)})`);
+  return Object.assign(err, { code: grpc.status.CANCELLED, details: `${method} not sent: its signal had aborted`, metadata: new grpc.Metadata() });
+}
 
 const utf8 = new TextEncoder();
 
@@ -168,128 +182,150 @@ export class SwitchyardClient {
    * request the encoder refuses goes to grpc-js as it is, whose serializer
    * then fails the call as it always did (INTERNAL, serialization failure).
    */
-  private unaryEnqueue(request: EnqueueRequestFields): Promise<string[]> {
+  private unaryEnqueue(request: EnqueueRequestFields, call?: CallOptions): Promise<string[]> {
     let message: object;
     try {
       message = new PreEncoded(encodeEnqueueRequest(request));
     } catch {
       message = request;
     }
-    return this.call<{ ids: string[] }>("enqueue", message).then((r) => r.ids);
+    return this.call<{ ids: string[] }>("enqueue", message, call).then((r) => r.ids);
   }
 
-  private send<Res>(client: grpc.Client, input: DescMessage, method: string, request: object): Promise<Res> {
+  /**
+   * One unary call, with the call's own deadline (else the client's) and, when
+   * given a signal, cancelled when it aborts: the promise then rejects with
+   * CANCELLED, and a signal aborted already sends nothing.
+   */
+  private send<Res>(client: grpc.Client, input: DescMessage, method: string, request: object, call: CallOptions = {}): Promise<Res> {
     const fn = (client as unknown as Record<string, Unary>)[method].bind(client);
+    const { signal } = call;
+    if (signal?.aborted) return Promise.reject(cancelledBefore(method, signal));
     const message = request instanceof PreEncoded ? request : create(input, request as Record<string, unknown>);
-    return new Promise((ok, fail) =>
-      fn(message, new grpc.Metadata(), { deadline: Date.now() + this.timeoutMs }, (err, res) => (err ? fail(err) : ok(res as Res))),
-    );
+    const deadline = Date.now() + (call.timeoutMs ?? this.timeoutMs);
+    return new Promise((ok, fail) => {
+      const cancel = () => unary.cancel();
+      const unary = fn(message, new grpc.Metadata(), { deadline }, (err, res) => {
+        signal?.removeEventListener("abort", cancel);
+        if (err) fail(err);
+        else ok(res as Res);
+      });
+      signal?.addEventListener("abort", cancel, { once: true });
+    });
   }
 
-  private call<Res>(method: keyof typeof QueueService.method, request: object): Promise<Res> {
-    return this.send(this.grpc, QueueService.method[method].input, method, request);
+  private call<Res>(method: keyof typeof QueueService.method, request: object, call?: CallOptions): Promise<Res> {
+    return this.send(this.grpc, QueueService.method[method].input, method, request, call);
   }
 
-  private cron<Res>(method: keyof typeof CronService.method, request: object): Promise<Res> {
-    return this.send(this.cronGrpc, CronService.method[method].input, method, request);
+  private cron<Res>(method: keyof typeof CronService.method, request: object, call?: CallOptions): Promise<Res> {
+    return this.send(this.cronGrpc, CronService.method[method].input, method, request, call);
   }
 
   /** Audit log entries (mutating calls), newest first; needs scope sys:audit:list. */
-  listAuditLogs(pageSize = 0, pageToken = ""): Promise<ListAuditLogsResponse> {
-    return this.send(this.auditGrpc, AuditService.method.listAuditLogs.input, "listAuditLogs", { pageSize, pageToken });
+  listAuditLogs(pageSize = 0, pageToken = "", call: CallOptions = {}): Promise<ListAuditLogsResponse> {
+    return this.send(this.auditGrpc, AuditService.method.listAuditLogs.input, "listAuditLogs", { pageSize, pageToken }, call);
   }
 
   /** Who the server takes this client for, and its scopes. */
-  getCaller(): Promise<GetCallerResponse> {
-    return this.send(this.authGrpc, AuthService.method.getCaller.input, "getCaller", {});
+  getCaller(call: CallOptions = {}): Promise<GetCallerResponse> {
+    return this.send(this.authGrpc, AuthService.method.getCaller.input, "getCaller", {}, call);
   }
 
   /** Declares a queue; resolves to the stored declaration. */
-  async createQueue(queue: MessageInitShape<typeof QueueSchema>): Promise<Queue> {
-    return (await this.call<{ queue: Queue }>("createQueue", { queue })).queue;
+  async createQueue(queue: MessageInitShape<typeof QueueSchema>, call: CallOptions = {}): Promise<Queue> {
+    return (await this.call<{ queue: Queue }>("createQueue", { queue }, call)).queue;
   }
 
-  async getQueue(name: string): Promise<Queue> {
-    return (await this.call<{ queue: Queue }>("getQueue", { name })).queue;
+  async getQueue(name: string, call: CallOptions = {}): Promise<Queue> {
+    return (await this.call<{ queue: Queue }>("getQueue", { name }, call)).queue;
   }
 
   /** Changes the settings named by `paths` (e.g. "max_deliveries", "retry_policy") to those of `queue`; resolves to the stored declaration. */
-  async updateQueue(queue: MessageInitShape<typeof QueueSchema>, paths: string[]): Promise<Queue> {
-    return (await this.call<{ queue: Queue }>("updateQueue", { queue, updateMask: { paths } })).queue;
+  async updateQueue(queue: MessageInitShape<typeof QueueSchema>, paths: string[], call: CallOptions = {}): Promise<Queue> {
+    return (await this.call<{ queue: Queue }>("updateQueue", { queue, updateMask: { paths } }, call)).queue;
   }
 
   /** Stops deliveries of a queue on every instance (enqueues still land). */
-  async pauseQueue(name: string): Promise<Queue> {
-    return (await this.call<{ queue: Queue }>("pauseQueue", { name })).queue;
+  async pauseQueue(name: string, call: CallOptions = {}): Promise<Queue> {
+    return (await this.call<{ queue: Queue }>("pauseQueue", { name }, call)).queue;
   }
 
   /** Restarts deliveries of a paused queue. */
-  async resumeQueue(name: string): Promise<Queue> {
-    return (await this.call<{ queue: Queue }>("resumeQueue", { name })).queue;
+  async resumeQueue(name: string, call: CallOptions = {}): Promise<Queue> {
+    return (await this.call<{ queue: Queue }>("resumeQueue", { name }, call)).queue;
   }
 
-  listQueues(pageSize = 0, pageToken = ""): Promise<ListQueuesResponse> {
-    return this.call("listQueues", { pageSize, pageToken });
+  listQueues(pageSize = 0, pageToken = "", call: CallOptions = {}): Promise<ListQueuesResponse> {
+    return this.call("listQueues", { pageSize, pageToken }, call);
   }
 
-  async deleteQueue(name: string, options: { purge?: boolean } = {}): Promise<void> {
-    await this.call("deleteQueue", { name, purge: options.purge ?? false });
+  async deleteQueue(name: string, options: { purge?: boolean } = {}, call: CallOptions = {}): Promise<void> {
+    await this.call("deleteQueue", { name, purge: options.purge ?? false }, call);
   }
 
   /** Items of a queue's ready or dead-letter list, next to leave first, without moving them (limit 0: 10). */
-  peekQueue(name: string, list: QueueList = QueueList.READY, limit = 0): Promise<PeekQueueResponse> {
-    return this.call("peekQueue", { name, list, limit });
+  peekQueue(name: string, list: QueueList = QueueList.READY, limit = 0, call: CallOptions = {}): Promise<PeekQueueResponse> {
+    return this.call("peekQueue", { name, list, limit }, call);
   }
 
   /** Deletes the items waiting in a queue; resolves to how many. */
-  async purgeQueue(name: string): Promise<number> {
-    return Number((await this.call<{ purged: bigint }>("purgeQueue", { name })).purged);
+  async purgeQueue(name: string, call: CallOptions = {}): Promise<number> {
+    return Number((await this.call<{ purged: bigint }>("purgeQueue", { name }, call)).purged);
   }
 
   /** Moves dead letters (by item id, or all) back onto their queue; resolves to how many. */
-  async requeueDeadLetters(name: string, which: { ids: string[] } | "all"): Promise<number> {
+  async requeueDeadLetters(name: string, which: { ids: string[] } | "all", call: CallOptions = {}): Promise<number> {
     const request = which === "all" ? { name, all: true } : { name, ids: which.ids };
-    return Number((await this.call<{ requeued: bigint }>("requeueDeadLetters", request)).requeued);
+    return Number((await this.call<{ requeued: bigint }>("requeueDeadLetters", request, call)).requeued);
   }
 
   /** Deletes dead letters (by item id, or all); resolves to how many. */
-  async deleteDeadLetters(name: string, which: { ids: string[] } | "all"): Promise<number> {
+  async deleteDeadLetters(name: string, which: { ids: string[] } | "all", call: CallOptions = {}): Promise<number> {
     const request = which === "all" ? { name, all: true } : { name, ids: which.ids };
-    return Number((await this.call<{ deleted: bigint }>("deleteDeadLetters", request)).deleted);
+    return Number((await this.call<{ deleted: bigint }>("deleteDeadLetters", request, call)).deleted);
   }
 
-  async getQueueStats(name: string): Promise<QueueStats> {
-    return (await this.call<{ stats: QueueStats }>("getQueueStats", { name })).stats;
+  async getQueueStats(name: string, call: CallOptions = {}): Promise<QueueStats> {
+    return (await this.call<{ stats: QueueStats }>("getQueueStats", { name }, call)).stats;
   }
 
   /**
    * Enqueues items in order; resolves to their ids. Calls to one queue in the
    * same turn share one request unless the client was made with `coalesceEnqueues: false`
-   * or the call waits for replicas.
+   * or the call waits for replicas. A call with its own deadline or signal goes
+   * as a unary Enqueue of its own (give its items idempotency keys if it may be
+   * sent again: a cancelled or timed-out call may still have landed).
    */
-  async enqueue(queue: string, items: ItemInput[], options: { ttlMs?: number; minReplicas?: number; replicaTimeoutMs?: number } = {}): Promise<string[]> {
-    if (this.enqueues && !options.minReplicas) return this.enqueues.enqueue(queue, items.map(toItem), options.ttlMs ?? 0);
+  async enqueue(
+    queue: string,
+    items: ItemInput[],
+    options: { ttlMs?: number; minReplicas?: number; replicaTimeoutMs?: number } & CallOptions = {},
+  ): Promise<string[]> {
+    const own = options.timeoutMs !== undefined || options.signal !== undefined;
+    if (this.enqueues && !options.minReplicas && !own) return this.enqueues.enqueue(queue, items.map(toItem), options.ttlMs ?? 0);
     const ttl = options.ttlMs ? durationFromMs(options.ttlMs) : undefined;
     const replicaTimeout = options.replicaTimeoutMs ? durationFromMs(options.replicaTimeoutMs) : undefined;
-    return this.sendEnqueue({ queue, items: items.map(toItem), ttl, minReplicas: options.minReplicas ?? 0, replicaTimeout });
+    const request = { queue, items: items.map(toItem), ttl, minReplicas: options.minReplicas ?? 0, replicaTimeout };
+    return own ? this.unaryEnqueue(request, options) : this.sendEnqueue(request);
   }
 
-  ack(leaseToken: string, reply?: Reply): Promise<AckResponse> {
-    return this.call("ack", { leaseToken, ...replyFields(reply) });
+  ack(leaseToken: string, reply?: Reply, call: CallOptions = {}): Promise<AckResponse> {
+    return this.call("ack", { leaseToken, ...replyFields(reply) }, call);
   }
 
   /** Returns a delivery for another attempt, saying why; after `delayMs`, or the queue's retry policy's wait. */
-  retry(leaseToken: string, options: { reason?: string; delayMs?: number } = {}): Promise<RetryResponse> {
+  retry(leaseToken: string, options: { reason?: string; delayMs?: number } = {}, call: CallOptions = {}): Promise<RetryResponse> {
     const delay = options.delayMs === undefined ? undefined : durationFromMs(options.delayMs);
-    return this.call("retry", { leaseToken, reason: options.reason ?? "", delay });
+    return this.call("retry", { leaseToken, reason: options.reason ?? "", delay }, call);
   }
 
-  async drop(leaseToken: string, reason = ""): Promise<void> {
-    await this.call("drop", { leaseToken, reason });
+  async drop(leaseToken: string, reason = "", call: CallOptions = {}): Promise<void> {
+    await this.call("drop", { leaseToken, reason }, call);
   }
 
-  extendLease(leaseToken: string): Promise<ExtendLeaseResponse> {
-    return this.call("extendLease", { leaseToken });
+  extendLease(leaseToken: string, call: CallOptions = {}): Promise<ExtendLeaseResponse> {
+    return this.call("extendLease", { leaseToken }, call);
   }
 
   /** Opens a lease stream on `queue` with `credit` items in flight at most. */
@@ -299,59 +335,59 @@ export class SwitchyardClient {
   }
 
   /** Creates a job (always UNPUBLISHED); resolves to it with its normalised schedule and next fire times. */
-  async createJob(job: MessageInitShape<typeof JobSchema>): Promise<Job> {
-    return (await this.cron<{ job: Job }>("createJob", { job })).job;
+  async createJob(job: MessageInitShape<typeof JobSchema>, call: CallOptions = {}): Promise<Job> {
+    return (await this.cron<{ job: Job }>("createJob", { job }, call)).job;
   }
 
-  async getJob(id: string): Promise<Job> {
-    return (await this.cron<{ job: Job }>("getJob", { id })).job;
+  async getJob(id: string, call: CallOptions = {}): Promise<Job> {
+    return (await this.cron<{ job: Job }>("getJob", { id }, call)).job;
   }
 
-  listJobs(request: MessageInitShape<typeof ListJobsRequestSchema> = {}): Promise<ListJobsResponse> {
-    return this.cron("listJobs", request);
+  listJobs(request: MessageInitShape<typeof ListJobsRequestSchema> = {}, call: CallOptions = {}): Promise<ListJobsResponse> {
+    return this.cron("listJobs", request, call);
   }
 
   /** Updates the fields named in `paths` (snake_case); all populated ones when empty. */
-  async updateJob(job: MessageInitShape<typeof JobSchema>, paths: string[] = []): Promise<Job> {
-    return (await this.cron<{ job: Job }>("updateJob", { job, updateMask: { paths } })).job;
+  async updateJob(job: MessageInitShape<typeof JobSchema>, paths: string[] = [], call: CallOptions = {}): Promise<Job> {
+    return (await this.cron<{ job: Job }>("updateJob", { job, updateMask: { paths } }, call)).job;
   }
 
-  async deleteJob(id: string): Promise<void> {
-    await this.cron("deleteJob", { id });
+  async deleteJob(id: string, call: CallOptions = {}): Promise<void> {
+    await this.cron("deleteJob", { id }, call);
   }
 
-  async batchDeleteJobs(ids: string[]): Promise<number> {
-    return (await this.cron<{ deleted: number }>("batchDeleteJobs", { ids })).deleted;
+  async batchDeleteJobs(ids: string[], call: CallOptions = {}): Promise<number> {
+    return (await this.cron<{ deleted: number }>("batchDeleteJobs", { ids }, call)).deleted;
   }
 
-  async pauseJob(id: string): Promise<Job> {
-    return (await this.cron<{ job: Job }>("pauseJob", { id })).job;
+  async pauseJob(id: string, call: CallOptions = {}): Promise<Job> {
+    return (await this.cron<{ job: Job }>("pauseJob", { id }, call)).job;
   }
 
-  async resumeJob(id: string): Promise<Job> {
-    return (await this.cron<{ job: Job }>("resumeJob", { id })).job;
+  async resumeJob(id: string, call: CallOptions = {}): Promise<Job> {
+    return (await this.cron<{ job: Job }>("resumeJob", { id }, call)).job;
   }
 
-  async setJobStatus(id: string, status: JobStatus): Promise<Job> {
-    return (await this.cron<{ job: Job }>("setJobStatus", { id, status })).job;
+  async setJobStatus(id: string, status: JobStatus, call: CallOptions = {}): Promise<Job> {
+    return (await this.cron<{ job: Job }>("setJobStatus", { id, status }, call)).job;
   }
 
   /** Runs a job once now, whatever its status; resolves to the id of the log entry it will write. */
-  async runOnce(id: string): Promise<string> {
-    return (await this.cron<{ runId: string }>("runOnce", { id })).runId;
+  async runOnce(id: string, call: CallOptions = {}): Promise<string> {
+    return (await this.cron<{ runId: string }>("runOnce", { id }, call)).runId;
   }
 
-  getSchedulerStatus(): Promise<GetSchedulerStatusResponse> {
-    return this.cron("getSchedulerStatus", {});
+  getSchedulerStatus(call: CallOptions = {}): Promise<GetSchedulerStatusResponse> {
+    return this.cron("getSchedulerStatus", {}, call);
   }
 
-  listJobLogs(jobId: string, pageSize = 0, pageToken = ""): Promise<ListJobLogsResponse> {
-    return this.cron("listJobLogs", { jobId, pageSize, pageToken });
+  listJobLogs(jobId: string, pageSize = 0, pageToken = "", call: CallOptions = {}): Promise<ListJobLogsResponse> {
+    return this.cron("listJobLogs", { jobId, pageSize, pageToken }, call);
   }
 
   /** A schedule's next fire times (count 0: 5), without storing anything. */
-  previewSchedule(schedule: string, timeZone = "", count = 0): Promise<PreviewScheduleResponse> {
-    return this.cron("previewSchedule", { schedule, timeZone, count });
+  previewSchedule(schedule: string, timeZone = "", count = 0, call: CallOptions = {}): Promise<PreviewScheduleResponse> {
+    return this.cron("previewSchedule", { schedule, timeZone, count }, call);
   }
 
   close(): void {
@@ -376,6 +412,7 @@ export class LeaseSession implements AsyncIterable<Delivery> {
   private waiting?: () => void;
   private done = false;
   private readonly resultListeners: ((r: SettleResult) => void)[] = [];
+  private readonly drainListeners: (() => void)[] = [];
   private heartbeats = 0;
   /** Acks without replies waiting to go out as one ack_batch at the end of this event-loop turn. */
   private acks: string[] = [];
@@ -402,7 +439,10 @@ export class LeaseSession implements AsyncIterable<Delivery> {
         else if (k.case === "deliveries") this.push(k.value.deliveries);
         else if (k.case === "settleResult") this.resultListeners.forEach((fn) => fn(k.value));
         else if (k.case === "heartbeat") this.heartbeats++;
-        else if (k.case === "drain") this.drained = true;
+        else if (k.case === "drain") {
+          this.drained = true;
+          this.drainListeners.forEach((fn) => fn());
+        }
       });
       stream.on("error", (err: grpc.ServiceError) => {
         failed(err);
@@ -449,6 +489,16 @@ export class LeaseSession implements AsyncIterable<Delivery> {
   /** Calls `fn` with every settle result (failures and extends). */
   onSettleResult(fn: (r: SettleResult) => void): void {
     this.resultListeners.push(fn);
+  }
+
+  /** Calls `fn` when the server asks the stream to drain (it is shutting down). */
+  onDrain(fn: () => void): void {
+    this.drainListeners.push(fn);
+  }
+
+  /** The stream has ended (cleanly or not): nothing more is sent or received on it. */
+  get closed(): boolean {
+    return this.done;
   }
 
   /** The next delivery, or undefined once the stream has ended. */
@@ -502,12 +552,14 @@ export class LeaseSession implements AsyncIterable<Delivery> {
     this.acks.push(leaseToken);
   }
 
-  retry(leaseToken: string): void {
-    this.send({ case: "retry", value: { leaseToken } });
+  /** Returns a delivery for another attempt, saying why; after `delayMs`, or the queue's retry policy's wait. */
+  retry(leaseToken: string, options: { reason?: string; delayMs?: number } = {}): void {
+    const delay = options.delayMs === undefined ? undefined : durationFromMs(options.delayMs);
+    this.send({ case: "retry", value: { leaseToken, reason: options.reason ?? "", delay } });
   }
 
-  drop(leaseToken: string): void {
-    this.send({ case: "drop", value: { leaseToken } });
+  drop(leaseToken: string, reason = ""): void {
+    this.send({ case: "drop", value: { leaseToken, reason } });
   }
 
   extend(leaseToken: string): void {

@@ -1,13 +1,35 @@
 /**
  * runWorker: leases from one queue and runs a handler per item, up to
  * `concurrency` at once. Success acks (with the handler's reply, if any); a
- * throw retries. A lost stream is reopened with backoff until `stop()`.
+ * throw retries, with the error's message as the reason. A lost stream is
+ * reopened with backoff until `stop()`.
+ *
+ * A handler still running extends its lease every third of the queue's
+ * min_idle (the stream's open answer carries it), so the watchdog never hands
+ * a long job to another worker while this one is alive; a worker that dies
+ * stops extending, and its items come back.
  */
-import type { Delivery } from "../gen/switchyard/v1/queue_pb.js";
+import { durationMs, timestampMs } from "@bufbuild/protobuf/wkt";
+import type { Delivery, SettleResult } from "../gen/switchyard/v1/queue_pb.js";
+import { systemClock, type Clock } from "../clock.js";
 import { SwitchyardClient, type LeaseSession, type Reply } from "./client.js";
 
 /** What a handler may return: nothing, or reply items to enqueue with the ack. */
 export type HandlerResult = void | { reply: Reply };
+
+/** What a handler knows of its delivery besides the item. */
+export interface HandlerContext {
+  /** This delivery's number (1 on the first; the item's delivery count). */
+  readonly attempt: number;
+  /** How often the item has been delivered, this delivery included. */
+  readonly deliveryCount: number;
+  /** Why the previous delivery failed (a Retry's reason, or the watchdog's); empty on a first delivery. */
+  readonly lastError: string;
+  /** Fires when the server drains the stream (it is shutting down) or the stream is lost: finish up or give up. */
+  readonly signal: AbortSignal;
+  /** Extends the lease now; resolves to when the watchdog may next recover the item, rejects when the server refused. */
+  extend(): Promise<Date>;
+}
 
 /** Options for {@link runWorker}. */
 export interface WorkerOptions {
@@ -16,9 +38,11 @@ export interface WorkerOptions {
   queue: string;
   /** Items processed at once (the stream's credit). */
   concurrency: number;
-  handler: (delivery: Delivery) => Promise<HandlerResult> | HandlerResult;
-  /** Told about handler failures and lost streams. */
+  handler: (delivery: Delivery, context: HandlerContext) => Promise<HandlerResult> | HandlerResult;
+  /** Told about handler failures, refused extends and lost streams. */
   onError?: (err: unknown, delivery?: Delivery) => void;
+  /** The clock the lease extensions run on (tests pass the server's ManualClock). */
+  clock?: Clock;
 }
 
 /** A running worker. */
@@ -29,14 +53,78 @@ export interface Worker {
   readonly processed: number;
 }
 
+/** A refused settle (an extend the server answered with an error). */
+export class SettleError extends Error {
+  constructor(readonly result: SettleResult) {
+    super(`${result.reason || `code ${result.code}`}: ${result.message}`);
+    this.name = "SettleError";
+  }
+}
+
 const isThenable = (x: unknown): x is PromiseLike<unknown> => typeof (x as PromiseLike<unknown> | undefined)?.then === "function";
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** A retry's reason from what the handler threw (the server keeps 1,000 characters). */
+const reasonOf = (err: unknown) => (err instanceof Error ? err.message || err.name : String(err)).slice(0, 1000);
+
+/** One open stream as the worker uses it: extends waiting for their answers, and the signal its handlers share. */
+class Stream {
+  readonly abort = new AbortController();
+  /** min_idle of the queue (0: none, no extensions needed). */
+  minIdleMs = 0;
+  private readonly extends = new Map<string, ((r: SettleResult | undefined) => void)[]>();
+
+  constructor(readonly session: LeaseSession) {
+    session.onSettleResult((r) => this.answer(r.leaseToken, r));
+    session.onDrain(() => this.abort.abort(new Error("the server is draining this lease stream")));
+    void session.ended.then(() => {
+      this.abort.abort(new Error("the lease stream ended"));
+      for (const token of [...this.extends.keys()]) this.answer(token, undefined);
+    });
+  }
+
+  private answer(token: string, r: SettleResult | undefined): void {
+    const waiting = this.extends.get(token);
+    if (!waiting) return;
+    this.extends.delete(token);
+    for (const fn of waiting) fn(r);
+  }
+
+  /** Sends an extend and waits for its settle result (undefined: the stream ended first). */
+  extend(token: string): Promise<SettleResult | undefined> {
+    if (this.session.closed) return Promise.resolve(undefined);
+    return new Promise((ok) => {
+      const waiting = this.extends.get(token);
+      if (waiting) waiting.push(ok);
+      else {
+        this.extends.set(token, [ok]);
+        this.session.extend(token);
+      }
+    });
+  }
+}
+
+function contextOf(s: Stream, d: Delivery): HandlerContext {
+  return {
+    attempt: d.deliveryCount,
+    deliveryCount: d.deliveryCount,
+    lastError: d.lastError,
+    signal: s.abort.signal,
+    async extend() {
+      const r = await s.extend(d.leaseToken);
+      if (!r) throw new Error("the lease stream ended: the item went back to the queue");
+      if (r.code !== 0) throw new SettleError(r);
+      return new Date(r.expireTime ? timestampMs(r.expireTime) : 0);
+    },
+  };
+}
 
 /** Starts a worker; see {@link WorkerOptions}. */
 export function runWorker(options: WorkerOptions): Worker {
   const ownClient = typeof options.client === "string";
   const client = typeof options.client === "string" ? new SwitchyardClient(options.client) : options.client;
+  const clock = options.clock ?? systemClock;
   let stopping = false;
   let session: LeaseSession | undefined;
   let processed = 0;
@@ -48,36 +136,68 @@ export function runWorker(options: WorkerOptions): Worker {
   };
   const fail = (s: LeaseSession, d: Delivery, err: unknown) => {
     options.onError?.(err, d);
-    s.retry(d.leaseToken);
+    s.retry(d.leaseToken, { reason: reasonOf(err) });
     processed++;
   };
-  // A handler that returns at once is settled at once: no promise per item.
-  const handle = (s: LeaseSession, d: Delivery) => {
+
+  /**
+   * Extends `d`'s lease every third of min_idle until `done` is set; each
+   * extension waits for the server's answer (a ManualClock's advance waits for
+   * it too). A refused extension ends them: the item is no longer this worker's.
+   */
+  const keepExtending = (s: Stream, d: Delivery, context: HandlerContext, state: { done: boolean; timer?: { cancel(): void } }) => {
+    if (s.minIdleMs <= 0) return;
+    const arm = () => {
+      state.timer = clock.setTimer(Math.floor(s.minIdleMs / 3), async () => {
+        if (state.done || s.session.closed) return;
+        try {
+          await context.extend();
+          if (!state.done) arm();
+        } catch (err) {
+          if (!state.done && !s.session.closed) options.onError?.(err, d);
+        }
+      });
+    };
+    arm();
+  };
+
+  // A handler that returns at once is settled at once: no promise or timer per item.
+  const handle = (s: Stream, d: Delivery) => {
+    const context = contextOf(s, d);
     let result: Promise<HandlerResult> | HandlerResult;
     try {
-      result = options.handler(d);
+      result = options.handler(d, context);
     } catch (err) {
-      fail(s, d, err);
+      fail(s.session, d, err);
       return;
     }
     if (!isThenable(result)) {
-      settle(s, d, result);
+      settle(s.session, d, result);
       return;
     }
-    const p = Promise.resolve(result).then((r) => settle(s, d, r), (err: unknown) => fail(s, d, err)).finally(() => running.delete(p));
+    const state: { done: boolean; timer?: { cancel(): void } } = { done: false };
+    keepExtending(s, d, context, state);
+    const p = Promise.resolve(result)
+      .then((r) => settle(s.session, d, r), (err: unknown) => fail(s.session, d, err))
+      .finally(() => {
+        state.done = true;
+        state.timer?.cancel();
+        running.delete(p);
+      });
     running.add(p);
   };
 
   const loop = async () => {
     for (let attempt = 0; !stopping; ) {
-      const s = (session = client.lease(options.queue, options.concurrency));
+      const s = new Stream((session = client.lease(options.queue, options.concurrency)));
       try {
-        await s.opened;
+        const opened = await s.session.opened;
+        s.minIdleMs = opened.minIdle ? durationMs(opened.minIdle) : 0;
         attempt = 0;
-        for (let batch = await s.nextBatch(); batch.length > 0; batch = await s.nextBatch()) {
+        for (let batch = await s.session.nextBatch(); batch.length > 0; batch = await s.session.nextBatch()) {
           for (const d of batch) handle(s, d);
         }
-        const err = await s.ended;
+        const err = await s.session.ended;
         if (err && !stopping) options.onError?.(err);
       } catch (err) {
         if (!stopping) options.onError?.(err);

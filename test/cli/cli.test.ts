@@ -159,8 +159,8 @@ describe("switchyard CLI", () => {
     // stats
     const stats = rows(await ok(a, ["queue", "stats", q]));
     expect(stats).toEqual([
-      ["QUEUE", "READY", "PROCESSING", "DEAD-LETTER", "OLDEST-CLAIM", "STREAMS"],
-      [q, "0", "0", "1", "-", "0"],
+      ["QUEUE", "READY", "PROCESSING", "DEAD-LETTER", "OLDEST-CLAIM", "STREAMS", "DELAYED", "PAUSED"],
+      [q, "0", "0", "1", "-", "0", "0", "no"],
     ]);
     expect(JSON.parse(await ok(a, ["queue", "stats", "--json"]))).toEqual({
       // 4 leased; 3 acked complete, the dead-lettered one does not.
@@ -170,7 +170,7 @@ describe("switchyard CLI", () => {
     // peek-dead
     const dead = await ok(a, ["queue", "peek-dead", q]);
     expect(dead.split("\n")[0]).toBe(`1 of 1 dead letter in ${q}`);
-    expect(rows(dead.split("\n").slice(1).join("\n"))[1]).toEqual([fromStdin.ids[0], expect.stringMatching(/^\d{4}-/), "-", "four"]);
+    expect(rows(dead.split("\n").slice(1).join("\n"))[1]).toEqual([fromStdin.ids[0], expect.stringMatching(/^\d{4}-/), "-", "-", "four"]);
     const deadJson = JSON.parse(await ok(a, ["queue", "peek-dead", q, "--json"]));
     expect(deadJson.total).toBe("1");
     expect(deadJson.items).toEqual([

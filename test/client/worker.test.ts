@@ -1,7 +1,13 @@
 /** The worker helper and settling from any instance. */
+import { spawn } from "node:child_process";
+import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import { QueueMode } from "../../src/gen/switchyard/v1/queue_pb.js";
-import { runWorker } from "../../src/client/worker.js";
+import { runWorker, type HandlerContext } from "../../src/client/worker.js";
+import type { ManualClock } from "../../src/clock.js";
+import { SwitchyardClient } from "../../src/client/client.js";
+import { startProxy } from "../helpers/proxy.js";
 import { startRedis, type TestRedis } from "../helpers/redis.js";
 import { startSwitchyard, type TestSwitchyard } from "../helpers/switchyard.js";
 
@@ -24,12 +30,14 @@ describe("runWorker", () => {
     await a.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
     const ids = await a.client.enqueue(Q, Array.from({ length: 20 }, (_, i) => `job-${i}`));
     const seen = new Map<string, number>();
+    const lastErrors = new Map<string, string>();
     const worker = runWorker({
       client: a.client,
       queue: Q,
       concurrency: 5,
-      handler: (d) => {
-        seen.set(d.id, d.deliveryCount);
+      handler: (d, ctx) => {
+        seen.set(d.id, ctx.attempt);
+        lastErrors.set(d.id, ctx.lastError);
         if (Buffer.from(d.payload).toString() === "job-7" && d.deliveryCount === 1) throw new Error("flaky");
       },
     });
@@ -37,6 +45,8 @@ describe("runWorker", () => {
     await worker.stop();
     expect([...seen.keys()].sort()).toEqual([...ids].sort());
     expect(seen.get(ids[7])).toBe(2);
+    // The thrown error's message went with the retry and came back on the next delivery.
+    expect([lastErrors.get(ids[7]), lastErrors.get(ids[6])]).toEqual(["flaky", ""]);
     expect(await redis.plain.llen(Q)).toBe(0);
     expect(await redis.plain.llen(`${Q}.processing`)).toBe(0);
   });
@@ -57,6 +67,129 @@ describe("runWorker", () => {
     const [reply] = await out.take(1);
     expect(Buffer.from(reply.payload).toString()).toBe("thumb:cat.png");
     await out.close();
+  });
+});
+
+describe("long handlers (issue 14)", () => {
+  const MIN_IDLE_MS = 10_000;
+  const declareLong = (q: string) =>
+    a.client.createQueue({ name: q, mode: QueueMode.RELIABLE, minIdle: durationFromMs(MIN_IDLE_MS), recoverySet: `${q}.claims` });
+
+  it("a handler running 3 × min_idle keeps its lease: the watchdog never hands the item out again", async () => {
+    const Q = "{long}";
+    const clock = a.clock as ManualClock;
+    await declareLong(Q);
+    await a.client.enqueue(Q, ["render"]);
+    const contexts: HandlerContext[] = [];
+    let finish!: () => void;
+    const finished = new Promise<void>((ok) => (finish = ok));
+    // Concurrency 2: a redelivery of the item would reach this same worker.
+    const worker = runWorker({ client: a.client, queue: Q, concurrency: 2, clock, handler: (_d, ctx) => (contexts.push(ctx), finished) });
+    await expect.poll(() => contexts.length).toBe(1);
+    // The watchdog runs every second of the manual clock; the worker's extensions every third of
+    // min_idle, and advance() waits for each one's answer before it fires a later timer.
+    for (let s = 0; s < (3 * MIN_IDLE_MS) / 1000; s++) await clock.advance(1000);
+    expect(contexts.map((c) => [c.attempt, c.lastError, c.signal.aborted])).toEqual([[1, "", false]]);
+    expect([await redis.plain.llen(Q), await redis.plain.llen(`${Q}.processing`)]).toEqual([0, 1]);
+    const expires = await contexts[0].extend();
+    expect(expires.getTime()).toBe(clock.now() + MIN_IDLE_MS);
+    finish();
+    await expect.poll(() => worker.processed).toBe(1);
+    await worker.stop();
+    expect([await redis.plain.llen(Q), await redis.plain.llen(`${Q}.processing`), await redis.plain.llen(`${Q}.dead`)]).toEqual([0, 0, 0]);
+    expect(contexts).toHaveLength(1);
+    expect((await a.client.getQueueStats(Q)).completedTotal).toBe(1n);
+  });
+
+  it("the item of a worker killed mid-handler (SIGKILL) is delivered again", async () => {
+    const Q = "{long-killed}";
+    const clock = a.clock as ManualClock;
+    await declareLong(Q);
+    const [id] = await a.client.enqueue(Q, ["render"]);
+    // A worker process whose handler never finishes; it prints the id it holds.
+    const client = fileURLToPath(new URL("../../dist/client/index.js", import.meta.url));
+    const child = spawn(process.execPath, [
+      "--input-type=module",
+      "-e",
+      `import { runWorker } from ${JSON.stringify(client)};
+       runWorker({ client: ${JSON.stringify(a.address)}, queue: ${JSON.stringify(Q)}, concurrency: 1,
+         handler: (d) => (process.stdout.write(d.id + "\\n"), new Promise(() => undefined)) });`,
+    ], { stdio: ["ignore", "pipe", "inherit"] });
+    let out = "";
+    child.stdout.on("data", (b: Buffer) => (out += b.toString()));
+    const exited = new Promise((ok) => child.on("exit", ok));
+    try {
+      await expect.poll(() => out, { timeout: 10_000 }).toBe(`${id}\n`);
+    } finally {
+      child.kill("SIGKILL");
+    }
+    await exited;
+    const again: [string, number][] = [];
+    const worker = runWorker({ client: a.client, queue: Q, concurrency: 1, clock, handler: (d) => void again.push([d.id, d.deliveryCount]) });
+    // Its stream's end returns the item at once; failing that, the watchdog would after min_idle.
+    await expect.poll(async () => (again.length > 0 ? again : (await clock.advance(1000), again)), { timeout: 10_000 }).toEqual([[id, 2]]);
+    await worker.stop();
+    expect(await redis.plain.llen(`${Q}.processing`)).toBe(0);
+  });
+
+  it("fires the handler's signal when the instance drains the stream", async () => {
+    const c = await startSwitchyard(redis);
+    const Q = "{long-drain}";
+    await declareLong(Q);
+    await a.client.enqueue(Q, ["render"]);
+    let aborted: unknown;
+    let got = 0;
+    const worker = runWorker({
+      client: c.client,
+      queue: Q,
+      concurrency: 1,
+      clock: c.clock,
+      handler: (_d, ctx) => {
+        got++;
+        return new Promise<void>((ok) => ctx.signal.addEventListener("abort", () => ((aborted = ctx.signal.reason), ok())));
+      },
+    });
+    await expect.poll(() => got).toBe(1);
+    await c.app.stop();
+    expect(String(aborted)).toContain("draining");
+    await worker.stop();
+    c.client.close();
+    expect(await redis.plain.llen(`${Q}.processing`)).toBe(0);
+  });
+});
+
+describe("a worker whose stream is lost", () => {
+  it("aborts its handlers' signal, and gets the item again on the stream it reopens", async () => {
+    const Q = "{long-lost}";
+    await a.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
+    const [id] = await a.client.enqueue(Q, ["render"]);
+    const proxy = await startProxy(a.address);
+    const client = new SwitchyardClient(proxy.address);
+    const seen: [number, string][] = [];
+    let reason: unknown;
+    const worker = runWorker({
+      client,
+      queue: Q,
+      concurrency: 1,
+      handler: (d, ctx) => {
+        seen.push([ctx.attempt, d.id]);
+        if (ctx.attempt > 1) return;
+        return new Promise<void>((_ok, fail) => ctx.signal.addEventListener("abort", () => ((reason = ctx.signal.reason), fail(ctx.signal.reason))));
+      },
+    });
+    try {
+      await expect.poll(() => seen.length).toBe(1);
+      expect(proxy.cut()).toBeGreaterThan(0);
+      await expect.poll(() => String(reason)).toContain("the lease stream ended");
+      // The server returned the item when the stream ended; the worker's new stream gets it.
+      await expect.poll(() => seen, { timeout: 10_000 }).toEqual([[1, id], [2, id]]);
+      await expect.poll(() => worker.processed).toBeGreaterThanOrEqual(2);
+    } finally {
+      await worker.stop();
+      client.close();
+      await proxy.close();
+    }
+    expect(await a.client.getQueueStats(Q)).toMatchObject({ ready: 0n, processing: 0n });
   });
 });
 

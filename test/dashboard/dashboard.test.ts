@@ -117,15 +117,15 @@ async function reliableQueue(name: string, maxDeliveries = 0): Promise<void> {
   await sy.client.createQueue({ name, mode: QueueMode.RELIABLE, maxDeliveries });
 }
 
-/** Leases the queue's only item and retries it until it is dead-lettered; returns the deliveries it took. */
-async function deadLetter(queue: string, id: string): Promise<number> {
+/** Leases the queue's only item and retries it (with `reason`) until it is dead-lettered; returns the deliveries it took. */
+async function deadLetter(queue: string, id: string, reason?: string): Promise<number> {
   const session = sy.client.lease(queue, 1);
   try {
     for (let delivery = 1; delivery <= 10; delivery++) {
       const d = await session.next();
       expect(d?.id).toBe(id);
       expect(d?.deliveryCount).toBe(delivery);
-      if ((await sy.client.retry(d!.leaseToken)).deadLettered) return delivery;
+      if ((await sy.client.retry(d!.leaseToken, { reason, delayMs: 0 })).deadLettered) return delivery;
     }
     throw new Error(`${id} was not dead-lettered after 10 deliveries`);
   } finally {
@@ -250,6 +250,51 @@ describe("dashboard", () => {
     await expect.poll(() => card(page, "ready"), SEEN).toBe("0");
   });
 
+  it("pauses and resumes deliveries from the page, and shows why retries and dead letters failed", async () => {
+    await reliableQueue("{hold}", 2);
+    const [deadId] = await sy.client.enqueue("{hold}", ["bad input"]);
+    expect(await deadLetter("{hold}", deadId, "cannot parse <b>bad input</b>")).toBe(2);
+    const [retriedId, waitingId] = await sy.client.enqueue("{hold}", ["flaky", "rate limited"]);
+    const session = sy.client.lease("{hold}", 2);
+    try {
+      const [flaky, limited] = await session.take(2);
+      expect([flaky.id, limited.id]).toEqual([retriedId, waitingId]);
+      session.setCredit(0);
+      expect((await sy.client.retry(flaky.leaseToken, { reason: "timeout talking to S3", delayMs: 0 })).deadLettered).toBe(false);
+      expect((await sy.client.retry(limited.leaseToken, { reason: "429 from upstream", delayMs: 60_000 })).notBefore).toBeDefined();
+    } finally {
+      await session.close();
+    }
+
+    const page = await open(`#/queues/${encodeURIComponent("{hold}")}`, ADMIN);
+    await ready(page, "queue-page");
+    const deadRow = page.locator(`[data-testid=dead-items] tr[data-item="${deadId}"]`);
+    await deadRow.waitFor();
+    expect(await deadRow.locator("[data-testid=last-error]").textContent()).toBe("cannot parse <b>bad input</b>");
+    const readyRow = page.locator(`[data-testid=ready-items] tr[data-item="${retriedId}"]`);
+    await readyRow.waitFor();
+    expect(await readyRow.locator("[data-testid=last-error]").textContent()).toBe("timeout talking to S3");
+    const waitingRow = page.locator(`[data-testid=delayed-items] tr[data-item="${waitingId}"]`);
+    await waitingRow.waitFor();
+    expect(await waitingRow.locator("[data-testid=last-error]").textContent()).toBe("429 from upstream");
+    expect(await waitingRow.locator("[data-testid=not-before]").textContent()).not.toBe("—");
+    expect(await card(page, "delayed")).toBe("1");
+    expect(await card(page, "deliveries")).toBe("running");
+
+    await page.locator("[data-testid=pause-queue]").click();
+    await page.locator("[data-testid=notice]", { hasText: "Paused deliveries of {hold}; enqueues still land." }).waitFor();
+    await expect.poll(() => card(page, "deliveries"), SEEN).toBe("paused");
+    expect((await sy.client.getQueue("{hold}")).paused).toBe(true);
+    const list = await open("#/queues", ADMIN);
+    await ready(list, "queues-page");
+    expect(await list.locator(`tr[data-queue="{hold}"] [data-testid=paused]`).textContent()).toBe("paused");
+
+    await page.locator("[data-testid=resume-queue]").click();
+    await page.locator("[data-testid=notice]", { hasText: "Resumed deliveries of {hold}." }).waitFor();
+    await expect.poll(() => card(page, "deliveries"), SEEN).toBe("running");
+    expect((await sy.client.getQueue("{hold}")).paused).toBe(false);
+  });
+
   it("purges only after confirmation, and leaves leased items alone", async () => {
     await reliableQueue("{purge-me}");
     await sy.client.enqueue("{purge-me}", ["1", "2", "3", "4"]);
@@ -349,7 +394,7 @@ describe("dashboard", () => {
     await expect.poll(() => card(page, "ready"), SEEN).toBe("2");
     expect(await card(page, "dead letters")).toBe("1");
     await page.locator(`[data-testid=dead-items] tr[data-item="${id}"]`).waitFor();
-    for (const testid of ["purge", "requeue", "delete", "requeue-all", "delete-all"]) {
+    for (const testid of ["purge", "pause-queue", "requeue", "delete", "requeue-all", "delete-all"]) {
       const button = page.locator(`[data-testid=${testid}]`);
       expect(await button.isDisabled(), testid).toBe(true);
       expect(await button.getAttribute("title"), testid).toContain("needs scope queue:admin:{watched}");

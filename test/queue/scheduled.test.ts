@@ -99,6 +99,43 @@ describe("retries with backoff", () => {
     await lease.close();
   });
 
+  it("items the watchdog recovers wait the policy's time too, and a stalling item dead-letters with the watchdog's reason", async () => {
+    const { sy } = t;
+    const q = "{stalls}";
+    const minIdle = 10_000;
+    // (jitter 0 reads as unset, the default 0.2: a proto3 double cannot tell them apart.)
+    const policy = { initialBackoff: durationFromMs(5000), multiplier: 2, maxBackoff: durationFromMs(60_000), jitter: 0.5 };
+    await sy.client.createQueue({ name: q, mode: QueueMode.RELIABLE, maxDeliveries: 3, minIdle: durationFromMs(minIdle), recoverySet: `${q}.claims`, retryPolicy: policy });
+    const [id] = await sy.client.enqueue(q, ["stalls"]);
+    // A worker that takes items and never settles them (credit for every delivery).
+    const lease = sy.client.lease(q, 3);
+    const reason = "not settled within min_idle (10 s): recovered by the watchdog";
+    let leasedAt = clock().now();
+    for (let attempt = 1; attempt <= 3; attempt++) {
+      const [d] = await lease.take(1);
+      expect([d.id, d.deliveryCount, d.lastError]).toEqual([id, attempt, attempt === 1 ? "" : reason]);
+      if (attempt === 3) break;
+      // The watchdog (a pass a second) takes it back once idle past min_idle, then it waits the policy's backoff.
+      for (let s = 0; s < minIdle / 1000 + 1; s++) await clock().advance(1000);
+      const [waiting] = (await sy.client.peekQueue(q, QueueList.DELAYED)).items;
+      expect([waiting.id, waiting.lastError]).toEqual([id, reason]);
+      // Recovered at a pass within a second after min_idle, then the backoff of this attempt, less at most half (jitter 0.5).
+      const full = 5000 * 2 ** (attempt - 1);
+      const due = ms(waiting.notBefore) - leasedAt;
+      expect(due).toBeGreaterThanOrEqual(minIdle + full * 0.5);
+      expect(due).toBeLessThanOrEqual(minIdle + 1000 + full);
+      await clock().advance(ms(waiting.notBefore) - clock().now() - 1);
+      expect((await sy.client.getQueueStats(q)).delayed).toBe(1n);
+      await clock().advance(1);
+      leasedAt = clock().now();
+    }
+    for (let s = 0; s < minIdle / 1000 + 1; s++) await clock().advance(1000);
+    const [dead] = (await sy.client.peekQueue(q, QueueList.DEAD_LETTER)).items;
+    expect([dead.id, dead.deliveryCount, dead.lastError]).toEqual([id, 3, reason]);
+    expect(await sy.client.getQueueStats(q)).toMatchObject({ ready: 0n, delayed: 0n, processing: 0n, deadLetter: 1n });
+    await lease.close();
+  });
+
   it("a retry's own delay wins over the policy, and 0 retries at once", async () => {
     const { sy } = t;
     const q = "{own-delay}";

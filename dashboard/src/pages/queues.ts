@@ -42,7 +42,8 @@ export function queuesPage(_ctx: Ctx): Page {
         const s = stats[i].stats!;
         const age = durationMs(s.oldestClaimAge);
         return h("tr", { "data-queue": q.name },
-          h("td", {}, h("a", { href: `#/queues/${encodeURIComponent(q.name)}` }, q.name)),
+          h("td", {}, h("a", { href: `#/queues/${encodeURIComponent(q.name)}` }, q.name),
+            q.paused ? [" ", h("span", { class: "badge paused", "data-testid": "paused" }, "paused")] : null),
           h("td", {}, modeName(q.mode)),
           h("td", { class: "num", "data-testid": "ready" }, s.ready),
           h("td", { class: "num", "data-testid": "processing" }, s.processing),
@@ -57,13 +58,18 @@ export function queuesPage(_ctx: Ctx): Page {
   };
 }
 
-/** A peeked item, with the deliveries recorded for it (for a dead letter, those it had when it was dead-lettered). */
-function itemRow(item: PeekedItem, actions: HTMLElement[]): HTMLTableRowElement {
+/**
+ * A peeked item, with the deliveries recorded for it (for a dead letter, those it had when it was
+ * dead-lettered) and why the last one failed (a retry's or dead letter's reason).
+ */
+function itemRow(item: PeekedItem, actions: HTMLElement[], delayed = false): HTMLTableRowElement {
   const headers = Object.entries(item.headers);
   return h("tr", { "data-item": item.id || "raw" },
     h("td", { class: "mono" }, item.id || h("em", {}, "raw")),
     h("td", {}, time(item.enqueueTime)),
+    delayed ? h("td", { "data-testid": "not-before" }, time(item.notBefore)) : null,
     h("td", { class: "num" }, item.deliveryCount),
+    h("td", { class: "mono small", "data-testid": "last-error" }, item.lastError || "—"),
     h("td", { class: "mono small" }, headers.length ? headers.map(([k, v]) => h("div", {}, `${k}: ${v}`)) : "—"),
     h("td", { class: "payload mono", "data-testid": "payload" }, payloadText(item.payload)),
     actions.length ? h("td", { class: "actions" }, actions) : null,
@@ -77,8 +83,10 @@ export function queuePage(name: string, ctx: Ctx): Page {
   const why = ctx.access.why(admin);
   const statsEl = h("div", { class: "cards", "data-testid": "queue-stats" });
   const readyEl = h("div", {});
+  const delayedEl = h("div", {});
   const deadEl = h("div", {});
   const confirmEl = h("div", {});
+  const pauseEl = h("span", {});
   let mode = QueueMode.UNSPECIFIED;
   let ready = 0n;
 
@@ -102,11 +110,14 @@ export function queuePage(name: string, ctx: Ctx): Page {
     h("h1", {}, name),
     statsEl,
     h("div", { class: "toolbar" },
+      pauseEl,
       button("Purge queue…", confirmPurge, { allowed: may, why, kind: "danger", testid: "purge" }),
     ),
     confirmEl,
     h("h2", {}, "Next to lease"),
     readyEl,
+    h("h2", {}, "Waiting (delayed or retried with backoff)"),
+    delayedEl,
     h("h2", {}, "Dead letters"),
     deadEl,
   );
@@ -117,18 +128,29 @@ export function queuePage(name: string, ctx: Ctx): Page {
       const [{ queue }, { stats }] = await Promise.all([queueApi.getQueue({ name }), queueApi.getQueueStats({ name })]);
       mode = queue!.mode;
       ready = stats!.ready;
+      // Pause and resume reach every instance; enqueues still land while paused.
+      fill(pauseEl, queue!.paused
+        ? button("Resume deliveries", () => void act(ctx, async () => (await queueApi.resumeQueue({ name }), `Resumed deliveries of ${name}.`)),
+          { allowed: may, why, testid: "resume-queue" })
+        : button("Pause deliveries", () => void act(ctx, async () => (await queueApi.pauseQueue({ name }), `Paused deliveries of ${name}; enqueues still land.`)),
+          { allowed: may, why, testid: "pause-queue" }));
       const age = durationMs(stats!.oldestClaimAge);
       fill(statsEl,
-        [["mode", modeName(mode)], ["ready", stats!.ready], ["processing", stats!.processing],
+        [["mode", modeName(mode)], ["deliveries", stats!.paused ? "paused" : "running"], ["ready", stats!.ready],
+          ["delayed", stats!.delayed], ["processing", stats!.processing],
           ["dead letters", mode === QueueMode.RELIABLE ? stats!.deadLetter : "—"],
           ["oldest claim", age === undefined ? "—" : span(age)], ["streams here", stats!.leaseStreams]]
           .map(([label, value]) => h("div", { class: "card", "data-stat": String(label) }, h("small", {}, String(label)), h("strong", {}, String(value)))),
         h("div", { class: "card wide" }, h("small", {}, "throughput (leased / completed per second)"), throughput(stats!)),
       );
       const readyItems = await queueApi.peekQueue({ name, list: QueueList.READY, limit: PEEK });
-      fill(readyEl, table(["id", "enqueued", "deliveries", "headers", "payload"], readyItems.items.map((i) => itemRow(i, [])),
+      fill(readyEl, table(["id", "enqueued", "deliveries", "last error", "headers", "payload"], readyItems.items.map((i) => itemRow(i, [])),
         "Nothing is waiting.", "ready-items"),
         readyItems.total > BigInt(readyItems.items.length) && h("p", { class: "muted" }, `Showing ${readyItems.items.length} of ${readyItems.total}.`));
+      const delayed = await queueApi.peekQueue({ name, list: QueueList.DELAYED, limit: PEEK });
+      fill(delayedEl, table(["id", "enqueued", "not before", "deliveries", "last error", "headers", "payload"], delayed.items.map((i) => itemRow(i, [], true)),
+        "Nothing is waiting for its time.", "delayed-items"),
+        delayed.total > BigInt(delayed.items.length) && h("p", { class: "muted" }, `Showing the first ${delayed.items.length} of ${delayed.total}.`));
       if (mode !== QueueMode.RELIABLE) {
         fill(deadEl, h("p", { class: "muted" }, "A SIMPLE queue has no dead-letter list."));
         return;
@@ -143,7 +165,7 @@ export function queuePage(name: string, ctx: Ctx): Page {
           button("Requeue all", () => void requeue([], true), { allowed: may && dead.total > 0n, why, testid: "requeue-all" }),
           button("Delete all", () => void remove([], true), { allowed: may && dead.total > 0n, why, kind: "danger", testid: "delete-all" }),
         ),
-        table(["id", "enqueued", "deliveries", "headers", "payload", ""], rows, "No dead letters.", "dead-items"),
+        table(["id", "enqueued", "deliveries", "last error", "headers", "payload", ""], rows, "No dead letters.", "dead-items"),
         dead.total > BigInt(dead.items.length) && h("p", { class: "muted" }, `Showing the oldest ${dead.items.length} of ${dead.total}.`),
       );
     },
