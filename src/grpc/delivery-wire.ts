@@ -67,20 +67,59 @@ function write(w: Writer, m: Measured, queueSize: number): void {
   if (m.lastError) w.string(9, d.lastError, m.lastError);
 }
 
-/** A LeaseResponse { deliveries: DeliveryBatch { deliveries } }, ready for the wire. */
-export function encodeDeliveries(deliveries: readonly Delivery[]): PreEncoded {
+/** Measures each delivery (its queue's name measured once per batch). */
+function measureAll(deliveries: readonly Delivery[]): { measured: Measured[]; queueSizes: Map<string, number> } {
   const measured: Measured[] = [];
   const queueSizes = new Map<string, number>();
-  let batch = 0;
   for (const d of deliveries) {
     let queueSize = queueSizes.get(d.queue);
     if (queueSize === undefined) queueSizes.set(d.queue, (queueSize = Buffer.byteLength(d.queue)));
-    const m = measure(d, queueSize);
-    measured.push(m);
-    batch += lenField(m.size);
+    measured.push(measure(d, queueSize));
   }
+  return { measured, queueSizes };
+}
+
+/** One LeaseResponse of measured deliveries whose entries take `batch` bytes. */
+function encodeMessage(measured: readonly Measured[], batch: number, queueSizes: Map<string, number>): PreEncoded {
   const w = new Writer(Buffer.allocUnsafe(lenField(batch)));
   w.len(2, batch);
   for (const m of measured) write(w, m, queueSizes.get(m.d.queue)!);
   return new PreEncoded(w.buf);
+}
+
+/** A LeaseResponse { deliveries: DeliveryBatch { deliveries } }, ready for the wire. */
+export function encodeDeliveries(deliveries: readonly Delivery[]): PreEncoded {
+  const { measured, queueSizes } = measureAll(deliveries);
+  let batch = 0;
+  for (const m of measured) batch += lenField(m.size);
+  return encodeMessage(measured, batch, queueSizes);
+}
+
+/**
+ * The deliveries as LeaseResponses of at most `maxBytes` each, in order (the
+ * fewest such messages, each filled in turn). A delivery larger than
+ * `maxBytes` alone still goes in a message of its own: callers leave those
+ * out (see deliveryMessageBytes).
+ */
+export function encodeDeliveryMessages(deliveries: readonly Delivery[], maxBytes: number): PreEncoded[] {
+  const { measured, queueSizes } = measureAll(deliveries);
+  const messages: PreEncoded[] = [];
+  let from = 0;
+  let batch = 0;
+  measured.forEach((m, i) => {
+    const entry = lenField(m.size);
+    if (i > from && lenField(batch + entry) > maxBytes) {
+      messages.push(encodeMessage(measured.slice(from, i), batch, queueSizes));
+      from = i;
+      batch = 0;
+    }
+    batch += entry;
+  });
+  if (measured.length > from) messages.push(encodeMessage(measured.slice(from), batch, queueSizes));
+  return messages;
+}
+
+/** Bytes of a LeaseResponse carrying this delivery alone: the least a worker must accept to receive it. */
+export function deliveryMessageBytes(d: Delivery): number {
+  return lenField(lenField(measure(d, Buffer.byteLength(d.queue)).size));
 }

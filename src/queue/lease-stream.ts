@@ -21,8 +21,17 @@ export interface Delivery {
 
 /** Where a stream's output goes. */
 export interface LeaseSink {
-  /** Sends a batch of deliveries; false when the stream can no longer write (the items must go back). */
+  /**
+   * Sends a batch of deliveries, in as many messages as the worker's message
+   * size limit needs; false when the stream can no longer write (the items must go back).
+   */
   deliver(deliveries: Delivery[]): boolean;
+  /**
+   * Why this delivery can reach the worker in no message (alone it is larger
+   * than the worker accepts), or undefined when it fits. Such an item is dead-lettered
+   * with that reason instead of being sent.
+   */
+  oversized?(delivery: Delivery): string | undefined;
   /** Sends a keep-alive on an idle stream. */
   heartbeat(nowMs: number): void;
   /** Ends the stream with an error (its queue was deleted). */

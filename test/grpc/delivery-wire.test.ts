@@ -2,8 +2,8 @@
 import { describe, expect, it } from "vitest";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { timestampFromMs } from "@bufbuild/protobuf/wkt";
-import { LeaseResponseSchema } from "../../src/gen/switchyard/v1/queue_pb.js";
-import { encodeDeliveries } from "../../src/grpc/delivery-wire.js";
+import { type LeaseResponse, LeaseResponseSchema } from "../../src/gen/switchyard/v1/queue_pb.js";
+import { deliveryMessageBytes, encodeDeliveries, encodeDeliveryMessages } from "../../src/grpc/delivery-wire.js";
 import type { Delivery } from "../../src/queue/lease-stream.js";
 
 const deliveries: Delivery[] = [
@@ -54,5 +54,38 @@ describe("encodeDeliveries", () => {
 
   it("encodes an empty batch", () => {
     expect(fromBinary(LeaseResponseSchema, new Uint8Array(encodeDeliveries([]).bytes))).toEqual(byProtobufEs([]));
+  });
+});
+
+/** The deliveries a LeaseResponse carries. */
+function batchOf(message: LeaseResponse) {
+  if (message.kind.case !== "deliveries") throw new Error(`expected deliveries, got ${message.kind.case}`);
+  return message.kind.value.deliveries;
+}
+
+describe("encodeDeliveryMessages", () => {
+  const alone = deliveries.map(deliveryMessageBytes);
+
+  it("measures a delivery's own message exactly", () => {
+    alone.forEach((bytes, i) => expect(bytes).toBe(toBinary(LeaseResponseSchema, byProtobufEs([deliveries[i]])).length));
+  });
+
+  it("splits a batch into messages within the limit, in order, each as protobuf-es encodes it", () => {
+    // Every limit from the largest delivery alone up to the whole batch.
+    const whole = encodeDeliveries(deliveries).bytes.length;
+    for (let max = Math.max(...alone); max <= whole; max++) {
+      const messages = encodeDeliveryMessages(deliveries, max);
+      const parts = messages.map((m) => batchOf(fromBinary(LeaseResponseSchema, new Uint8Array(m.bytes))));
+      expect(parts.flat()).toEqual(batchOf(byProtobufEs(deliveries)));
+      for (const m of messages) expect(m.bytes.length).toBeLessThanOrEqual(max);
+      // Filled in turn: each message and the next one's first delivery would not have fit in one.
+      let from = 0;
+      for (let i = 0; i + 1 < parts.length; i++) {
+        from += parts[i].length;
+        const first = parts[i].length;
+        expect(encodeDeliveries(deliveries.slice(from - first, from + 1)).bytes.length).toBeGreaterThan(max);
+      }
+    }
+    expect(encodeDeliveryMessages(deliveries, whole)).toHaveLength(1);
   });
 });
