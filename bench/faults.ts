@@ -12,6 +12,8 @@
  *   way (the proxy stops reading, so senders' buffers fill as behind a dead
  *   link), and new connections are accepted but never reach the server: TCP
  *   open, no answers. `restore()` carries everything held, in order, again.
+ * - `down()` resets every connection it carries, and every new one at once,
+ *   as a stopped server would, until `restore()`.
  */
 import { createConnection, createServer, type Server, type Socket } from "node:net";
 import { connect, type ClientHttp2Session, type ClientHttp2Stream } from "node:http2";
@@ -27,7 +29,9 @@ export interface TcpProxy {
   cut(): number;
   /** Stops carrying anything, keeping connections open (see above). */
   blackhole(): void;
-  /** Ends a blackhole: held bytes and held connections go through. */
+  /** Resets every connection, and each new one, until restore(): the server is down. */
+  down(): void;
+  /** Ends a blackhole or a down: held bytes and held connections go through; new connections reach the server. */
   restore(): void;
   close(): Promise<void>;
 }
@@ -41,6 +45,7 @@ export async function startProxy(target: string): Promise<TcpProxy> {
   };
   const pairs = new Set<[Socket, Socket | undefined]>();
   let holding = false;
+  let refusing = false;
   const join = (pair: [Socket, Socket | undefined]) => {
     const [client] = pair;
     const upstream = (pair[1] ??= upstreamOf());
@@ -64,9 +69,21 @@ export async function startProxy(target: string): Promise<TcpProxy> {
     };
     client.on("error", drop);
     client.on("close", drop);
-    if (holding) client.pause();
+    if (refusing) client.resetAndDestroy();
+    else if (holding) client.pause();
     else join(pair);
   });
+  const cut = () => {
+    const n = pairs.size;
+    for (const [a, b] of [...pairs]) {
+      a.resetAndDestroy();
+      // A unix socket has no RST to send: it is closed.
+      if (target.startsWith("unix:")) b?.destroy();
+      else b?.resetAndDestroy();
+    }
+    pairs.clear();
+    return n;
+  };
   await new Promise<void>((ok) => server.listen(0, "127.0.0.1", ok));
   const addr = server.address();
   if (!addr || typeof addr === "string") throw new Error("proxy has no TCP address");
@@ -75,14 +92,10 @@ export async function startProxy(target: string): Promise<TcpProxy> {
     get open() {
       return pairs.size;
     },
-    cut() {
-      const n = pairs.size;
-      for (const [a, b] of [...pairs]) {
-        a.resetAndDestroy();
-        b?.resetAndDestroy();
-      }
-      pairs.clear();
-      return n;
+    cut,
+    down() {
+      refusing = true;
+      cut();
     },
     blackhole() {
       holding = true;
@@ -94,7 +107,7 @@ export async function startProxy(target: string): Promise<TcpProxy> {
       }
     },
     restore() {
-      holding = false;
+      holding = refusing = false;
       for (const pair of pairs) {
         const [client, upstream] = pair;
         if (!upstream) join(pair);
