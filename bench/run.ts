@@ -38,6 +38,7 @@ import { leftovers, log, median, startCpuProfile } from "./lib.js";
 import { Rounds } from "./rounds.js";
 import { fmtMs, fmtNum, fmtRate, fmtRatio, verdict } from "./table.js";
 import { deployedGroups, deployedSizes, deployedTable, runDeployed, type DeployedGroup } from "./deployed-rows.js";
+import { blackholeRss, stuckConsumerRss, type RssRow } from "./hardening.js";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 
@@ -46,7 +47,7 @@ function arg(name: string): string | undefined {
   return i >= 0 ? process.argv[i + 1] : undefined;
 }
 const QUICK = process.argv.includes("--quick");
-const inProcessRows = "1,2,3,4,5,5c,6,7,8,9";
+const inProcessRows = "1,2,3,4,5,5c,6,7,8,9,10,11";
 const rowsWanted = new Set(
   (arg("rows") ?? (QUICK ? "deployed" : `deployed,${inProcessRows}`))
     .split(",")
@@ -81,7 +82,12 @@ const SIZES = {
   streams: { queues: 100, streamsPerQueue: Math.round(100 * SCALE) },
   watchdog: { claims: n(100_000), streams: 10 },
   scheduler: { jobs: Math.round(10_000 * SCALE), due: Math.round(1_000 * SCALE), periodSec: 5 },
+  /** Row 11: the blackhole's length (60 s at full scale) under 25 Enqueue calls/s of 100 × 1 KB. */
+  blackhole: { seconds: Math.max(10, Math.round(60 * SCALE)), callsPerSec: 25, itemsPerCall: 100, itemBytes: 1000 },
 };
+
+/** Rows 10 and 11: one run each (a fault against a stated limit, not a median of rounds). */
+const hardening = new Map<"10" | "11", RssRow>();
 
 const DEPLOYED = deployedSizes(SCALE);
 
@@ -331,6 +337,17 @@ async function runInProcess(redis: BenchRedis): Promise<void> {
         await bench.teardown();
       }
     }
+    // Each on a child server with its own redis-server, once: the fault itself lasts up to a minute.
+    if (want("10")) {
+      const t0 = Date.now();
+      hardening.set("10", await stuckConsumerRss());
+      log(`row 10: switchyard under a worker that never reads done in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+    }
+    if (want("11")) {
+      const t0 = Date.now();
+      hardening.set("11", await blackholeRss(SIZES.blackhole));
+      log(`row 11: switchyard under a ${SIZES.blackhole.seconds} s blackhole done in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+    }
   } finally {
     if (REDIS_STATS) await printRedisStats(redis.plain).catch((err: unknown) => log(`redis stats: ${String(err)}`));
     for (const c of [perRequest, unary, perRpc]) c.close();
@@ -433,6 +450,17 @@ function lines(): Line[] {
     out.push({ row: "9a", what: `scheduler, ${jobs.toLocaleString("en-US")} mounted jobs, ${due.toLocaleString("en-US")} due in one second: tick lateness p50`, sy: fmtMs(med("9.p50")), bull: "—", raw: "—", ratio: "—", target: "(report)", verdict: "—" });
     out.push({ row: "9b", what: "… tick lateness p99 (and every due job ran exactly once per tick)", sy: `${fmtMs(med("9.p99"))} (max ${fmtMs(med("9.max"))}; runs per tick ${runs.join(", ")})`, bull: "—", raw: "—", ratio: "—", target: "p99 ≤ 50 ms; each due job runs once", verdict: once ? verdict(med("9.p99"), 50, false, " ms") : `FAILED: runs per tick ${runs.join(",")}, distinct ${distinct.join(",")}` });
   }
+  const rssRow = (row: "10" | "11", what: string) => {
+    const r = hardening.get(row);
+    if (!r) return;
+    const growth = r.peakMb - r.baseMb;
+    out.push({
+      row, what, sy: `peak ${fmtNum(r.peakMb)} MB from ${fmtNum(r.baseMb)} MB (+${fmtNum(growth)} MB); ${r.detail}`,
+      bull: "—", raw: "—", ratio: "—", target: `growth ≤ +${fmtNum(r.limitMb)} MB: ${r.limit}`, verdict: verdict(growth, Math.round(r.limitMb), false, " MB"),
+    });
+  };
+  rssRow("10", "one run: server RSS under a worker that never reads (credit 2,000 on 2,000 items of 100 KB, plain HTTP/2, window shut)");
+  rssRow("11", `one run: server RSS under a ${SIZES.blackhole.seconds} s blackhole of its Redis link at a fixed offered load (25 unary Enqueue calls/s of 100 × 1 KB, open loop)`);
   return out;
 }
 
@@ -484,7 +512,7 @@ ${deployed}
 ` : ""}${inProcess ? `
 ## Server in-process diagnostics
 
-Switchyard's server inside the load generator's process (rows 1–6), or alone (7–9): shapes that
+Switchyard's server inside the load generator's process (rows 1–6), or alone (7–11): shapes that
 hide the per-item round trips users pay, kept to compare with earlier runs.
 
 ${inProcess}
@@ -549,6 +577,9 @@ ${deployed ? `- Deployed shapes: Switchyard's server is a child process (\`node 
   CreateJob currently reads every job on each call; default execute policy SINGLETON); a no-op handler
   records the scheduler clock at each call; lateness = that time − the tick; one warm-up tick, then
   ${ROUNDS} ticks. A warm-up (5,000 items through each system) runs first and is not recorded.
+  Rows 10 and 11 (one run each, bench/hardening.ts): a child \`node dist/main.js\` with its own redis-server, RSS from /proc
+  every 100 ms: 10 one Lease stream of credit 2,000 that never reads, on 2,000 items of 100 KB pushed straight into Redis;
+  11 the Redis link through a TCP proxy that stops carrying anything for ${SIZES.blackhole.seconds} s, 10 s into the load.
 ` : ""}
 ## Every round
 
