@@ -11,11 +11,13 @@ import * as grpc from "@grpc/grpc-js";
 import { QueueList, QueueMode, type Delivery } from "../../src/gen/switchyard/v1/queue_pb.js";
 import { SwitchyardClient, type LeaseSession } from "../../src/client/client.js";
 import { useSwitchyard } from "../helpers/switchyard.js";
+import { createLogger } from "../../src/log.js";
 
 const MiB = 1024 * 1024;
 
 // Stored items may be up to 8 MiB here (headers count), so an item larger than a stock client's 4 MiB gets in.
-const t = useSwitchyard({ config: { maxItemBytes: 8 * MiB } });
+const lines: string[] = [];
+const t = useSwitchyard({ config: { maxItemBytes: 8 * MiB }, log: createLogger("warn", (line) => void lines.push(line)) });
 
 /** Takes `n` deliveries from the session, acking each; fails if the stream ends first. */
 async function takeAndAck(session: LeaseSession, n: number): Promise<Delivery[]> {
@@ -82,6 +84,19 @@ describe("delivery messages sized for the worker", () => {
     expect(Buffer.from(dead.items[0].payload).toString()).toBe("big");
     expect(dead.items[0].headers.big).toHaveLength(5_000_000);
     expect(dead.items[0].lastError).toMatch(/cannot be delivered: alone it takes a \d+-byte message, and a delivery message to this worker is at most 4194304 bytes/);
+  });
+
+  it("on a SIMPLE queue (no dead letters) such an item is dropped and logged; its neighbours are delivered", async () => {
+    const Q = "{sized-simple}";
+    await t.sy.client.createQueue({ name: Q, mode: QueueMode.SIMPLE });
+    await t.sy.client.enqueue(Q, ["before", { payload: "big", headers: { big: "x".repeat(5_000_000) } }, "after"]);
+    const session = t.sy.client.lease(Q, 3);
+    const got = await takeAndAck(session, 2);
+    expect(got.map((d) => Buffer.from(d.payload).toString())).toEqual(["before", "after"]);
+    expect(await stillOpen(session)).toBe(true);
+    await session.close();
+    expect(await counts(Q)).toEqual({ ready: 0, processing: 0, deadLetter: 0 });
+    expect(lines.some((l) => l.includes("dropping an item of a simple queue that fits no delivery message") && l.includes(Q))).toBe(true);
   });
 
   it("the same item reaches a worker that announces a receive limit it fits", async () => {
