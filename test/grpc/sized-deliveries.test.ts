@@ -44,6 +44,16 @@ async function enqueueMiB(queue: string, count: number): Promise<void> {
   }
 }
 
+/** Runs `fn` with a client whose channel receives up to `bytes` (which its Lease streams announce), and closes it. */
+async function withReceiveLimit<T>(bytes: number, fn: (client: SwitchyardClient) => Promise<T>): Promise<T> {
+  const client = new SwitchyardClient(t.sy.address, { channelOptions: { "grpc.max_receive_message_length": bytes } });
+  try {
+    return await fn(client);
+  } finally {
+    client.close();
+  }
+}
+
 /** Ready, processing and dead-letter counts of a queue. */
 async function counts(queue: string) {
   const s = await t.sy.client.getQueueStats(queue);
@@ -78,8 +88,7 @@ describe("delivery messages sized for the worker", () => {
     await session.close();
     await expect.poll(() => counts(Q)).toEqual({ ready: 0, processing: 0, deadLetter: 1 });
     // Peeking it needs a client that receives more than 4 MiB too.
-    const wide = new SwitchyardClient(t.sy.address, { channelOptions: { "grpc.max_receive_message_length": 16 * MiB } });
-    const dead = await wide.peekQueue(Q, QueueList.DEAD_LETTER, 10).finally(() => wide.close());
+    const dead = await withReceiveLimit(16 * MiB, (wide) => wide.peekQueue(Q, QueueList.DEAD_LETTER, 10));
     expect(dead.items).toHaveLength(1);
     expect(Buffer.from(dead.items[0].payload).toString()).toBe("big");
     expect(dead.items[0].headers.big).toHaveLength(5_000_000);
@@ -103,47 +112,37 @@ describe("delivery messages sized for the worker", () => {
     const Q = "{sized-big-announced}";
     await t.sy.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
     await t.sy.client.enqueue(Q, [{ payload: "big", headers: { big: "x".repeat(5_000_000) } }, "small"]);
-    const wide = new SwitchyardClient(t.sy.address, { channelOptions: { "grpc.max_receive_message_length": 16 * MiB } });
-    try {
+    const got = await withReceiveLimit(16 * MiB, async (wide) => {
       const session = wide.lease(Q, 2);
-      const got = await takeAndAck(session, 2);
-      expect(got.map((d) => Buffer.from(d.payload).toString())).toEqual(["big", "small"]);
-      expect(got[0].headers.big).toHaveLength(5_000_000);
+      const delivered = await takeAndAck(session, 2);
       await session.close();
-      await expect.poll(() => counts(Q)).toEqual({ ready: 0, processing: 0, deadLetter: 0 });
-    } finally {
-      wide.close();
-    }
+      return delivered;
+    });
+    expect(got.map((d) => Buffer.from(d.payload).toString())).toEqual(["big", "small"]);
+    expect(got[0].headers.big).toHaveLength(5_000_000);
+    await expect.poll(() => counts(Q)).toEqual({ ready: 0, processing: 0, deadLetter: 0 });
   });
 
   it("100 items of 1 MiB at credit 100 stay under the server's own send limit (64 MiB) for a worker that announces more", async () => {
     const Q = "{sized-100}";
     await t.sy.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
     await enqueueMiB(Q, 100);
-    const wide = new SwitchyardClient(t.sy.address, { channelOptions: { "grpc.max_receive_message_length": 256 * MiB } });
-    try {
+    await withReceiveLimit(256 * MiB, async (wide) => {
       const session = wide.lease(Q, 100);
       const got = await takeAndAck(session, 100);
       expect(got.every((d) => d.payload.length === MiB)).toBe(true);
       expect(new Set(got.map((d) => d.fence)).size).toBe(100);
       expect(await stillOpen(session)).toBe(true);
       await session.close();
-      await expect.poll(() => counts(Q)).toEqual({ ready: 0, processing: 0, deadLetter: 0 });
-    } finally {
-      wide.close();
-    }
+    });
+    await expect.poll(() => counts(Q)).toEqual({ ready: 0, processing: 0, deadLetter: 0 });
   });
 
   it("refuses an announced receive limit too small to be meant, naming the field", async () => {
     const Q = "{sized-tiny}";
     await t.sy.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
-    const tiny = new SwitchyardClient(t.sy.address, { channelOptions: { "grpc.max_receive_message_length": 1000 } });
-    try {
-      const err = (await tiny.lease(Q, 1).ended) as grpc.ServiceError;
-      expect(err.code).toBe(grpc.status.INVALID_ARGUMENT);
-      expect(err.details).toMatch(/max_message_bytes is 1000; announce at least 65536/);
-    } finally {
-      tiny.close();
-    }
+    const err = (await withReceiveLimit(1000, (tiny) => tiny.lease(Q, 1).ended)) as grpc.ServiceError;
+    expect(err.code).toBe(grpc.status.INVALID_ARGUMENT);
+    expect(err.details).toMatch(/max_message_bytes is 1000; announce at least 65536/);
   });
 });
