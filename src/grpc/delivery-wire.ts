@@ -97,29 +97,33 @@ export function encodeDeliveries(deliveries: readonly Delivery[]): PreEncoded {
 
 /**
  * The deliveries as LeaseResponses of at most `maxBytes` each, in order (the
- * fewest such messages, each filled in turn). A delivery larger than
- * `maxBytes` alone still goes in a message of its own: callers leave those
- * out (see deliveryMessageBytes).
+ * fewest such messages, each filled in turn). A delivery that alone takes a
+ * larger message is left out, and `tooLarge` is told the bytes it would take.
  */
-export function encodeDeliveryMessages(deliveries: readonly Delivery[], maxBytes: number): PreEncoded[] {
+export function encodeDeliveryMessages(
+  deliveries: readonly Delivery[],
+  maxBytes: number,
+  tooLarge: (d: Delivery, messageBytes: number) => void,
+): PreEncoded[] {
   const { measured, queueSizes } = measureAll(deliveries);
   const messages: PreEncoded[] = [];
-  let from = 0;
+  let current: Measured[] = [];
   let batch = 0;
-  measured.forEach((m, i) => {
+  for (const m of measured) {
     const entry = lenField(m.size);
-    if (i > from && lenField(batch + entry) > maxBytes) {
-      messages.push(encodeMessage(measured.slice(from, i), batch, queueSizes));
-      from = i;
+    const alone = lenField(entry);
+    if (alone > maxBytes) {
+      tooLarge(m.d, alone);
+      continue;
+    }
+    if (current.length > 0 && lenField(batch + entry) > maxBytes) {
+      messages.push(encodeMessage(current, batch, queueSizes));
+      current = [];
       batch = 0;
     }
+    current.push(m);
     batch += entry;
-  });
-  if (measured.length > from) messages.push(encodeMessage(measured.slice(from), batch, queueSizes));
+  }
+  if (current.length > 0) messages.push(encodeMessage(current, batch, queueSizes));
   return messages;
-}
-
-/** Bytes of a LeaseResponse carrying this delivery alone: the least a worker must accept to receive it. */
-export function deliveryMessageBytes(d: Delivery): number {
-  return lenField(lenField(measure(d, Buffer.byteLength(d.queue)).size));
 }

@@ -37,12 +37,12 @@ import {
 } from "../gen/switchyard/v1/queue_pb.js";
 import type { Logger } from "../log.js";
 import type { Clock } from "../clock.js";
-import type { LeaseStream } from "../queue/lease-stream.js";
+import type { Delivery, LeaseStream } from "../queue/lease-stream.js";
 import { ScheduledEnqueue, type NewItem, type Queues, type SettleOptions, type WorkerSettle } from "../queue/queues.js";
 import { applyUpdate, type QueueConfig } from "../queue/declaration.js";
 import { checkSelection } from "../queue/admin.js";
 import { MalformedMessage, PreEncoded } from "./adapter.js";
-import { deliveryMessageBytes, encodeDeliveryMessages } from "./delivery-wire.js";
+import { encodeDeliveryMessages } from "./delivery-wire.js";
 import { encodeEnqueueResponse, encodeEnqueueResponseIds, type EnqueueCall } from "./enqueue-wire.js";
 import { ItemIds } from "../queue/item-ids.js";
 import { durationMs, msDuration, msTimestamp, queueMessage, queueSpec } from "./convert.js";
@@ -180,16 +180,13 @@ function leaseHandler(queues: Queues, baseLog: Logger, settings: LeaseSettings) 
           openTimer.cancel();
           const maxBytes = messageLimit(kind.value.maxMessageBytes, settings);
           stream = queues.openStream(kind.value.queue, kind.value.credit, {
-            deliver: (batch) => {
+            deliver: (batch, undeliverable) => {
               if (ended) return false;
-              for (const message of encodeDeliveryMessages(batch, maxBytes)) call.write(message, buffer.wrote(message.bytes.length));
+              const tooLarge = (d: Delivery, bytes: number) =>
+                undeliverable?.(d, `the item cannot be delivered: alone it takes a ${bytes}-byte message, and a delivery message ` +
+                  `to this worker is at most ${maxBytes} bytes (LeaseOpen.max_message_bytes, default 4 MiB, and SWITCHYARD_MAX_MESSAGE_BYTES)`);
+              for (const message of encodeDeliveryMessages(batch, maxBytes, tooLarge)) call.write(message, buffer.wrote(message.bytes.length));
               return true;
-            },
-            oversized: (d) => {
-              const bytes = deliveryMessageBytes(d);
-              if (bytes <= maxBytes) return undefined;
-              return `the item cannot be delivered: alone it takes a ${bytes}-byte message, and a delivery message to this worker ` +
-                `is at most ${maxBytes} bytes (LeaseOpen.max_message_bytes, default 4 MiB, and SWITCHYARD_MAX_MESSAGE_BYTES)`;
             },
             backlogged: () => buffer.backlogged(),
             heartbeat: (now) => write({ case: "heartbeat", value: { serverTime: msTimestamp(now) } }),

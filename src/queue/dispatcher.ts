@@ -219,32 +219,34 @@ export class QueueDispatcher {
       const room = stream.free();
       if (room === 0) continue;
       const batch: Delivery[] = [];
-      const sent: Taken[] = [];
+      const from = i;
       for (const end = Math.min(taken.length, i + room); i < end; i++) {
         const t = taken[i];
         const token = this.token(t.ref.fence, t.ref.owner);
         const item = decodeItem(t.value);
         // This delivery's number: the deliveries its history records, and this one (always 1 on a simple queue).
         const deliveryCount = t.ref.owner ? item.deliveries + 1 : 1;
-        const delivery: Delivery = { token, fence: t.ref.fence, deliveryCount, queue: this.config.name, item, lastError: item.lastError };
-        // An item no message to this worker can carry would fail its stream, and every stream after it: it goes alone.
-        const tooLarge = stream.sink.oversized?.(delivery);
-        if (tooLarge) {
-          this.deadLetter(t, tooLarge);
-          continue;
-        }
-        batch.push(delivery);
-        sent.push(t);
+        batch.push({ token, fence: t.ref.fence, deliveryCount, queue: this.config.name, item, lastError: item.lastError });
       }
-      if (batch.length === 0) continue;
+      // An item no message to this worker can carry would fail its stream, and every stream after it:
+      // the sink leaves it out and says why, and it goes to the dead letters alone.
+      let undeliverable: Map<Delivery, string> | undefined;
       // A stream that has ended but is not closed yet writes nothing: its items go back, and it takes no more.
-      if (!stream.sink.deliver(batch)) {
-        refused.push(...sent);
+      if (!stream.sink.deliver(batch, (d, reason) => (undeliverable ??= new Map()).set(d, reason))) {
+        refused.push(...taken.slice(from, i));
         stream.credit = 0;
         continue;
       }
-      batch.forEach((d, j) => stream.held.set(d.token, sent[j].ref));
-      this.host.onHold(batch.map((d) => d.token), stream);
+      const tokens: string[] = [];
+      batch.forEach((d, j) => {
+        const reason = undeliverable?.get(d);
+        if (reason !== undefined) this.deadLetter(taken[from + j], reason);
+        else {
+          stream.held.set(d.token, taken[from + j].ref);
+          tokens.push(d.token);
+        }
+      });
+      this.host.onHold(tokens, stream);
       stream.lastSendMs = this.host.clock.now();
     }
     this.next = n === 0 ? 0 : (this.next + 1) % n;

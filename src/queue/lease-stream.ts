@@ -23,15 +23,11 @@ export interface Delivery {
 export interface LeaseSink {
   /**
    * Sends a batch of deliveries, in as many messages as the worker's message
-   * size limit needs; false when the stream can no longer write (the items must go back).
+   * size limit needs; false when the stream can no longer write (the items
+   * must go back). A delivery that alone is larger than the worker accepts is
+   * not sent: `undeliverable` is told why, and the item is dead-lettered.
    */
-  deliver(deliveries: Delivery[]): boolean;
-  /**
-   * Why this delivery can reach the worker in no message (alone it is larger
-   * than the worker accepts), or undefined when it fits. Such an item is dead-lettered
-   * with that reason instead of being sent.
-   */
-  oversized?(delivery: Delivery): string | undefined;
+  deliver(deliveries: Delivery[], undeliverable?: (delivery: Delivery, reason: string) => void): boolean;
   /** Sends a keep-alive on an idle stream. */
   heartbeat(nowMs: number): void;
   /** Ends the stream with an error (its queue was deleted). */
