@@ -13,7 +13,7 @@
  * second before the due time and from it until the last item moved).
  *
  * Alone: `npm run build && npx tsc -p bench/tsconfig.json && node dist-bench/delayed.js
- * [--rounds 3] [--items 10000]` (about 30 s); in `run.ts` as row 10.
+ * [--rounds 3] [--items 10000]` (about 30 s); in `run.ts` as row 12.
  */
 import { fork } from "node:child_process";
 import { dirname, join } from "node:path";
@@ -186,9 +186,9 @@ export function delayedTable(results: DelayedResult[], shape: DelayedShape, inst
   return [
     `| row | what (median of ${results.length} rounds) | Switchyard | rounds | target |`,
     "|---|---|---|---|---|",
-    `| 10a | ${shape.items.toLocaleString("en-US")} delayed items due at once, ${instances} instances: lateness p50 / p99 / max (ms) | ${fmt(med((r) => r.p50))} / ${fmt(med((r) => r.p99))} / ${fmt(med((r) => r.max))} | p99 ${each((r) => r.p99)} | p99 ≤ 50 ms |`,
-    `| 10b | … movers' rate (items / (last moved − due)) | ${Math.round(med((r) => r.moverPerSec)).toLocaleString("en-US")}/s | ${each((r) => r.moverPerSec, 0)} | ≥ 50,000/s |`,
-    `| 10c | … each moved exactly once | ${once ? "yes" : "NO"} | ${results.map((r) => (r.movedOnce ? "yes" : "no")).join(", ")} | every round |`,
+    `| 12a | ${shape.items.toLocaleString("en-US")} delayed items due at once, ${instances} instances: lateness p50 / p99 / max (ms) | ${fmt(med((r) => r.p50))} / ${fmt(med((r) => r.p99))} / ${fmt(med((r) => r.max))} | p99 ${each((r) => r.p99)} | p99 ≤ 50 ms |`,
+    `| 12b | … movers' rate (items / (last moved − due)) | ${Math.round(med((r) => r.moverPerSec)).toLocaleString("en-US")}/s | ${each((r) => r.moverPerSec, 0)} | ≥ 50,000/s |`,
+    `| 12c | … each moved exactly once | ${once ? "yes" : "NO"} | ${results.map((r) => (r.movedOnce ? "yes" : "no")).join(", ")} | every round |`,
     `| 10e | … Redis time per mover call (promote.lua, EVALSHA µs per call; the most another command waits behind one) | ${fmt(med((r) => r.scriptUsPerCall), 0)} µs (${fmt(med((r) => r.scriptCalls), 0)} calls) | ${each((r) => r.scriptUsPerCall, 0)} | (report) |`,
     `| 10d | … a raw LPUSH producer meanwhile: p50 / p99 (ms), the second before → while moving | ${fmt(med((r) => r.lpushBefore.p50), 2)} / ${fmt(med((r) => r.lpushBefore.p99), 2)} → ${fmt(med((r) => r.lpushDuring.p50), 2)} / ${fmt(med((r) => r.lpushDuring.p99), 2)} | during p99 ${each((r) => r.lpushDuring.p99, 2)} (n ${results.map((r) => r.lpushDuring.n).join(", ")}) | unaffected |`,
   ].join("\n");
@@ -209,7 +209,7 @@ async function main(): Promise<void> {
   try {
     for (let round = 1; round <= rounds; round++) {
       const r = await delayedBurst(redis, servers.clients, shape);
-      log(`row 10 round ${round}: lateness first ${fmt(r.first)} p50 ${fmt(r.p50)} p99 ${fmt(r.p99)} max ${fmt(r.max)} ms; ${Math.round(r.moverPerSec)} items/s; moved once: ${r.movedOnce}; ` +
+      log(`row 12 round ${round}: lateness first ${fmt(r.first)} p50 ${fmt(r.p50)} p99 ${fmt(r.p99)} max ${fmt(r.max)} ms; ${Math.round(r.moverPerSec)} items/s; moved once: ${r.movedOnce}; ` +
         `LPUSH p99 ${fmt(r.lpushBefore.p99, 2)} → ${fmt(r.lpushDuring.p99, 2)} ms; EVALSHA ${r.scriptCalls} calls, ${fmt(r.scriptUsPerCall)} µs each`);
       results.push(r);
     }

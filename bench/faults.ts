@@ -16,6 +16,8 @@
  *   connections while requests still reach it: a call is served but its
  *   answer never arrives, as when a link fails one way just after the
  *   request; `cut()` then ends those connections.
+ * - `down()` resets every connection it carries, and every new one at once,
+ *   as a stopped server would, until `restore()`.
  */
 import { createConnection, createServer, type Server, type Socket } from "node:net";
 import { connect, type ClientHttp2Session, type ClientHttp2Stream } from "node:http2";
@@ -33,7 +35,9 @@ export interface TcpProxy {
   blackhole(): void;
   /** Holds what the server sends on the open connections; requests still go through (see above). */
   holdReplies(): void;
-  /** Ends a blackhole or held replies: held bytes and held connections go through. */
+  /** Resets every connection, and each new one, until restore(): the server is down. */
+  down(): void;
+  /** Ends a blackhole, held replies or a down: held bytes and held connections go through; new connections reach the server. */
   restore(): void;
   close(): Promise<void>;
 }
@@ -47,6 +51,7 @@ export async function startProxy(target: string): Promise<TcpProxy> {
   };
   const pairs = new Set<[Socket, Socket | undefined]>();
   let holding = false;
+  let refusing = false;
   const join = (pair: [Socket, Socket | undefined]) => {
     const [client] = pair;
     const upstream = (pair[1] ??= upstreamOf());
@@ -70,9 +75,21 @@ export async function startProxy(target: string): Promise<TcpProxy> {
     };
     client.on("error", drop);
     client.on("close", drop);
-    if (holding) client.pause();
+    if (refusing) client.resetAndDestroy();
+    else if (holding) client.pause();
     else join(pair);
   });
+  const cut = () => {
+    const n = pairs.size;
+    for (const [a, b] of [...pairs]) {
+      a.resetAndDestroy();
+      // A unix socket has no RST to send: it is closed.
+      if (target.startsWith("unix:")) b?.destroy();
+      else b?.resetAndDestroy();
+    }
+    pairs.clear();
+    return n;
+  };
   await new Promise<void>((ok) => server.listen(0, "127.0.0.1", ok));
   const addr = server.address();
   if (!addr || typeof addr === "string") throw new Error("proxy has no TCP address");
@@ -81,14 +98,10 @@ export async function startProxy(target: string): Promise<TcpProxy> {
     get open() {
       return pairs.size;
     },
-    cut() {
-      const n = pairs.size;
-      for (const [a, b] of [...pairs]) {
-        a.resetAndDestroy();
-        b?.resetAndDestroy();
-      }
-      pairs.clear();
-      return n;
+    cut,
+    down() {
+      refusing = true;
+      cut();
     },
     blackhole() {
       holding = true;
@@ -106,7 +119,7 @@ export async function startProxy(target: string): Promise<TcpProxy> {
       }
     },
     restore() {
-      holding = false;
+      holding = refusing = false;
       for (const pair of pairs) {
         const [client, upstream] = pair;
         if (!upstream) join(pair);

@@ -11,9 +11,10 @@
  *   SWITCHYARD_LEASE_STREAM_BUFFER_BYTES (16 MiB) plus one delivery message
  *   (SWITCHYARD_LEASE_BATCH = 256 items, 25.6 MB here), and that message
  *   exists three times until the GC runs (Redis's reply, the encoded message,
- *   grpc-js's framed copy): RSS may grow by the bound, three messages and 25 MB.
- *   A cap on a delivery message's bytes (the queue core's work) shrinks the
- *   three messages to three caps.
+ *   grpc-js's framed copy): RSS may grow by the bound, three batches and 25 MB.
+ *   Delivery messages are sized (4 MiB for this worker, which announces no
+ *   limit), but a lease batch is written at once, in as many messages as it
+ *   takes, before the stream's bound is looked at again.
  * - Row 11, a 60 s blackhole: the server's Redis link goes through a proxy
  *   that stops carrying anything, under a fixed offered load of 25 unary
  *   Enqueue calls a second, 100 items of 1 KB each (2.5 MB/s), sent whether or
@@ -21,7 +22,9 @@
  *   load of one command timeout (5 s × 2.5 MB/s = 12.5 MB; never more than
  *   SWITCHYARD_MAX_PENDING_ENQUEUE_BYTES); RSS may grow by that and 25 MB.
  *
- * Run alone: `npm run build && tsc -p bench/tsconfig.json && node dist-bench/hardening.js`.
+ * `npm run bench` runs both once (rows 10 and 11 of its diagnostics table);
+ * alone: `npm run build && tsc -p bench/tsconfig.json && node dist-bench/hardening.js`,
+ * or `node dist-bench/run.js --rows 10,11`.
  */
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -48,6 +51,8 @@ export interface RssRow {
   peakMb: number;
   /** The most `peakMb - baseMb` may be, by the limits that apply (MB). */
   limitMb: number;
+  /** What the limit is made of, for the table. */
+  limit: string;
   /** What happened meanwhile, for the notes. */
   detail: string;
 }
@@ -105,11 +110,15 @@ export async function stuckConsumerRss(shape = { items: 2000, itemBytes: 100_000
     await waitFor(async () => (await server.plain.llen(`${q}.processing`)) > 0, 10_000, "the stuck stream's first deliveries");
     await sleep(5000); // it is given what it will be given
     const held = await server.plain.llen(`${q}.processing`);
-    const limitBytes = defaults.maxStreamBufferBytes + 3 * defaults.leaseBatch * shape.itemBytes;
+    const batchBytes = defaults.leaseBatch * shape.itemBytes;
+    const limitBytes = defaults.maxStreamBufferBytes + 3 * batchBytes;
     return {
       baseMb,
       peakMb: server.peak(),
       limitMb: limitBytes / MB + SLACK_MB,
+      limit:
+        `SWITCHYARD_LEASE_STREAM_BUFFER_BYTES (${defaults.maxStreamBufferBytes / MB} MiB) + 3 copies of one lease batch ` +
+        `(${defaults.leaseBatch} × ${shape.itemBytes / 1000} KB) + ${SLACK_MB} MB`,
       detail: `held ${held} of ${shape.items} items (credit ${shape.credit})`,
     };
   } finally {
@@ -171,8 +180,11 @@ export async function blackholeRss(shape = { seconds: 60, callsPerSec: 25, items
       baseMb,
       peakMb: server.peak(),
       limitMb: limitBytes / MB + SLACK_MB,
+      limit:
+        `the offered load of one command timeout (${defaults.redisCommandTimeoutMs / 1000} s × ${offeredBytesPerSec / 1e6} MB/s, ` +
+        `capped by SWITCHYARD_MAX_PENDING_ENQUEUE_BYTES) + ${SLACK_MB} MB`,
       detail:
-        `calls during the blackhole: ${[...during].map(([k, v]) => `${v} ${names[k] ?? k}`).join(", ")}; ` +
+        `${shape.seconds} s blackhole; calls during it: ${[...during].map(([k, v]) => `${v} ${names[k] ?? k}`).join(", ")}; ` +
         `slowest failure ${slowestFailureMs} ms`,
     };
   } finally {

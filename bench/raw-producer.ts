@@ -1,5 +1,5 @@
 /**
- * A raw Redis producer in a process of its own (row 10): LPUSH of a 100-byte
+ * A raw Redis producer in a process of its own (row 12): LPUSH of a 100-byte
  * value back to back on one connection, each timed, until the parent sends
  * "stop"; then it sends back every push as [host ms when answered, latency ms]
  * and exits. Its own process, so what it measures is Redis's answer and not the

@@ -39,6 +39,7 @@ import { leftovers, log, median, startCpuProfile } from "./lib.js";
 import { Rounds } from "./rounds.js";
 import { fmtMs, fmtNum, fmtRate, fmtRatio, verdict } from "./table.js";
 import { deployedGroups, deployedSizes, deployedTable, runDeployed, type DeployedGroup } from "./deployed-rows.js";
+import { blackholeRss, stuckConsumerRss, type RssRow } from "./hardening.js";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 
@@ -47,7 +48,7 @@ function arg(name: string): string | undefined {
   return i >= 0 ? process.argv[i + 1] : undefined;
 }
 const QUICK = process.argv.includes("--quick");
-const inProcessRows = "1,2,3,4,5,5c,6,7,8,9,10";
+const inProcessRows = "1,2,3,4,5,5c,6,7,8,9,10,11,12";
 const rowsWanted = new Set(
   (arg("rows") ?? (QUICK ? "deployed" : `deployed,${inProcessRows}`))
     .split(",")
@@ -83,7 +84,12 @@ const SIZES = {
   watchdog: { claims: n(100_000), streams: 10 },
   scheduler: { jobs: Math.round(10_000 * SCALE), due: Math.round(1_000 * SCALE), periodSec: 5 },
   delayed: { items: n(10_000), leadMs: 3000 },
+  /** Row 11: the blackhole's length (60 s at full scale) under 25 Enqueue calls/s of 100 × 1 KB. */
+  blackhole: { seconds: Math.max(10, Math.round(60 * SCALE)), callsPerSec: 25, itemsPerCall: 100, itemBytes: 1000 },
 };
+
+/** Rows 10 and 11: one run each (a fault against a stated limit, not a median of rounds). */
+const hardening = new Map<"10" | "11", RssRow>();
 
 const DEPLOYED = deployedSizes(SCALE);
 
@@ -333,23 +339,34 @@ async function runInProcess(redis: BenchRedis): Promise<void> {
         await bench.teardown();
       }
     }
+    // Each on a child server with its own redis-server, once: the fault itself lasts up to a minute.
     if (want("10")) {
+      const t0 = Date.now();
+      hardening.set("10", await stuckConsumerRss());
+      log(`row 10: switchyard under a worker that never reads done in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+    }
+    if (want("11")) {
+      const t0 = Date.now();
+      hardening.set("11", await blackholeRss(SIZES.blackhole));
+      log(`row 11: switchyard under a ${SIZES.blackhole.seconds} s blackhole done in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+    }
+    if (want("12")) {
       const instances = await startInstances(redis, 3);
       try {
-        await interleaved("10", [
+        await interleaved("12", [
           [
             "switchyard delayed items due at once, 3 server processes",
             async () => {
               const r = await delayedBurst(redis, instances.clients, SIZES.delayed);
-              record("10.p50", r.p50);
-              record("10.p99", r.p99);
-              record("10.max", r.max);
-              record("10.rate", r.moverPerSec);
-              record("10.once", r.movedOnce ? 1 : 0);
-              record("10.scriptUs", r.scriptUsPerCall);
-              record("10.lpushBeforeP99", r.lpushBefore.p99);
-              record("10.lpushDuringP99", r.lpushDuring.p99);
-              record("10.lpushDuringP50", r.lpushDuring.p50);
+              record("12.p50", r.p50);
+              record("12.p99", r.p99);
+              record("12.max", r.max);
+              record("12.rate", r.moverPerSec);
+              record("12.once", r.movedOnce ? 1 : 0);
+              record("12.scriptUs", r.scriptUsPerCall);
+              record("12.lpushBeforeP99", r.lpushBefore.p99);
+              record("12.lpushDuringP99", r.lpushDuring.p99);
+              record("12.lpushDuringP50", r.lpushDuring.p50);
             },
           ],
         ]);
@@ -459,12 +476,23 @@ function lines(): Line[] {
     out.push({ row: "9a", what: `scheduler, ${jobs.toLocaleString("en-US")} mounted jobs, ${due.toLocaleString("en-US")} due in one second: tick lateness p50`, sy: fmtMs(med("9.p50")), bull: "—", raw: "—", ratio: "—", target: "(report)", verdict: "—" });
     out.push({ row: "9b", what: "… tick lateness p99 (and every due job ran exactly once per tick)", sy: `${fmtMs(med("9.p99"))} (max ${fmtMs(med("9.max"))}; runs per tick ${runs.join(", ")})`, bull: "—", raw: "—", ratio: "—", target: "p99 ≤ 50 ms; each due job runs once", verdict: once ? verdict(med("9.p99"), 50, false, " ms") : `FAILED: runs per tick ${runs.join(",")}, distinct ${distinct.join(",")}` });
   }
-  if (samples.has("10.p99")) {
+  const rssRow = (row: "10" | "11", what: string) => {
+    const r = hardening.get(row);
+    if (!r) return;
+    const growth = r.peakMb - r.baseMb;
+    out.push({
+      row, what, sy: `peak ${fmtNum(r.peakMb)} MB from ${fmtNum(r.baseMb)} MB (+${fmtNum(growth)} MB); ${r.detail}`,
+      bull: "—", raw: "—", ratio: "—", target: `growth ≤ +${fmtNum(r.limitMb)} MB: ${r.limit}`, verdict: verdict(growth, Math.round(r.limitMb), false, " MB"),
+    });
+  };
+  rssRow("10", "one run: server RSS under a worker that never reads (credit 2,000 on 2,000 items of 100 KB, plain HTTP/2, window shut)");
+  rssRow("11", `one run: server RSS under a ${SIZES.blackhole.seconds} s blackhole of its Redis link at a fixed offered load (25 unary Enqueue calls/s of 100 × 1 KB, open loop)`);
+  if (samples.has("12.p99")) {
     const items = SIZES.delayed.items.toLocaleString("en-US");
-    const once = samples.get("10.once")!.every((x) => x === 1);
-    out.push({ row: "10a", what: `${items} delayed items due at once across 3 server processes: lateness p99 (each moved exactly once)`, sy: `${fmtMs(med("10.p99"))} (p50 ${fmtMs(med("10.p50"))}, max ${fmtMs(med("10.max"))})`, bull: "—", raw: "—", ratio: "—", target: "p99 ≤ 50 ms; each item once", verdict: once ? verdict(med("10.p99"), 50, false, " ms") : "FAILED: an item was moved twice or not at all" });
-    out.push({ row: "10b", what: "… movers' rate (items / (last moved − due))", sy: `${fmtRate(med("10.rate"))} (promote.lua ${fmtNum(med("10.scriptUs"))} µs per call)`, bull: "—", raw: "—", ratio: "—", target: "≥ 50,000/s", verdict: verdict(med("10.rate"), 50_000, true, "/s") });
-    out.push({ row: "10c", what: "… a raw LPUSH producer (own process) meanwhile, p99", sy: `${fmtMs(med("10.lpushDuringP99"))} (p50 ${fmtMs(med("10.lpushDuringP50"))}; the second before: p99 ${fmtMs(med("10.lpushBeforeP99"))})`, bull: "—", raw: "—", ratio: "—", target: "(report)", verdict: "—" });
+    const once = samples.get("12.once")!.every((x) => x === 1);
+    out.push({ row: "12a", what: `${items} delayed items due at once across 3 server processes: lateness p99 (each moved exactly once)`, sy: `${fmtMs(med("12.p99"))} (p50 ${fmtMs(med("12.p50"))}, max ${fmtMs(med("12.max"))})`, bull: "—", raw: "—", ratio: "—", target: "p99 ≤ 50 ms; each item once", verdict: once ? verdict(med("12.p99"), 50, false, " ms") : "FAILED: an item was moved twice or not at all" });
+    out.push({ row: "12b", what: "… movers' rate (items / (last moved − due))", sy: `${fmtRate(med("12.rate"))} (promote.lua ${fmtNum(med("12.scriptUs"))} µs per call)`, bull: "—", raw: "—", ratio: "—", target: "≥ 50,000/s", verdict: verdict(med("12.rate"), 50_000, true, "/s") });
+    out.push({ row: "12c", what: "… a raw LPUSH producer (own process) meanwhile, p99", sy: `${fmtMs(med("12.lpushDuringP99"))} (p50 ${fmtMs(med("12.lpushDuringP50"))}; the second before: p99 ${fmtMs(med("12.lpushBeforeP99"))})`, bull: "—", raw: "—", ratio: "—", target: "(report)", verdict: "—" });
   }
   return out;
 }
@@ -517,7 +545,7 @@ ${deployed}
 ` : ""}${inProcess ? `
 ## Server in-process diagnostics
 
-Switchyard's server inside the load generator's process (rows 1–6), or alone (7–9): shapes that
+Switchyard's server inside the load generator's process (rows 1–6), or alone (7–11): shapes that
 hide the per-item round trips users pay, kept to compare with earlier runs.
 
 ${inProcess}
@@ -582,6 +610,9 @@ ${deployed ? `- Deployed shapes: Switchyard's server is a child process (\`node 
   CreateJob currently reads every job on each call; default execute policy SINGLETON); a no-op handler
   records the scheduler clock at each call; lateness = that time − the tick; one warm-up tick, then
   ${ROUNDS} ticks. A warm-up (5,000 items through each system) runs first and is not recorded.
+  Rows 10 and 11 (one run each, bench/hardening.ts): a child \`node dist/main.js\` with its own redis-server, RSS from /proc
+  every 100 ms: 10 one Lease stream of credit 2,000 that never reads, on 2,000 items of 100 KB pushed straight into Redis;
+  11 the Redis link through a TCP proxy that stops carrying anything for ${SIZES.blackhole.seconds} s, 10 s into the load.
 ` : ""}
 ## Every round
 

@@ -149,6 +149,8 @@ export class SwitchyardClient {
   private readonly enqueues?: EnqueueBatcher;
   private readonly enqueueStream?: EnqueueStream;
   private readonly timeoutMs: number;
+  /** The largest message this client's channel receives, announced when a Lease stream opens. */
+  private readonly receiveLimit: number;
 
   constructor(address: string, options: ClientOptions = {}) {
     const credentials = options.credentials ?? grpc.credentials.createInsecure();
@@ -160,6 +162,9 @@ export class SwitchyardClient {
     this.auditGrpc = new (clientConstructor(AuditService))(address, credentials, clientOptions);
     this.authGrpc = new (clientConstructor(AuthService))(address, credentials, clientOptions);
     this.timeoutMs = options.timeoutMs ?? 30_000;
+    // grpc-js receives at most 4 MiB unless told otherwise (-1: no limit, the most a uint32 can announce).
+    const receive = clientOptions["grpc.max_receive_message_length"] as number | undefined;
+    this.receiveLimit = receive === undefined ? 4 * 1024 * 1024 : receive < 0 ? 0xffffffff : Math.min(receive, 0xffffffff);
     if (options.enqueueStream ?? true) {
       const open = () => (this.grpc as unknown as { enqueueStream(): grpc.ClientDuplexStream<PreEncoded, EnqueueStreamResponse> }).enqueueStream();
       this.enqueueStream = new EnqueueStream(open, (request) => this.unaryEnqueue(request), this.timeoutMs);
@@ -328,10 +333,14 @@ export class SwitchyardClient {
     return this.call("extendLease", { leaseToken }, call);
   }
 
-  /** Opens a lease stream on `queue` with `credit` items in flight at most. */
+  /**
+   * Opens a lease stream on `queue` with `credit` items in flight at most. The
+   * server keeps each delivery message within the channel's receive limit
+   * (`grpc.max_receive_message_length`, 4 MiB by default), which the open announces.
+   */
   lease(queue: string, credit: number): LeaseSession {
     const stream = (this.grpc as unknown as { lease(): grpc.ClientDuplexStream<LeaseRequest, LeaseResponse> }).lease();
-    return new LeaseSession(stream, queue, credit);
+    return new LeaseSession(stream, queue, credit, this.receiveLimit);
   }
 
   /** Creates a job (always UNPUBLISHED); resolves to it with its normalised schedule and next fire times. */
@@ -424,6 +433,7 @@ export class LeaseSession implements AsyncIterable<Delivery> {
     private readonly stream: grpc.ClientDuplexStream<LeaseRequest, LeaseResponse>,
     queue: string,
     credit: number,
+    maxMessageBytes = 0,
   ) {
     let opened!: (o: LeaseOpened) => void;
     let failed!: (e: unknown) => void;
@@ -455,7 +465,7 @@ export class LeaseSession implements AsyncIterable<Delivery> {
         ok(undefined);
       });
     });
-    this.send({ case: "open", value: { queue, credit } });
+    this.send({ case: "open", value: { queue, credit, maxMessageBytes } });
   }
 
   /** Heartbeats received so far. */

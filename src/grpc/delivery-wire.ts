@@ -67,20 +67,63 @@ function write(w: Writer, m: Measured, queueSize: number): void {
   if (m.lastError) w.string(9, d.lastError, m.lastError);
 }
 
-/** A LeaseResponse { deliveries: DeliveryBatch { deliveries } }, ready for the wire. */
-export function encodeDeliveries(deliveries: readonly Delivery[]): PreEncoded {
+/** Measures each delivery (its queue's name measured once per batch). */
+function measureAll(deliveries: readonly Delivery[]): { measured: Measured[]; queueSizes: Map<string, number> } {
   const measured: Measured[] = [];
   const queueSizes = new Map<string, number>();
-  let batch = 0;
   for (const d of deliveries) {
     let queueSize = queueSizes.get(d.queue);
     if (queueSize === undefined) queueSizes.set(d.queue, (queueSize = Buffer.byteLength(d.queue)));
-    const m = measure(d, queueSize);
-    measured.push(m);
-    batch += lenField(m.size);
+    measured.push(measure(d, queueSize));
   }
+  return { measured, queueSizes };
+}
+
+/** One LeaseResponse of measured deliveries whose entries take `batch` bytes. */
+function encodeMessage(measured: readonly Measured[], batch: number, queueSizes: Map<string, number>): PreEncoded {
   const w = new Writer(Buffer.allocUnsafe(lenField(batch)));
   w.len(2, batch);
   for (const m of measured) write(w, m, queueSizes.get(m.d.queue)!);
   return new PreEncoded(w.buf);
+}
+
+/** A LeaseResponse { deliveries: DeliveryBatch { deliveries } }, ready for the wire. */
+export function encodeDeliveries(deliveries: readonly Delivery[]): PreEncoded {
+  const { measured, queueSizes } = measureAll(deliveries);
+  let batch = 0;
+  for (const m of measured) batch += lenField(m.size);
+  return encodeMessage(measured, batch, queueSizes);
+}
+
+/**
+ * The deliveries as LeaseResponses of at most `maxBytes` each, in order (the
+ * fewest such messages, each filled in turn). A delivery that alone takes a
+ * larger message is left out, and `tooLarge` is told the bytes it would take.
+ */
+export function encodeDeliveryMessages(
+  deliveries: readonly Delivery[],
+  maxBytes: number,
+  tooLarge: (d: Delivery, messageBytes: number) => void,
+): PreEncoded[] {
+  const { measured, queueSizes } = measureAll(deliveries);
+  const messages: PreEncoded[] = [];
+  let current: Measured[] = [];
+  let batch = 0;
+  for (const m of measured) {
+    const entry = lenField(m.size);
+    const alone = lenField(entry);
+    if (alone > maxBytes) {
+      tooLarge(m.d, alone);
+      continue;
+    }
+    if (current.length > 0 && lenField(batch + entry) > maxBytes) {
+      messages.push(encodeMessage(current, batch, queueSizes));
+      current = [];
+      batch = 0;
+    }
+    current.push(m);
+    batch += entry;
+  }
+  if (current.length > 0) messages.push(encodeMessage(current, batch, queueSizes));
+  return messages;
 }

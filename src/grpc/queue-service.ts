@@ -37,12 +37,12 @@ import {
 } from "../gen/switchyard/v1/queue_pb.js";
 import type { Logger } from "../log.js";
 import type { Clock } from "../clock.js";
-import type { LeaseStream } from "../queue/lease-stream.js";
+import type { Delivery, LeaseStream } from "../queue/lease-stream.js";
 import { ScheduledEnqueue, type NewItem, type Queues, type SettleOptions, type WorkerSettle } from "../queue/queues.js";
 import { applyUpdate, type QueueConfig } from "../queue/declaration.js";
 import { checkSelection } from "../queue/admin.js";
 import { MalformedMessage, PreEncoded } from "./adapter.js";
-import { encodeDeliveries } from "./delivery-wire.js";
+import { encodeDeliveryMessages } from "./delivery-wire.js";
 import { encodeEnqueueResponse, encodeEnqueueResponseIds, type EnqueueCall } from "./enqueue-wire.js";
 import { ItemIds } from "../queue/item-ids.js";
 import { durationMs, msDuration, msTimestamp, queueMessage, queueSpec } from "./convert.js";
@@ -61,6 +61,22 @@ export interface LeaseSettings {
   maxAckBatch: number;
   /** Bounds the delivery bytes waiting for workers that do not read. */
   buffers: DeliveryBuffers;
+  /** The largest message the server sends (SWITCHYARD_MAX_MESSAGE_BYTES). */
+  maxMessageBytes: number;
+}
+
+/** What a worker that announces no limit accepts: gRPC's default receive limit. */
+export const DEFAULT_WORKER_MESSAGE_BYTES = 4 * 1024 * 1024;
+
+/** The least a worker may announce it receives (less would dead-letter most items of a queue). */
+export const MIN_WORKER_MESSAGE_BYTES = 64 * 1024;
+
+/** The largest delivery message a stream may be sent: what its worker accepts, and the server sends. */
+function messageLimit(announced: number, settings: LeaseSettings): number {
+  if (announced && announced < MIN_WORKER_MESSAGE_BYTES) {
+    throw invalid(`max_message_bytes is ${announced}; announce at least ${MIN_WORKER_MESSAGE_BYTES} (0: gRPC's default, 4 MiB)`, "open.max_message_bytes");
+  }
+  return Math.min(announced || DEFAULT_WORKER_MESSAGE_BYTES, settings.maxMessageBytes);
 }
 
 function newItems(items: EnqueueItem[]): NewItem[] {
@@ -162,11 +178,14 @@ function leaseHandler(queues: Queues, baseLog: Logger, settings: LeaseSettings) 
         if (!stream) {
           if (kind.case !== "open") throw invalid("the first message on a Lease stream must be open {queue, credit}", "open");
           openTimer.cancel();
+          const maxBytes = messageLimit(kind.value.maxMessageBytes, settings);
           stream = queues.openStream(kind.value.queue, kind.value.credit, {
-            deliver: (batch) => {
+            deliver: (batch, undeliverable) => {
               if (ended) return false;
-              const message = encodeDeliveries(batch);
-              call.write(message, buffer.wrote(message.bytes.length));
+              const tooLarge = (d: Delivery, bytes: number) =>
+                undeliverable?.(d, `the item cannot be delivered: alone it takes a ${bytes}-byte message, and a delivery message ` +
+                  `to this worker is at most ${maxBytes} bytes (LeaseOpen.max_message_bytes, default 4 MiB, and SWITCHYARD_MAX_MESSAGE_BYTES)`);
+              for (const message of encodeDeliveryMessages(batch, maxBytes, tooLarge)) call.write(message, buffer.wrote(message.bytes.length));
               return true;
             },
             backlogged: () => buffer.backlogged(),

@@ -69,6 +69,7 @@ export function createGrpcServer(
     openTimeoutMs: config.leaseOpenTimeoutMs,
     maxAckBatch: config.maxCredit,
     buffers,
+    maxMessageBytes: config.maxMessageBytes,
   };
   server.addService(serviceDefinition(QueueService), queueServiceHandlers(queues, log, lease));
   server.addService(serviceDefinition(CronService), cronServiceHandlers(cron, log));

@@ -45,6 +45,8 @@ export interface DispatchHost {
   onHold(tokens: string[], stream: LeaseStream): void;
   /** Gives deliveries that reached no worker back to the front of the queue, uncounted, in this order. */
   giveBack(config: QueueConfig, refs: LeaseRef[]): void;
+  /** Dead-letters a delivery that reached no worker, with the reason (counted). */
+  kill(config: QueueConfig, ref: LeaseRef, reason: string): void;
   /** Returns (counted) the deliveries of this instance on the queue that no stream holds. */
   reconcile(config: QueueConfig): Promise<void>;
 }
@@ -217,30 +219,50 @@ export class QueueDispatcher {
       const room = stream.free();
       if (room === 0) continue;
       const batch: Delivery[] = [];
-      const tokens: string[] = [];
       const from = i;
       for (const end = Math.min(taken.length, i + room); i < end; i++) {
         const t = taken[i];
         const token = this.token(t.ref.fence, t.ref.owner);
         const item = decodeItem(t.value);
-        tokens.push(token);
         // This delivery's number: the deliveries its history records, and this one (always 1 on a simple queue).
         const deliveryCount = t.ref.owner ? item.deliveries + 1 : 1;
         batch.push({ token, fence: t.ref.fence, deliveryCount, queue: this.config.name, item, lastError: item.lastError });
       }
+      // An item no message to this worker can carry would fail its stream, and every stream after it:
+      // the sink leaves it out and says why, and it goes to the dead letters alone.
+      let undeliverable: Map<Delivery, string> | undefined;
       // A stream that has ended but is not closed yet writes nothing: its items go back, and it takes no more.
-      if (!stream.sink.deliver(batch)) {
+      if (!stream.sink.deliver(batch, (d, reason) => (undeliverable ??= new Map()).set(d, reason))) {
         refused.push(...taken.slice(from, i));
         stream.credit = 0;
         continue;
       }
-      tokens.forEach((token, j) => stream.held.set(token, taken[from + j].ref));
+      const tokens: string[] = [];
+      batch.forEach((d, j) => {
+        const reason = undeliverable?.get(d);
+        if (reason !== undefined) this.deadLetter(taken[from + j], reason);
+        else {
+          stream.held.set(d.token, taken[from + j].ref);
+          tokens.push(d.token);
+        }
+      });
       this.host.onHold(tokens, stream);
       stream.lastSendMs = this.host.clock.now();
     }
     this.next = n === 0 ? 0 : (this.next + 1) % n;
     refused.push(...taken.slice(i));
     if (refused.length > 0) this.giveBack(refused);
+  }
+
+  /** An item that can never be delivered: to the dead letters with `reason` (a simple queue has none: it is dropped). */
+  private deadLetter(t: Taken, reason: string): void {
+    const { name, mode } = this.config;
+    if (mode === "reliable") {
+      this.host.log.warn("dead-lettering an item that fits no delivery message", { queue: name, fence: t.ref.fence, reason });
+      this.host.kill(this.config, t.ref, reason);
+      return;
+    }
+    this.host.log.error("dropping an item of a simple queue that fits no delivery message", { queue: name, bytes: t.value.length, reason });
   }
 
   /** Returns items that no stream could take to the front of the queue, uncounted and in their order. */

@@ -21,8 +21,13 @@ export interface Delivery {
 
 /** Where a stream's output goes. */
 export interface LeaseSink {
-  /** Sends a batch of deliveries; false when the stream can no longer write (the items must go back). */
-  deliver(deliveries: Delivery[]): boolean;
+  /**
+   * Sends a batch of deliveries, in as many messages as the worker's message
+   * size limit needs; false when the stream can no longer write (the items
+   * must go back). A delivery that alone is larger than the worker accepts is
+   * not sent: `undeliverable` is told why, and the item is dead-lettered.
+   */
+  deliver(deliveries: Delivery[], undeliverable?: (delivery: Delivery, reason: string) => void): boolean;
   /** Sends a keep-alive on an idle stream. */
   heartbeat(nowMs: number): void;
   /** Ends the stream with an error (its queue was deleted). */

@@ -239,6 +239,7 @@ export class Queues {
         this.metrics.items(s.queue, "leased", tokens.length);
       },
       giveBack: (config, refs) => void this.returns.give(config, fieldsOf(refs), "undo"),
+      kill: (config, ref, reason) => void this.returns.give(config, fieldsOf([ref]), "kill", reason),
       reconcile: (config) => this.reconcile(config),
     };
     registry.onDeleted((name) => this.onQueueDeleted(name));

@@ -1,6 +1,7 @@
 /**
  * Gives deliveries back to their queue — a closed stream's unsettled items
- * (counted as a delivery), items no stream could take (uncounted) — and keeps
+ * (counted as a delivery), items no stream could take (uncounted) — or to its
+ * dead letters (an item no message to a worker can carry), and keeps
  * trying until Redis has taken them. A return that fails is never only logged:
  * it is tried again, with backoff, for as long as this instance lives (and if
  * it dies first, another instance returns them: see instances.ts).
@@ -10,7 +11,13 @@ import type { SettleAction } from "../redis/scripts.js";
 import type { QueueConfig } from "./declaration.js";
 import type { Settler } from "./settler.js";
 
-type ReturnAction = Extract<SettleAction, "return" | "undo">;
+type ReturnAction = Extract<SettleAction, "return" | "undo" | "kill">;
+
+/** How one delivery goes back: its action and, for a kill, why. */
+interface Way {
+  action: ReturnAction;
+  reason: string;
+}
 
 /** Waits between attempts: from 100 ms doubling to 2 s. */
 const FIRST_WAIT_MS = 100;
@@ -18,7 +25,7 @@ const MAX_WAIT_MS = 2000;
 
 export class Returns {
   /** Queue → delivery field → how it goes back: what is not back yet. */
-  private readonly waiting = new Map<string, Map<string, ReturnAction>>();
+  private readonly waiting = new Map<string, Map<string, Way>>();
   private retryTimer?: ReturnType<typeof setTimeout>;
   private waitMs = FIRST_WAIT_MS;
   private idleWaiters: (() => void)[] = [];
@@ -31,15 +38,17 @@ export class Returns {
   ) {}
 
   /**
-   * Returns `fields` (in this order) of `config`'s queue. Resolves after the
-   * first attempt, whether it took or not; what did not is tried again.
+   * Returns `fields` (in this order) of `config`'s queue (a kill: to its dead
+   * letters with `reason`). Resolves after the first attempt, whether it took
+   * or not; what did not is tried again.
    */
-  async give(config: QueueConfig, fields: readonly string[], action: ReturnAction): Promise<void> {
+  async give(config: QueueConfig, fields: readonly string[], action: ReturnAction, reason = ""): Promise<void> {
     if (fields.length === 0) return;
     let waiting = this.waiting.get(config.name);
     if (!waiting) this.waiting.set(config.name, (waiting = new Map()));
-    for (const f of fields) waiting.set(f, action);
-    await this.attempt(config, fields.map((f) => [f, action] as const));
+    const way = { action, reason };
+    for (const f of fields) waiting.set(f, way);
+    await this.attempt(config, fields.map((f) => [f, way] as const));
   }
 
   /** Whether delivery `field` of `queue` is on its way back. */
@@ -72,9 +81,9 @@ export class Returns {
     this.retryTimer = undefined;
   }
 
-  private async attempt(config: QueueConfig, ops: readonly (readonly [string, ReturnAction])[]): Promise<void> {
+  private async attempt(config: QueueConfig, ops: readonly (readonly [string, Way])[]): Promise<void> {
     try {
-      await this.settler.settleMany(config, ops.map(([delivery, action]) => ({ action, delivery })));
+      await this.settler.settleMany(config, ops.map(([delivery, { action, reason }]) => ({ action, delivery, reason })));
       // Every code is final: returned, or no longer live (settled, returned or recovered meanwhile).
       const waiting = this.waiting.get(config.name);
       for (const [f] of ops) waiting?.delete(f);

@@ -8,6 +8,7 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { defaults } from "../../src/config.js";
+import { DEFAULT_WORKER_MESSAGE_BYTES, MIN_WORKER_MESSAGE_BYTES } from "../../src/grpc/queue-service.js";
 import {
   AckRequestSchema,
   DeliverySchema,
@@ -44,6 +45,8 @@ describe("docs/worker-protocol.md", () => {
     expect(quoted(/`SWITCHYARD_CONNECTION_IDLE_TIMEOUT` \((\d+) min\)/) * 60_000).toBe(defaults.connectionIdleTimeoutMs);
     expect(quoted(/`SWITCHYARD_LEASE_OPEN_TIMEOUT` \((\d+) s\)/) * 1000).toBe(defaults.leaseOpenTimeoutMs);
     expect(quoted(/`SWITCHYARD_LEASE_STREAM_BUFFER_BYTES` \((\d+) MiB/) * 2 ** 20).toBe(defaults.maxStreamBufferBytes);
+    expect(quoted(/`max_message_bytes` under (\d+) KiB/) * 1024).toBe(MIN_WORKER_MESSAGE_BYTES);
+    expect(quoted(/0 means gRPC's default, (\d+) MiB/) * 2 ** 20).toBe(DEFAULT_WORKER_MESSAGE_BYTES);
     const ping = /"grpc\.http2\.min_ping_interval_without_data_ms": ([\d_]+)/.exec(read("src/grpc/server.ts"))!;
     expect(quoted(/no\s+more often than one per (\d+) s/) * 1000).toBe(Number(ping[1].replace(/_/g, "")));
   });

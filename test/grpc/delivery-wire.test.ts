@@ -2,8 +2,8 @@
 import { describe, expect, it } from "vitest";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { timestampFromMs } from "@bufbuild/protobuf/wkt";
-import { LeaseResponseSchema } from "../../src/gen/switchyard/v1/queue_pb.js";
-import { encodeDeliveries } from "../../src/grpc/delivery-wire.js";
+import { type LeaseResponse, LeaseResponseSchema } from "../../src/gen/switchyard/v1/queue_pb.js";
+import { encodeDeliveries, encodeDeliveryMessages } from "../../src/grpc/delivery-wire.js";
 import type { Delivery } from "../../src/queue/lease-stream.js";
 
 const deliveries: Delivery[] = [
@@ -54,5 +54,48 @@ describe("encodeDeliveries", () => {
 
   it("encodes an empty batch", () => {
     expect(fromBinary(LeaseResponseSchema, new Uint8Array(encodeDeliveries([]).bytes))).toEqual(byProtobufEs([]));
+  });
+});
+
+/** The deliveries a LeaseResponse carries. */
+function batchOf(message: LeaseResponse) {
+  if (message.kind.case !== "deliveries") throw new Error(`expected deliveries, got ${message.kind.case}`);
+  return message.kind.value.deliveries;
+}
+
+describe("encodeDeliveryMessages", () => {
+  /** Each delivery's message alone, as protobuf-es encodes it. */
+  const alone = deliveries.map((d) => toBinary(LeaseResponseSchema, byProtobufEs([d])).length);
+  const none = () => expect.unreachable("no delivery is too large here");
+
+  it("splits a batch into messages within the limit, in order, each as protobuf-es encodes it", () => {
+    // Every limit from the largest delivery alone up to the whole batch.
+    const whole = encodeDeliveries(deliveries).bytes.length;
+    for (let max = Math.max(...alone); max <= whole; max++) {
+      const messages = encodeDeliveryMessages(deliveries, max, none);
+      const parts = messages.map((m) => batchOf(fromBinary(LeaseResponseSchema, new Uint8Array(m.bytes))));
+      expect(parts.flat()).toEqual(batchOf(byProtobufEs(deliveries)));
+      for (const m of messages) expect(m.bytes.length).toBeLessThanOrEqual(max);
+      // Filled in turn: each message and the next one's first delivery would not have fit in one.
+      let from = 0;
+      for (let i = 0; i + 1 < parts.length; i++) {
+        from += parts[i].length;
+        const first = parts[i].length;
+        expect(encodeDeliveries(deliveries.slice(from - first, from + 1)).bytes.length).toBeGreaterThan(max);
+      }
+    }
+    expect(encodeDeliveryMessages(deliveries, whole, none)).toHaveLength(1);
+  });
+
+  it("leaves out a delivery whose message alone is over the limit, telling its exact size, and sends the others", () => {
+    const big = 2; // the 300-byte payload: the largest
+    expect(Math.max(...alone)).toBe(alone[big]);
+    const tooLarge: [Delivery, number][] = [];
+    const max = alone[big] - 1;
+    const messages = encodeDeliveryMessages(deliveries, max, (d, bytes) => tooLarge.push([d, bytes]));
+    expect(tooLarge).toEqual([[deliveries[big], alone[big]]]);
+    const sent = messages.flatMap((m) => batchOf(fromBinary(LeaseResponseSchema, new Uint8Array(m.bytes))));
+    expect(sent).toEqual(batchOf(byProtobufEs(deliveries.filter((_, i) => i !== big))));
+    for (const m of messages) expect(m.bytes.length).toBeLessThanOrEqual(max);
   });
 });

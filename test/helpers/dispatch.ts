@@ -11,6 +11,7 @@ export function testDispatchHost(redis: RedisConnection, clock: Clock, log: Logg
     options: { leaseBatch: 10, blockTimeoutSec: 0 },
     onHold: () => undefined,
     giveBack: () => undefined,
+    kill: () => undefined,
     reconcile: async () => undefined,
   };
 }

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand"
 	"sync"
 	"sync/atomic"
@@ -28,7 +29,8 @@ import (
 )
 
 // MaxMessageBytes is the server's default largest message (SWITCHYARD_MAX_MESSAGE_BYTES):
-// dial with grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(worker.MaxMessageBytes)).
+// dial with grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(worker.MaxMessageBytes)) and
+// set Options.MaxMessageBytes to it.
 const MaxMessageBytes = 64 << 20
 
 const (
@@ -62,6 +64,21 @@ type Options struct {
 	OnError func(err error, d *pb.Delivery)
 	// BackoffBase and BackoffCap shape the reconnection backoff (defaults 100ms, 5s).
 	BackoffBase, BackoffCap time.Duration
+	// MaxMessageBytes is the receive limit the connection was dialed with (MaxCallRecvMsgSize),
+	// announced when a stream opens: the server keeps each delivery message within it. 0 means
+	// gRPC's default, 4 MiB.
+	MaxMessageBytes int
+}
+
+// announcedLimit is MaxMessageBytes as LeaseOpen carries it (a uint32; negative: none given).
+func (o *Options) announcedLimit() uint32 {
+	switch {
+	case o.MaxMessageBytes <= 0:
+		return 0
+	case uint64(o.MaxMessageBytes) > math.MaxUint32:
+		return math.MaxUint32
+	}
+	return uint32(o.MaxMessageBytes)
 }
 
 // Delivery is one leased item as a handler sees it.
@@ -233,7 +250,7 @@ func (r *runner) open() (*session, error) {
 	r.current = s
 	r.mu.Unlock()
 	r.stats.Streams.Add(1)
-	s.send <- &pb.LeaseRequest{Kind: &pb.LeaseRequest_Open{Open: &pb.LeaseOpen{Queue: r.o.Queue, Credit: uint32(credit)}}}
+	s.send <- &pb.LeaseRequest{Kind: &pb.LeaseRequest_Open{Open: &pb.LeaseOpen{Queue: r.o.Queue, Credit: uint32(credit), MaxMessageBytes: r.o.announcedLimit()}}}
 	go s.sendLoop(r.o.AckOneByOne)
 	go r.receive(s)
 	return s, nil

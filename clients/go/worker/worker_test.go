@@ -45,7 +45,9 @@ func TestMain(m *testing.M) {
 		sha256.Sum256([]byte(adminToken)), sha256.Sum256([]byte(leaserToken)))
 	shared := &mainOwner{}
 	sharedAddr = startServer(shared, startRedis(shared), "SWITCHYARD_WATCHDOG_INTERVAL=100ms", "SWITCHYARD_HEARTBEAT_INTERVAL=300ms",
-		"SWITCHYARD_AUTH=on", "SWITCHYARD_AUTH_TOKENS="+tokens).addr
+		"SWITCHYARD_AUTH=on", "SWITCHYARD_AUTH_TOKENS="+tokens,
+		// Items up to 8 MiB stored (headers count): more than gRPC's default 4 MiB receive limit.
+		"SWITCHYARD_MAX_ITEM_BYTES=8388608").addr
 	code := m.Run()
 	shared.stop()
 	os.Exit(code)
@@ -372,6 +374,45 @@ func TestRetryWithADelay(t *testing.T) {
 	}
 	if gap := second.at.Sub(first.at); gap < 900*time.Millisecond {
 		t.Fatalf("the retry came back after %s, before its 1 s delay", gap)
+	}
+}
+
+// A stream announces Options.MaxMessageBytes: an item that needs a message over gRPC's
+// default 4 MiB arrives (without it the server keeps to 4 MiB and dead-letters the item).
+func TestAnnouncesItsReceiveLimit(t *testing.T) {
+	conn := dialAs(t, sharedAddr, adminToken)
+	c := pb.NewQueueServiceClient(conn)
+	declare(t, c, reliable("{big}"))
+	pad := strings.Repeat("x", 5_000_000)
+	items := []*pb.EnqueueItem{{Payload: []byte("big"), Headers: map[string]string{"pad": pad}}, {Payload: []byte("small")}}
+	if _, err := c.Enqueue(ctxT(t), &pb.EnqueueRequest{Queue: "{big}", Items: items}); err != nil {
+		t.Fatalf("Enqueue: %v", err)
+	}
+	got := make(chan string, 2)
+	stop := runWorker(t, conn, worker.Options{
+		Queue: "{big}", MaxMessageBytes: worker.MaxMessageBytes,
+		Handler: func(_ context.Context, d *worker.Delivery) error {
+			got <- fmt.Sprintf("%s/%d", d.Payload, len(d.Headers["pad"]))
+			return nil
+		},
+	}, nil)
+	var delivered []string
+	for len(delivered) < 2 {
+		select {
+		case d := <-got:
+			delivered = append(delivered, d)
+		case <-time.After(20 * time.Second):
+			t.Fatalf("delivered %v within 20 s, want both items (dead letters: %d)", delivered, stats(t, c, "{big}").DeadLetter)
+		}
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if first, second := delivered[0], delivered[1]; first != "big/5000000" || second != "small/0" {
+		t.Fatalf("delivered %s then %s, want big/5000000 then small/0", first, second)
+	}
+	if dead := stats(t, c, "{big}").DeadLetter; dead != 0 {
+		t.Fatalf("%d dead-lettered, want 0", dead)
 	}
 }
 

@@ -189,7 +189,9 @@ def shared_server():
         ]
         redis = Redis()
         try:
-            server = Server(redis, env={**FAST, "SWITCHYARD_AUTH": "on", "SWITCHYARD_AUTH_TOKENS": json.dumps(tokens)})
+            # Items up to 8 MiB stored (headers count): more than gRPC's default 4 MiB receive limit.
+            env = {**FAST, "SWITCHYARD_AUTH": "on", "SWITCHYARD_AUTH_TOKENS": json.dumps(tokens), "SWITCHYARD_MAX_ITEM_BYTES": str(8 << 20)}
+            server = Server(redis, env=env)
         except Exception:
             redis.stop()
             raise

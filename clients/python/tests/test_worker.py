@@ -71,6 +71,18 @@ class Outcomes(ServerTest):
         self.assertEqual((stats.ready, stats.processing, stats.leased_total), (0, 0, 300))
         self.assertEqual(worker.stats["acked"], 300)
 
+    def test_the_stream_announces_the_receive_limit_so_an_item_over_4_mib_arrives(self):
+        # The channel receives 64 MiB and the open says so: without it the server would keep to
+        # gRPC's default 4 MiB and dead-letter an item that needs a larger message.
+        q = self.fresh_queue()
+        pad = "x" * 5_000_000
+        self.client.enqueue(q, [switchyard.Item("big", {"pad": pad}), b"small"])
+        handler = Recorder()
+        run_worker(self, self.client, q, handler)
+        wait_for(lambda: self.client.queue_stats(q).completed_total == 2, what="both items acked")
+        self.assertEqual([s[2] for s in handler.seen], [b"big", b"small"])
+        self.assertEqual(self.client.queue_stats(q).dead_letter, 0)
+
     def test_drop_retry_reply_and_failure(self):
         q = self.fresh_queue()
         replies = self.fresh_queue("simple")

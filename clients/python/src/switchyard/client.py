@@ -39,6 +39,10 @@ class Client:
         merged = dict(_DEFAULT_OPTIONS)
         merged.update(dict(options))
         opts = list(merged.items())
+        # Announced when a Lease stream opens: the server keeps each delivery message within it
+        # (-1, no limit, announces the most a uint32 holds; 0 means gRPC's default of 4 MiB).
+        receive = merged["grpc.max_receive_message_length"]
+        self.receive_limit = 0xFFFFFFFF if receive < 0 else min(receive, 0xFFFFFFFF)
         self.channel = (
             grpc.secure_channel(address, credentials, opts) if credentials else grpc.insecure_channel(address, opts)
         )
@@ -166,4 +170,4 @@ class Client:
 
     def lease(self, queue, credit):
         """Opens a raw Lease stream (see lease.py); Worker runs one for you."""
-        return LeaseStream(self.queues, queue, credit, self.metadata)
+        return LeaseStream(self.queues, queue, credit, self.metadata, self.receive_limit)

@@ -30,11 +30,14 @@ class LeaseStream:
     as one ack_batch, in their place in the order (no timer: a lone ack goes at once).
     """
 
-    def __init__(self, stub, queue_name, credit, metadata=()):
+    def __init__(self, stub, queue_name, credit, metadata=(), max_message_bytes=0):
+        """`max_message_bytes` is the channel's receive limit (0: gRPC's default, 4 MiB): the
+        server keeps each delivery message within it."""
         self._requests = queue.Queue()
         self._batch_acks = False
         self.queue = queue_name
-        self._requests.put(pb.LeaseRequest(open=pb.LeaseOpen(queue=queue_name, credit=credit)))
+        open_ = pb.LeaseOpen(queue=queue_name, credit=credit, max_message_bytes=max_message_bytes)
+        self._requests.put(pb.LeaseRequest(open=open_))
         self.call = stub.Lease(self._iterator(), metadata=metadata)
 
     def _iterator(self):

@@ -122,7 +122,7 @@ class _Session:
     """One Lease stream and what the worker learnt on it."""
 
     def __init__(self, client, queue, credit):
-        self.stream = LeaseStream(client.queues, queue, credit, client.metadata)
+        self.stream = LeaseStream(client.queues, queue, credit, client.metadata, client.receive_limit)
         self.credit = credit
         self.opened = None
         self.drained = False
