@@ -489,9 +489,10 @@ export class Scheduler {
     }
   }
 
-  /** RunOnce: runs the job now, detached, whatever its status; resolves to the log entry's id. */
-  async runOnce(id: string): Promise<string> {
+  /** RunOnce: runs the job now, detached, whatever its status, unless `allowed` throws for it; resolves to the log entry's id. */
+  async runOnce(id: string, allowed?: (job: JobRecord) => void): Promise<string> {
     const job = await this.store.get(id);
+    allowed?.(job);
     const logId = await this.logs.newId(id);
     this.track(this.execute(job, 0, "run_once", 0, logId));
     return logId;

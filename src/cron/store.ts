@@ -129,10 +129,14 @@ export class JobStore {
     throw new SwitchyardError("unavailable", `job ${id} is changing too often to update; retry`, { reason: "CONTENDED", metadata: { job: id } });
   }
 
-  /** Replaces the given fields; nothing is saved when the result is invalid. */
-  async update(id: string, patch: Partial<JobFields>, actor: string): Promise<JobRecord> {
+  /**
+   * Replaces the given fields; nothing is saved when the result is invalid, or
+   * when `allowed` throws for it (the caller may not own a job like that).
+   */
+  async update(id: string, patch: Partial<JobFields>, actor: string, allowed?: (job: JobFields) => void): Promise<JobRecord> {
     return this.mutate(id, (job) => {
       const merged = validateJobFields({ ...job, ...patch }).fields;
+      allowed?.(merged);
       const now = this.clock.now();
       // A new schedule owes nothing for the old one's past ticks: count misfires from now on.
       const rescheduled = merged.schedule !== job.schedule || merged.timeZone !== job.timeZone;
