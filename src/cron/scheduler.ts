@@ -385,15 +385,21 @@ export class Scheduler {
       const state = job.status === 2 ? "paused" : "unpublished";
       return this.skip(job, tick, state, `skipped: the job is ${state}`);
     }
+    // A misfire is judged by lateness alone: a tick claimed in catch-up a moment after it fell due (a mount
+    // right after it) is on time and runs; the missed ticks before it, if any, did not run.
     const lateness = this.clock.now() - tick;
     let trigger: RunTrigger = "schedule";
-    if (missed || lateness > this.options.misfireGraceMs) {
-      const count = missed ? `${missed.missed}${missed.missed >= MAX_MISSED_SCAN ? "+" : ""} tick(s) since ${new Date(missed.first).toISOString()}` : "the tick";
+    const count = (n: number, first: number) => `${n}${n >= MAX_MISSED_SCAN ? "+" : ""} tick(s) since ${new Date(first).toISOString()}`;
+    if (missed && missed.missed > 1 && lateness <= this.options.misfireGraceMs) {
+      await this.skip(job, missed.first, "misfire", `skipped: misfire, ${count(missed.missed - 1, missed.first)} fired no run in time`);
+    }
+    if (lateness > this.options.misfireGraceMs) {
       if (job.misfirePolicy !== "run_once" || lateness > job.catchUpWindowMs) {
         // The claim took the lock while the tick still looked on time: a misfire runs nothing, so it gives it back
         // (should that fail, the lock's TTL frees it).
         if (claim.lock?.acquired) await this.releaseLock(job, claim.lock.fence).catch(() => undefined);
-        return this.skip(job, tick, "misfire", `skipped: misfire, ${count} fired no run in time (${Math.round(lateness / 1000)} s late)`);
+        const what = missed ? count(missed.missed, missed.first) : "the tick";
+        return this.skip(job, tick, "misfire", `skipped: misfire, ${what} fired no run in time (${Math.round(lateness / 1000)} s late)`);
       }
       trigger = "catch_up";
     }
