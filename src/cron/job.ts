@@ -47,7 +47,17 @@ export interface JobRecord {
   /** When the job last became RUNNING: ticks before it are owed nothing. */
   activeSinceMs: number;
   deleted: boolean;
+  /**
+   * Counts the record's writes (1 at create): schedulers mount the newest
+   * version they have read, whatever the clock said (two updates may share a
+   * millisecond), and ignore a read older than one they acted on. Absent (0)
+   * in records written before it existed.
+   */
+  version?: number;
 }
+
+/** A record's version; 0 for records written before versions existed. */
+export const versionOf = (job: Pick<JobRecord, "version">): number => job.version ?? 0;
 
 /** The fields a caller sets. */
 export type JobFields = Pick<

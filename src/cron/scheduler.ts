@@ -32,7 +32,7 @@ import type { RedisClient, RedisConnection } from "../redis/connection.js";
 import type { SystemKeys } from "../redis/keys.js";
 import { acquireJobLock, claimInterval, claimTicks, touchJobLock, type LockAttempt, type TickClaim } from "../redis/scripts.js";
 import { runTarget, RunFailure, type ExecutorOptions } from "./executor.js";
-import { RUNNING, type JobRecord } from "./job.js";
+import { RUNNING, versionOf, type JobRecord } from "./job.js";
 import type { JobLogEntry, JobLogStore, RunTrigger } from "./job-log.js";
 import { nextFire, parseSchedule, type Schedule } from "./schedule.js";
 import type { JobStore } from "./store.js";
@@ -69,6 +69,8 @@ interface Mount {
   tick?: number;
   /** A cron job's mounting: its catch-up, then arming for its next tick. */
   armed?: Promise<void>;
+  /** When it was mounted, in records applied by this instance (see Scheduler.applied). */
+  seq: number;
 }
 
 /** The cron jobs due at one time, fired by one timer. */
@@ -93,6 +95,10 @@ export class Scheduler {
   private readonly stopRuns = new AbortController();
   private readonly timers: Timer[] = [];
   private unsubscribe?: () => void;
+  /** The newest version of each job this instance acted on: an older read of it is stale and ignored. */
+  private readonly seen = new Map<string, number>();
+  /** Job records applied so far: orders mounts against a resync's snapshot. */
+  private applied = 0;
   private stopped = false;
   private beatPending = false;
 
@@ -196,28 +202,44 @@ export class Scheduler {
     await this.client.set(this.keys.seeded, job.id);
   }
 
-  /** Mounts every RUNNING job and unmounts the rest. */
+  /**
+   * Mounts every RUNNING job and unmounts the rest, from one read of them all:
+   * a job that changed since that read (announced and applied while this one
+   * mounts job after job) keeps what its newer record said.
+   */
   async resync(): Promise<void> {
-    const jobs = await this.store.all();
-    const running = new Set<string>();
-    for (const job of jobs) {
-      if (job.status !== RUNNING) continue;
-      running.add(job.id);
-      await this.mount(job);
-    }
-    for (const id of [...this.mounts.keys()]) if (!running.has(id)) this.unmount(id);
+    const before = this.applied;
+    const jobs = await this.store.all(true);
+    for (const job of jobs) await this.apply(job.id, job);
+    // A mounted job the read did not find at all (its record vanished): unless it was mounted after the read.
+    const found = new Set(jobs.map((j) => j.id));
+    for (const [id, mount] of [...this.mounts]) if (!found.has(id) && mount.seq <= before) this.unmount(id);
   }
 
   /** Re-reads one job after a change announcement and mounts or unmounts it. */
   async refresh(id: string): Promise<void> {
     if (this.stopped) return;
     try {
-      const job = await this.store.find(id);
-      if (job && job.status === RUNNING) await this.mount(job);
-      else this.unmount(id);
+      await this.apply(id, await this.store.find(id, true));
     } catch (err) {
       this.log.warn("could not refresh a job; the next resync will", { job: id, err });
     }
+  }
+
+  /**
+   * Mounts a job whose record says RUNNING, and unmounts one that is not (or
+   * no longer exists), unless this instance already acted on a newer version
+   * of it: a read that raced a change (a resync's snapshot, a claim's reply)
+   * never undoes the change.
+   */
+  private async apply(id: string, job: JobRecord | undefined): Promise<void> {
+    if (job) {
+      if (versionOf(job) < (this.seen.get(id) ?? 0)) return;
+      this.seen.set(id, versionOf(job));
+    }
+    this.applied++;
+    if (job && !job.deleted && job.status === RUNNING) await this.mount(job);
+    else this.unmount(id);
   }
 
   private unmount(id: string): void {
@@ -250,8 +272,10 @@ export class Scheduler {
   private async mount(job: JobRecord): Promise<void> {
     if (this.stopped) return;
     const current = this.mounts.get(job.id);
-    // The same job again: done once its first mounting is (refresh() then resolves with the job armed).
-    if (current && current.job.updateTimeMs === job.updateTimeMs && current.job.status === job.status) return current.armed;
+    // The same record again: done once its first mounting is (refresh() then resolves with the job armed).
+    if (current && versionOf(current.job) === versionOf(job) && current.job.updateTimeMs === job.updateTimeMs && current.job.status === job.status) {
+      return current.armed;
+    }
     this.unmount(job.id);
     let schedule: Schedule;
     try {
@@ -260,7 +284,7 @@ export class Scheduler {
       this.log.error("cannot mount a job with an invalid schedule", { job: job.id, err });
       return;
     }
-    const mount: Mount = { job, json: JSON.stringify(job), schedule };
+    const mount: Mount = { job, json: JSON.stringify(job), schedule, seq: this.applied };
     this.mounts.set(job.id, mount);
     this.mountsChanged();
     if (schedule.kind === "every") {
@@ -377,11 +401,13 @@ export class Scheduler {
   /** Acts on a claim: unmount, skip with a reason, or run (awaited when the job is sync). */
   private async claimed(mount: Mount, tick: number, claim: TickClaim, missed?: { missed: number; first: number }): Promise<void> {
     const id = mount.job.id;
-    if (claim.result === "gone") return this.unmount(id);
+    // A claim answers for the mount that made it: a newer mount of the job (a change applied meanwhile) stays.
+    if (claim.result === "gone") return void (this.mounts.get(id) === mount && this.unmount(id));
     if (claim.result === "taken" || claim.result === "wait") return;
     const job = claim.job === mount.json ? mount.job : (JSON.parse(claim.job!) as JobRecord);
     if (claim.result === "inactive") {
-      this.unmount(id);
+      // The record the claim read: applied unless this instance already acted on a newer one.
+      await this.apply(id, job);
       const state = job.status === 2 ? "paused" : "unpublished";
       return this.skip(job, tick, state, `skipped: the job is ${state}`);
     }

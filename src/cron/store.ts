@@ -8,7 +8,7 @@ import type { Clock } from "../clock.js";
 import type { RedisConnection } from "../redis/connection.js";
 import type { SystemKeys } from "../redis/keys.js";
 import { replaceJob } from "../redis/scripts.js";
-import { checkTransition, RUNNING, UNPUBLISHED, validateJobFields, type JobFields, type JobRecord, type JobStatusCode } from "./job.js";
+import { checkTransition, RUNNING, UNPUBLISHED, validateJobFields, versionOf, type JobFields, type JobRecord, type JobStatusCode } from "./job.js";
 
 /** A page of jobs. */
 export interface JobPage {
@@ -70,6 +70,7 @@ export class JobStore {
       updateActor: actor,
       activeSinceMs: 0,
       deleted: false,
+      version: 1,
     };
     await this.put(job);
     return job;
@@ -90,12 +91,12 @@ export class JobStore {
     return job;
   }
 
-  /** Every job that is not deleted, by id. */
-  async all(): Promise<JobRecord[]> {
+  /** Every job that is not deleted (or every job, with `withDeleted`), by id. */
+  async all(withDeleted = false): Promise<JobRecord[]> {
     const all = await this.redis.client.hvals(this.keys.jobs);
     return all
       .map((json) => JSON.parse(json) as JobRecord)
-      .filter((j) => !j.deleted)
+      .filter((j) => withDeleted || !j.deleted)
       .sort((a, b) => Number(a.id) - Number(b.id));
   }
 
@@ -122,8 +123,9 @@ export class JobStore {
       const read = id ? await this.redis.client.hget(this.keys.jobs, id) : null;
       const job = read === null ? undefined : (JSON.parse(read) as JobRecord);
       if (!job || job.deleted) throw jobNotFound(id);
-      const next = change(job);
-      if (!next) return job;
+      const changed = change(job);
+      if (!changed) return job;
+      const next = { ...changed, version: versionOf(job) + 1 };
       if (await replaceJob(this.redis.client, this.keys.jobs, this.keys.cronEvents, id, read!, JSON.stringify(next))) return next;
     }
     throw new SwitchyardError("unavailable", `job ${id} is changing too often to update; retry`, { reason: "CONTENDED", metadata: { job: id } });

@@ -108,3 +108,64 @@ describe("defect 5: misfires are judged by lateness, not by mount time", () => {
     expect(logs[0].message).toBe("skipped: misfire, 6 tick(s) since 2026-06-01T12:00:10.000Z fired no run in time");
   });
 });
+
+describe("defect 9: two updates in one millisecond", () => {
+  it("mounts the second, not the superseded schedule, though both carry the same update time", async () => {
+    clock = new ManualClock(Date.UTC(2026, 5, 1, 12, 0, 0, 500));
+    const a = await instance();
+    const { id } = await a.client.createJob({ name: "twice", target: "Quick", schedule: "0 0 * * * *", executePolicy: ExecutePolicy.CONCURRENT });
+    await a.client.resumeJob(id);
+    await armed(a, id);
+    // The clock does not move between the two: both updates are stamped 12:00:00.500.
+    await a.client.updateJob({ id, schedule: "0 * * * * *" }, ["schedule"]);
+    await a.app.scheduler.refresh(id); // the first is mounted before the second is written
+    const second = await a.client.updateJob({ id, schedule: "*/10 * * * * *" }, ["schedule"]);
+    expect(second.updateTime).toEqual((await a.client.getJob(id)).updateTime);
+    await a.app.scheduler.refresh(id);
+    await clock.advance(30_000);
+    // Every 10 s (12:00:10, :20, :30), not at the minute (the superseded schedule: no run in these 30 s).
+    await expect.poll(async () => (await logsOf(a, id)).length).toBe(3);
+    const ticks = (await logsOf(a, id)).map(tickOf).sort((x, y) => x - y);
+    expect(ticks).toEqual([10, 20, 30].map((s) => Date.UTC(2026, 5, 1, 12, 0, s)));
+  });
+});
+
+describe("defect 10: the first resync at start-up keeps changes made while it runs", () => {
+  it("neither unmounts a job resumed nor remounts the old schedule of a job updated while it mounts job after job", async () => {
+    clock = new ManualClock(Date.UTC(2026, 5, 1, 12, 0, 0, 500));
+    closeGate();
+    const a = await instance();
+    // "hold" is mounted first (lowest id): its catch-up run is sync, so the start-up resync waits on it.
+    const hold = await a.client.createJob({
+      name: "hold", target: "Gate", schedule: "0 * * * * *", sync: true, executePolicy: ExecutePolicy.CONCURRENT,
+      misfirePolicy: 2, catchUpWindow: { seconds: 600n },
+    });
+    const resumed = await a.client.createJob({ name: "resumed", target: "Quick", schedule: "*/10 * * * * *", executePolicy: ExecutePolicy.CONCURRENT });
+    const updated = await a.client.createJob({ name: "updated", target: "Quick", schedule: "0 0 * * * *", executePolicy: ExecutePolicy.CONCURRENT });
+    await a.client.resumeJob(hold.id);
+    await a.client.resumeJob(updated.id);
+    await stop(a);
+    await clock.advance(60_000); // 12:01:00.500: "hold" missed 12:01:00 with no instance up
+
+    const starting = startSwitchyard(redis, { clock, handlers });
+    await expect.poll(() => gate.calls).toBe(1); // b's resync has read every job and waits in "hold"'s run
+    const c = await instance(); // c claims nothing: b has claimed "hold"'s tick
+    await c.client.resumeJob(resumed.id);
+    await c.client.updateJob({ id: updated.id, schedule: "*/10 * * * * *" }, ["schedule"]);
+    // b applies both announcements while its resync still waits.
+    const ours = (ids: string[]) => ids.filter((id) => [hold.id, resumed.id, updated.id].includes(id)); // not the built-in LogClean
+    const bId = async () => (await c.client.getSchedulerStatus()).instances.find((s) => s.instanceId !== c.app.scheduler.instanceId)?.instanceId;
+    await expect.poll(async () => {
+      const id = await bId();
+      return id ? ours(await recordedMounts(id)) : [];
+    }).toEqual([hold.id, resumed.id, updated.id]);
+    gate.release();
+    const b = await starting;
+    instances.push(b);
+    await stop(c);
+    expect(ours(b.app.scheduler.mounted())).toEqual([hold.id, resumed.id, updated.id]);
+    await clock.advance(10_000); // 12:01:10: both run on the new schedules
+    await expect.poll(async () => (await logsOf(b, resumed.id)).map(tickOf)).toEqual([Date.UTC(2026, 5, 1, 12, 1, 10)]);
+    await expect.poll(async () => (await logsOf(b, updated.id)).map(tickOf)).toEqual([Date.UTC(2026, 5, 1, 12, 1, 10)]);
+  });
+});
