@@ -85,6 +85,9 @@ const MAX_MISSED_SCAN = 100_000;
 /** Jobs claimed per script call: bounds how long one call holds Redis. */
 const CLAIM_BATCH = 1000;
 
+/** Ticks a sync run may outlast that are each claimed and logged; the rest are logged as one entry. */
+const MAX_OUTLASTED = 100;
+
 export class Scheduler {
   readonly instanceId: string;
   readonly startTimeMs: number;
@@ -376,12 +379,43 @@ export class Scheduler {
       mounts.map(async (mount, i) => {
         try {
           if (claims) await this.claimed(mount, tick, claims[i]);
+          await this.skipOutlasted(mount, tick);
         } catch (err) {
           this.log.warn("tick claim failed", { job: mount.job.id, tick, err });
         }
         rearm(mount);
       }),
     );
+  }
+
+  /**
+   * The ticks of a cron job that fell due while this instance was still busy
+   * with `tick` (a sync run, or a slow claim) were armed nowhere here: each is
+   * claimed now and, unless another instance took it, logged as skipped, so it
+   * leaves an entry and a metric like any tick that does not run (SPEC C14).
+   */
+  private async skipOutlasted(mount: Mount, tick: number): Promise<void> {
+    if (this.mounts.get(mount.job.id) !== mount || mount.schedule.kind !== "cron") return;
+    const now = this.clock.now();
+    const why = mount.job.sync
+      ? `skipped: overlap, the sync run of ${new Date(tick).toISOString()} was still running`
+      : `skipped: misfire, this instance was still claiming ${new Date(tick).toISOString()}`;
+    const reason: SkipReason = mount.job.sync ? "overlap" : "misfire";
+    let n = 0;
+    for (let t = nextFire(mount.schedule, tick); t !== undefined && t <= now; t = nextFire(mount.schedule, t)) {
+      // Past the first hundred, one claim of the latest tick stands for the rest, and one entry.
+      let last = t;
+      let more = 1;
+      if (++n > MAX_OUTLASTED) {
+        for (let u = nextFire(mount.schedule, t); u !== undefined && u <= now && more < MAX_MISSED_SCAN; u = nextFire(mount.schedule, u)) [last, more] = [u, more + 1];
+      }
+      const [claim] = await claimTicks(this.client, this.keys, last, [mount.job.id]);
+      if (claim.result === "taken") continue; // another instance fired it
+      if (claim.result !== "run") return this.claimed(mount, t, claim); // gone or not running: unmounts, logs why
+      const job = claim.job === mount.json ? mount.job : (JSON.parse(claim.job!) as JobRecord);
+      if (more === 1) await this.skip(job, t, reason, why);
+      else return this.skip(job, t, reason, `${why} (${more} ticks, to ${new Date(last).toISOString()})`);
+    }
   }
 
   private async fireInterval(mount: Mount): Promise<void> {

@@ -4,11 +4,12 @@
  * snapshot against a newer mount (8, 10), two updates in one millisecond (9).
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { ManualClock } from "../../src/clock.js";
+import { ManualClock, type Clock, type Timer } from "../../src/clock.js";
 import { ExecutePolicy, JobRunStatus, type JobLog } from "../../src/gen/switchyard/v1/cron_pb.js";
 import type { JobHandler } from "../../src/cron/handlers.js";
 import { startRedis, type TestRedis } from "../helpers/redis.js";
 import { startSwitchyard, type TestSwitchyard } from "../helpers/switchyard.js";
+import { scrape, key } from "../helpers/http.js";
 
 let redis: TestRedis;
 let clock: ManualClock;
@@ -21,8 +22,30 @@ function closeGate(): void {
   const wait = new Promise<void>((ok) => (release = ok));
   gate = { calls: 0, release, wait };
 }
+/**
+ * An instance's clock that a run can move on by itself: `ManualClock` plus
+ * `spent`, as if the run took that long (ManualClock.advance, which fires
+ * timers, cannot be called from inside one of them).
+ */
+class BusyClock implements Clock {
+  spent = 0;
+  constructor(private readonly base: ManualClock) {}
+  now(): number {
+    return this.base.now() + this.spent;
+  }
+  setTimer(ms: number, fn: () => unknown): Timer {
+    return this.base.setTimer(ms, fn);
+  }
+}
+let busy: BusyClock | undefined;
+
 const handlers: Record<string, JobHandler> = {
   Quick: async () => "done",
+  /** The first run takes 7.5 s by its instance's clock, the next ones no time. */
+  Long: async () => {
+    if (busy!.spent === 0) busy!.spent += 7_500;
+    return "long";
+  },
   Gate: async () => {
     gate.calls++;
     await gate.wait;
@@ -167,5 +190,29 @@ describe("defect 10: the first resync at start-up keeps changes made while it ru
     await clock.advance(10_000); // 12:01:10: both run on the new schedules
     await expect.poll(async () => (await logsOf(b, resumed.id)).map(tickOf)).toEqual([Date.UTC(2026, 5, 1, 12, 1, 10)]);
     await expect.poll(async () => (await logsOf(b, updated.id)).map(tickOf)).toEqual([Date.UTC(2026, 5, 1, 12, 1, 10)]);
+  });
+});
+
+describe("defect 14: ticks that fall during a sync run", () => {
+  it("each leave a log entry and a skipped-tick metric: 9 ticks, 9 entries", async () => {
+    clock = new ManualClock(Date.UTC(2026, 5, 1, 12, 0, 0, 500));
+    busy = new BusyClock(clock);
+    const a = await startSwitchyard(redis, { clock: busy, handlers });
+    instances.push(a);
+    const { id } = await a.client.createJob({ name: "sync", target: "Long", schedule: "* * * * * *", sync: true, executePolicy: ExecutePolicy.CONCURRENT });
+    await a.client.resumeJob(id);
+    await armed(a, id);
+    const before = (await scrape(a.app.httpAddress)).get(key("switchyard_job_ticks_skipped_total", { reason: "overlap" })) ?? 0;
+    // 12:00:01: the run takes until 12:00:08.5 (12:00:02 … 12:00:08 fall during it); the next, at 12:00:09, is quick.
+    await clock.advance(1000);
+    await expect.poll(async () => (await logsOf(a, id)).length).toBe(9);
+    const logs = (await logsOf(a, id)).sort((x, y) => tickOf(x) - tickOf(y));
+    expect(logs.map(tickOf)).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 9].map((s) => Date.UTC(2026, 5, 1, 12, 0, s)));
+    expect([logs[0].status, logs[8].status]).toEqual([JobRunStatus.SUCCEEDED, JobRunStatus.SUCCEEDED]);
+    for (const skipped of logs.slice(1, 8)) {
+      expect([skipped.status, skipped.message]).toEqual([JobRunStatus.SKIPPED, "skipped: overlap, the sync run of 2026-06-01T12:00:01.000Z was still running"]);
+    }
+    const after = (await scrape(a.app.httpAddress)).get(key("switchyard_job_ticks_skipped_total", { reason: "overlap" })) ?? 0;
+    expect(after - before).toBe(7);
   });
 });
