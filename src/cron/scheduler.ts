@@ -30,7 +30,7 @@ import type { Logger } from "../log.js";
 import { noMetrics, type Metrics, type SkipReason } from "../metrics/hooks.js";
 import type { RedisClient, RedisConnection } from "../redis/connection.js";
 import type { SystemKeys } from "../redis/keys.js";
-import { acquireJobLock, claimInterval, claimTicks, touchJobLock, type LockAttempt, type TickClaim } from "../redis/scripts.js";
+import { acquireJobLock, claimInterval, claimTicks, touchJobLock, type Claim, type LockAttempt, type TickClaim } from "../redis/scripts.js";
 import { runTarget, RunFailure, type ExecutorOptions } from "./executor.js";
 import { RUNNING, versionOf, type JobRecord } from "./job.js";
 import type { JobLogEntry, JobLogStore, RunTrigger } from "./job-log.js";
@@ -374,6 +374,9 @@ export class Scheduler {
       claims = await claimTicks(this.client, this.keys, tick, mounts.map((m) => m.job.id), lock);
     } catch (err) {
       this.log.warn("tick claim failed", { jobs: mounts.map((m) => m.job.id), tick, err });
+      // Every tick that did not run leaves an entry (C14): this one may have run elsewhere, which the entry says.
+      const why = `skipped: the tick could not be claimed (${err instanceof Error ? err.message : String(err)}); another instance may have run it`;
+      await Promise.all(mounts.map((m) => this.skip(m.job, tick, "claim_failed", why)));
     }
     await Promise.all(
       mounts.map(async (mount, i) => {
@@ -422,13 +425,17 @@ export class Scheduler {
     if (this.mounts.get(mount.job.id) !== mount || mount.schedule.kind !== "every") return;
     const interval = mount.schedule.intervalMs;
     let next = interval;
+    const now = this.clock.now();
+    let claim: Claim | undefined;
     try {
-      const claim = await claimInterval(this.client, this.keys.jobs, this.keys.ticks, mount.job.id, this.clock.now(), interval);
-      if (claim.result === "wait") next = claim.atMs! + interval + 1 - this.clock.now();
-      else await this.claimed(mount, claim.atMs ?? this.clock.now(), claim);
+      claim = await claimInterval(this.client, this.keys.jobs, this.keys.ticks, mount.job.id, now, interval);
     } catch (err) {
       this.log.warn("interval claim failed", { job: mount.job.id, err });
+      const why = `skipped: the run could not be claimed (${err instanceof Error ? err.message : String(err)}); another instance may have run it`;
+      await this.skip(mount.job, now, "claim_failed", why);
     }
+    if (claim?.result === "wait") next = claim.atMs! + interval + 1 - this.clock.now();
+    else if (claim) await this.claimed(mount, claim.atMs ?? now, claim).catch((err: unknown) => this.log.warn("interval run failed", { job: mount.job.id, err }));
     this.armInterval(mount, next);
   }
 

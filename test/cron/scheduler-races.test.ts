@@ -10,6 +10,7 @@ import type { JobHandler } from "../../src/cron/handlers.js";
 import { startRedis, type TestRedis } from "../helpers/redis.js";
 import { startSwitchyard, type TestSwitchyard } from "../helpers/switchyard.js";
 import { scrape, key } from "../helpers/http.js";
+import { createLogger } from "../../src/log.js";
 
 let redis: TestRedis;
 let clock: ManualClock;
@@ -214,5 +215,69 @@ describe("defect 14: ticks that fall during a sync run", () => {
     }
     const after = (await scrape(a.app.httpAddress)).get(key("switchyard_job_ticks_skipped_total", { reason: "overlap" })) ?? 0;
     expect(after - before).toBe(7);
+  });
+});
+
+describe("suspected: a paused interval job's claim", () => {
+  it("records no last run: resumed after its interval, the job runs at once", async () => {
+    clock = new ManualClock(Date.UTC(2026, 5, 1, 12, 0, 0, 0));
+    // No resync within the test: it would see the pause below before the claim does.
+    const a = await startSwitchyard(redis, { clock, handlers, config: { schedulerResyncMs: 3_600_000 } });
+    instances.push(a);
+    const { id } = await a.client.createJob({ name: "minutely", target: "Quick", schedule: "@every 60s", executePolicy: ExecutePolicy.CONCURRENT });
+    await a.client.resumeJob(id);
+    await armed(a, id);
+    await clock.advance(0); // the first run, at once: 12:00:00
+    await expect.poll(async () => (await logsOf(a, id)).length).toBe(1);
+    await clock.advance(30_000);
+    // Paused behind the scheduler's back (as a pause racing the claim): the claim at 12:01:00.001 finds it paused.
+    const stored = JSON.parse((await redis.plain.hget("{switchyard}:jobs", id))!);
+    await redis.plain.hset("{switchyard}:jobs", id, JSON.stringify({ ...stored, status: 2 }));
+    await clock.advance(31_000);
+    await expect.poll(async () => (await logsOf(a, id)).map((l) => l.message)).toContain("skipped: the job is paused");
+    expect(a.app.scheduler.mounted()).not.toContain(id);
+    await clock.advance(4_000); // 12:01:05: the last real run is 65 s old
+    await a.client.resumeJob(id);
+    await armed(a, id);
+    await clock.advance(0);
+    await expect.poll(async () => (await logsOf(a, id)).length).toBe(3);
+    const run = (await logsOf(a, id)).sort((x, y) => tickOf(x) - tickOf(y))[2];
+    expect([run.status, tickOf(run)]).toEqual([JobRunStatus.SUCCEEDED, Date.UTC(2026, 5, 1, 12, 1, 5)]);
+  });
+});
+
+describe("suspected: a failed tick claim", () => {
+  it("leaves a job-log entry saying so, and counts a skipped tick", async () => {
+    clock = new ManualClock(Date.UTC(2026, 5, 1, 12, 0, 0, 500));
+    const a = await instance();
+    const { id } = await a.client.createJob({ name: "claimless", target: "Quick", schedule: "* * * * * *" });
+    await a.client.resumeJob(id);
+    await armed(a, id);
+    // The ticks hash as the wrong type: claim-ticks.lua fails on it (a stand-in for any failed claim); the log keys still work.
+    await redis.plain.set("{switchyard}:cron:ticks", "not a hash");
+    const before = (await scrape(a.app.httpAddress)).get(key("switchyard_job_ticks_skipped_total", { reason: "claim_failed" })) ?? 0;
+    await clock.advance(1000);
+    await expect.poll(async () => (await logsOf(a, id)).length).toBe(1);
+    const [entry] = await logsOf(a, id);
+    expect(entry.status).toBe(JobRunStatus.SKIPPED);
+    expect(tickOf(entry)).toBe(Date.UTC(2026, 5, 1, 12, 0, 1));
+    expect(entry.message).toMatch(/^skipped: the tick could not be claimed \(.*WRONGTYPE.*\); another instance may have run it$/);
+    const after = (await scrape(a.app.httpAddress)).get(key("switchyard_job_ticks_skipped_total", { reason: "claim_failed" })) ?? 0;
+    expect(after - before).toBe(1);
+  });
+});
+
+describe("suspected: job-log.ts ignored EXEC errors", () => {
+  it("reports a log entry whose transaction failed inside EXEC, instead of taking it for written", async () => {
+    clock = new ManualClock(Date.UTC(2026, 5, 1, 12, 0, 0, 0));
+    const lines: string[] = [];
+    const a = await startSwitchyard(redis, { clock, handlers, log: createLogger("error", (line) => void lines.push(line)) });
+    instances.push(a);
+    const { id } = await a.client.createJob({ name: "logless", target: "Quick", schedule: "0 0 3 * * *" });
+    // The by-time index as the wrong type: its ZADD fails inside EXEC, after the entry's HSET was applied.
+    await redis.plain.set("{switchyard}:joblogs:time", "not a sorted set");
+    await a.client.runOnce(id);
+    await expect.poll(() => lines.filter((l) => l.includes("could not write a job log entry")).length).toBe(1);
+    expect(lines.find((l) => l.includes("could not write a job log entry"))).toContain("WRONGTYPE");
   });
 });
