@@ -1,6 +1,8 @@
 /**
  * Schedules (SPEC C3, C14, I1): six-field cron with seconds, `#` + five
- * fields, or `@every <duration>`, in an IANA time zone. Parsing either gives a
+ * fields, gcron's `@hourly @daily @weekly @monthly @yearly` (and `@midnight`,
+ * `@annually`; stored as the six fields they stand for), or
+ * `@every <duration>`, in an IANA time zone. Parsing either gives a
  * Schedule or INVALID_ARGUMENT "invalid cron expression: …".
  *
  * Daylight saving (pinned by tests and documented in the README): a
@@ -23,6 +25,17 @@ export type Schedule =
 function invalidSchedule(message: string): SwitchyardError {
   return new SwitchyardError("invalid_argument", message, { reason: "INVALID_SCHEDULE", violations: [{ field: "schedule", description: message }] });
 }
+
+/** gcron's predefined schedules (SPEC C3), as the six fields they stand for. */
+const NICKNAMES: Record<string, string> = {
+  "@yearly": "0 0 0 1 1 *",
+  "@annually": "0 0 0 1 1 *",
+  "@monthly": "0 0 0 1 * *",
+  "@weekly": "0 0 0 * * 0",
+  "@daily": "0 0 0 * * *",
+  "@midnight": "0 0 0 * * *",
+  "@hourly": "0 0 * * * *",
+};
 
 const UNITS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
 const MIN_INTERVAL_MS = 1000;
@@ -75,7 +88,13 @@ export function parseSchedule(text: string, timeZone = "UTC"): Schedule {
   }
   checkTimeZone(timeZone);
   let fields: string[];
-  if (trimmed.startsWith("#")) {
+  if (trimmed.startsWith("@")) {
+    const nickname = NICKNAMES[trimmed.toLowerCase()];
+    if (!nickname) {
+      throw invalidSchedule(`invalid cron expression: "${text}": use one of ${Object.keys(NICKNAMES).join(" ")} or "@every <duration>"`);
+    }
+    fields = nickname.split(" ");
+  } else if (trimmed.startsWith("#")) {
     fields = trimmed.slice(1).trim().split(" ").filter(Boolean);
     if (fields.length !== 5) {
       throw invalidSchedule(`invalid cron expression: "${text}": after "#" write 5 fields (minute hour day month weekday)`);

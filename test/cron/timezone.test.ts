@@ -178,4 +178,25 @@ describe("schedules in the API", () => {
     const updated = await sy.client.updateJob({ id: every.id, schedule: "@every   1h30m" }, ["schedule"]);
     expect(updated.schedule).toBe("@every 1h30m");
   });
+
+  it("accepts gcron's predefined @hourly @daily @weekly @monthly @yearly (seed 001), echoed as the six fields they stand for", async () => {
+    const { sy } = await startAt("2026-01-01T10:20:00Z"); // a Thursday
+    const cases: [string, string, string[]][] = [
+      ["@hourly", "0 0 * * * *", ["2026-01-01T11:00:00.000Z", "2026-01-01T12:00:00.000Z"]],
+      ["@daily", "0 0 0 * * *", ["2026-01-02T00:00:00.000Z", "2026-01-03T00:00:00.000Z"]],
+      ["@midnight", "0 0 0 * * *", ["2026-01-02T00:00:00.000Z", "2026-01-03T00:00:00.000Z"]],
+      ["@weekly", "0 0 0 * * 0", ["2026-01-04T00:00:00.000Z", "2026-01-11T00:00:00.000Z"]],
+      ["@monthly", "0 0 0 1 * *", ["2026-02-01T00:00:00.000Z", "2026-03-01T00:00:00.000Z"]],
+      ["@yearly", "0 0 0 1 1 *", ["2027-01-01T00:00:00.000Z", "2028-01-01T00:00:00.000Z"]],
+      ["@annually", "0 0 0 1 1 *", ["2027-01-01T00:00:00.000Z", "2028-01-01T00:00:00.000Z"]],
+    ];
+    for (const [nickname, fields, next] of cases) {
+      const job = await sy.client.createJob({ name: nickname, target: "HelloWorld", schedule: nickname });
+      expect([job.schedule, fireTimes(job).slice(0, 2)], nickname).toEqual([fields, next]);
+    }
+    await expect(sy.client.createJob({ name: "fortnightly", target: "HelloWorld", schedule: "@fortnightly" })).rejects.toMatchObject({
+      code: 3,
+      details: expect.stringContaining("use one of @yearly @annually @monthly @weekly @daily @midnight @hourly"),
+    });
+  });
 });
