@@ -413,6 +413,7 @@ export class Scheduler {
         for (let u = nextFire(mount.schedule, t); u !== undefined && u <= now && more < MAX_MISSED_SCAN; u = nextFire(mount.schedule, u)) [last, more] = [u, more + 1];
       }
       const [claim] = await claimTicks(this.client, this.keys, last, [mount.job.id]);
+      if (claim.result === "taken" && more > 1) return; // another instance fired the latest: the rest is its
       if (claim.result === "taken") continue; // another instance fired it
       if (claim.result !== "run") return this.claimed(mount, t, claim); // gone or not running: unmounts, logs why
       const job = claim.job === mount.json ? mount.job : (JSON.parse(claim.job!) as JobRecord);

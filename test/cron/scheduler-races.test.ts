@@ -47,6 +47,11 @@ const handlers: Record<string, JobHandler> = {
     if (busy!.spent === 0) busy!.spent += 7_500;
     return "long";
   },
+  /** The first run takes 150.5 s by its instance's clock, the next ones no time. */
+  VeryLong: async () => {
+    if (busy!.spent === 0) busy!.spent += 150_500;
+    return "very long";
+  },
   Gate: async () => {
     gate.calls++;
     await gate.wait;
@@ -215,6 +220,27 @@ describe("defect 14: ticks that fall during a sync run", () => {
     }
     const after = (await scrape(a.app.httpAddress)).get(key("switchyard_job_ticks_skipped_total", { reason: "overlap" })) ?? 0;
     expect(after - before).toBe(7);
+  });
+});
+
+describe("defect 14, past a hundred outlasted ticks", () => {
+  it("logs the first hundred one by one and the rest in one entry", async () => {
+    clock = new ManualClock(Date.UTC(2026, 5, 1, 12, 0, 0, 500));
+    busy = new BusyClock(clock);
+    const a = await startSwitchyard(redis, { clock: busy, handlers });
+    instances.push(a);
+    const { id } = await a.client.createJob({ name: "sync", target: "VeryLong", schedule: "* * * * * *", sync: true, executePolicy: ExecutePolicy.CONCURRENT });
+    await a.client.resumeJob(id);
+    await armed(a, id);
+    await clock.advance(1000); // 12:00:01, running until 12:02:31.5: 150 ticks fall during it
+    await expect.poll(async () => (await logsOf(a, id)).length).toBe(103); // the run, 100 skipped, one for the other 50, the next run
+    const logs = (await logsOf(a, id)).sort((x, y) => tickOf(x) - tickOf(y));
+    expect(logs.slice(1, 101).every((l) => l.status === JobRunStatus.SKIPPED)).toBe(true);
+    expect(tickOf(logs[101])).toBe(Date.UTC(2026, 5, 1, 12, 1, 42));
+    expect(logs[101].message).toBe(
+      "skipped: overlap, the sync run of 2026-06-01T12:00:01.000Z was still running (50 ticks, to 2026-06-01T12:02:31.000Z)",
+    );
+    expect([logs[102].status, tickOf(logs[102])]).toEqual([JobRunStatus.SUCCEEDED, Date.UTC(2026, 5, 1, 12, 2, 32)]);
   });
 });
 
