@@ -3,8 +3,9 @@
  * Runs the README's tour ("## A tour with `buf curl`") against a real server
  * and produces its code blocks: every command as the README shows it, run by
  * bash with `sy` defined as the README's alias (only the address is the
- * server's own), followed by what it printed. The two Lease streams a reader
- * types into are driven the same way, through buf curl's stdin.
+ * server's own), followed by what it printed. The Lease streams (typed into,
+ * or fed by `(echo …; sleep N) |`) are driven through buf curl's stdin, which
+ * closes once the delivery they wait for has arrived.
  *
  *   node scripts/readme-tour.mjs           prints the blocks
  *   node scripts/readme-tour.mjs --write   puts them into README.md
@@ -103,6 +104,21 @@ function stream(ctx) {
 const token = (output, n = 0) => [...output.matchAll(/"leaseToken": "([^"]+)"/g)][n][1];
 
 /**
+ * `(echo '<open>'; sleep N) | sy -d @- …/Lease`, shown as written: the stream
+ * gets the open message and its stdin closes once the delivery has arrived,
+ * which the sleep gives a reader time for (a loaded machine may need longer).
+ */
+function pipedLease(shown) {
+  const open = /echo '([^']+)'/.exec(shown)[1];
+  return async (ctx) => {
+    const lease = stream(ctx);
+    lease.send(open);
+    await lease.until('"deliveries"');
+    return [`$ ${shown}`, await lease.end()];
+  };
+}
+
+/**
  * The tour, block by block. A block is a list of steps: `$` (a command shown
  * with its output), `hidden` (a command the prose mentions but the block does
  * not show), or `run` (custom: resolves to the lines to show).
@@ -157,7 +173,7 @@ const TOUR = [
   ],
   [
     { hidden: `sy -d '{"queue":"{thumbnails}","items":[{"payload":"eyJpbWFnZSI6ImRvZy5qcGcifQ=="}]}' ${BASE}/Enqueue` },
-    { $: `(echo '{"open":{"queue":"{thumbnails}","credit":1}}'; sleep 2) | \\\n    sy -d @- ${BASE}/Lease` },
+    { run: pipedLease(`(echo '{"open":{"queue":"{thumbnails}","credit":1}}'; sleep 2) | \\\n    sy -d @- ${BASE}/Lease`) },
     { $: `sy -d '{"name":"{thumbnails}"}' ${BASE}/GetQueueStats` },
   ],
   [
@@ -184,7 +200,7 @@ const TOUR = [
   [
     { $: `sy -d '{"queue":{"name":"cache.warmups","mode":"QUEUE_MODE_SIMPLE"}}' \\\n    ${BASE}/CreateQueue` },
     { $: `redis-cli --no-raw -s .switchyard-data/redis.sock LPUSH cache.warmups '{"page":"/pricing"}'` },
-    { $: `(echo '{"open":{"queue":"cache.warmups","credit":10}}'; sleep 1) | \\\n    sy -d @- ${BASE}/Lease` },
+    { run: pipedLease(`(echo '{"open":{"queue":"cache.warmups","credit":10}}'; sleep 1) | \\\n    sy -d @- ${BASE}/Lease`) },
   ],
 ];
 

@@ -153,7 +153,7 @@ async function runSeed(seed: number): Promise<void> {
           .poll(async () => {
             seen = await Promise.all(jobs.map(logsOf));
             return seen.map((l) => l.length);
-          }, { timeout: 10_000 })
+          }, { timeout: 30_000 })
           .toEqual(jobs.map(expected));
       } catch {
         // Compared entry by entry below, which says what is missing or extra.
