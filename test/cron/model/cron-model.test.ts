@@ -6,7 +6,9 @@
  * ManualClock over one real Redis, checked against a model after every clock
  * step: each due tick of a RUNNING job runs exactly once (a queue target's
  * items carry the tick; a local HTTP target counts its hits), or leaves a log
- * entry with its reason (overlap, lock held), and nothing else runs.
+ * entry with its reason (overlap, lock held), and nothing else runs; while
+ * every instance is down, ticks fire nowhere, and the first instance up runs
+ * the latest if it is within the misfire grace and logs the rest as misfires.
  *
  * The model computes due ticks on its own: schedules are `* /k * * * * *`
  * (every k seconds of each minute), so a tick is a whole second whose
@@ -82,6 +84,36 @@ function dueTicks(job: ModelJob, until: number): number[] {
   return out;
 }
 
+/** A misfire: a tick later than this when claimed runs nothing (SWITCHYARD_MISFIRE_GRACE's default). */
+const GRACE_MS = 5000;
+
+/** What a tick must leave in the job log: a run (or, by policy, an overlap or lock-held skip), or a misfire entry. */
+type Expected = "run" | "misfire";
+
+/**
+ * The entries the model expects for `job` up to `until`, by tick. While every
+ * instance was down (`downs`), ticks fire nowhere: when one starts it claims
+ * the latest missed tick, which runs if it is within the misfire grace (the
+ * ticks before it then leave one misfire entry, at the first), or else leaves
+ * one misfire entry itself.
+ */
+function expectedEntries(job: ModelJob, until: number, downs: { from: number; to: number }[]): Map<number, Expected> {
+  const out = new Map<number, Expected>();
+  const due = dueTicks(job, until);
+  for (const t of due) if (!downs.some((d) => t > d.from && t <= d.to)) out.set(t, "run");
+  for (const d of downs) {
+    const missed = due.filter((t) => t > d.from && t <= d.to);
+    if (missed.length === 0) continue;
+    const [first, last] = [missed[0], missed[missed.length - 1]];
+    if (d.to - last > GRACE_MS) out.set(last, "misfire");
+    else {
+      out.set(last, "run");
+      if (missed.length > 1) out.set(first, "misfire");
+    }
+  }
+  return out;
+}
+
 const tickOf = (l: JobLog) => Number(l.tickTime!.seconds) * 1000 + l.tickTime!.nanos / 1e6;
 const iso = (ms: number) => new Date(ms).toISOString().slice(11, 23);
 
@@ -99,6 +131,8 @@ async function runSeed(seed: number): Promise<void> {
     say(`start instance ${++started} (${live.length} up)`);
   };
   const jobs: ModelJob[] = [];
+  /** When every instance was down: from the last stop to the next start. */
+  const downs: { from: number; to: number }[] = [];
   const fail = (problems: string[]) => {
     throw new Error(
       `cron model, seed ${seed}: ${problems.slice(0, 10).join("; ")}\n` +
@@ -147,7 +181,7 @@ async function runSeed(seed: number): Promise<void> {
     const check = async () => {
       const now = clock.now();
       const logsOf = async (job: ModelJob) => (await live[0].client.listJobLogs(job.id, 1000)).logs;
-      const expected = (job: ModelJob) => dueTicks(job, now).length + job.runOnces;
+      const expected = (job: ModelJob) => expectedEntries(job, now, downs).size + job.runOnces;
       let seen: JobLog[][] = [];
       try {
         await expect
@@ -164,21 +198,24 @@ async function runSeed(seed: number): Promise<void> {
         const logs = seen[j] ?? [];
         const byTick = new Map<number, JobLog[]>();
         for (const l of logs.filter((l) => l.trigger !== JobTrigger.RUN_ONCE)) byTick.set(tickOf(l), [...(byTick.get(tickOf(l)) ?? []), l]);
-        const due = dueTicks(job, now);
-        for (const t of due) {
+        const due = expectedEntries(job, now, downs);
+        for (const [t, kind] of due) {
           const entries = byTick.get(t) ?? [];
           if (entries.length !== 1) problems.push(`job ${job.id} tick ${iso(t)}: ${entries.length} entries (${entries.map((e) => e.message || e.error).join(" | ")})`);
           for (const e of entries) {
             const skip = e.status === JobRunStatus.SKIPPED;
-            const allowed = skip
-              ? (job.policy === ExecutePolicy.SINGLETON && e.message.startsWith("skipped: overlap")) ||
-                (job.policy === ExecutePolicy.ABANDON && e.message.startsWith("abandoned: lock held"))
-              : e.status === JobRunStatus.SUCCEEDED && e.trigger === JobTrigger.SCHEDULE;
-            if (!allowed) problems.push(`job ${job.id} tick ${iso(t)}: ${JobRunStatus[e.status]} ${JobTrigger[e.trigger]} "${e.message || e.error}"`);
+            const allowed =
+              kind === "misfire"
+                ? skip && e.message.startsWith("skipped: misfire")
+                : skip
+                  ? (job.policy === ExecutePolicy.SINGLETON && e.message.startsWith("skipped: overlap")) ||
+                    (job.policy === ExecutePolicy.ABANDON && e.message.startsWith("abandoned: lock held"))
+                  : e.status === JobRunStatus.SUCCEEDED && e.trigger === JobTrigger.SCHEDULE;
+            if (!allowed) problems.push(`job ${job.id} tick ${iso(t)}, ${kind} expected: ${JobRunStatus[e.status]} ${JobTrigger[e.trigger]} "${e.message || e.error}"`);
           }
         }
         for (const [t, entries] of byTick) {
-          if (!due.includes(t)) problems.push(`job ${job.id} tick ${iso(t)} is not due, yet has ${entries.length} entries (${entries[0].message || entries[0].error})`);
+          if (!due.has(t)) problems.push(`job ${job.id} tick ${iso(t)} is not due, yet has ${entries.length} entries (${entries[0].message || entries[0].error})`);
         }
         const onces = logs.filter((l) => l.trigger === JobTrigger.RUN_ONCE);
         if (onces.length !== job.runOnces) problems.push(`job ${job.id}: ${onces.length} RunOnce entries, not ${job.runOnces}`);
@@ -241,6 +278,18 @@ async function runSeed(seed: number): Promise<void> {
         const [gone] = live.splice(below(next, live.length), 1);
         await gone.stop();
         say(`stop an instance (${live.length} up)`);
+      } else if (roll < 0.97) {
+        // Every instance down for 1-8 s: the ticks meanwhile fire nowhere, and the first instance up catches up.
+        await check();
+        await Promise.all(live.splice(0).map((sy) => sy.stop()));
+        const ms = (1 + below(next, 8)) * 1000;
+        const from = clock.now();
+        await clock.advance(ms);
+        say(`every instance down for ${ms} ms`);
+        downs.push({ from, to: clock.now() });
+        await startOne();
+        if (next() < 0.5) await startOne();
+        await check();
       } else if (live.length < 3) {
         await startOne();
       }
