@@ -15,8 +15,8 @@
  * second-of-minute is a multiple of k. Changes are made at .500 s and ticks
  * fall on whole seconds, so no tick is ambiguous about which state it met.
  *
- * `npm test` runs SWITCHYARD_CRON_MODEL_RUNS seeds (default 2) of
- * SWITCHYARD_CRON_MODEL_STEPS steps (default 30); SWITCHYARD_CRON_MODEL_SEED
+ * `npm test` runs SWITCHYARD_CRON_MODEL_RUNS seeds (default 4) of
+ * SWITCHYARD_CRON_MODEL_STEPS steps (default 50); SWITCHYARD_CRON_MODEL_SEED
  * replays one seed. A failing seed prints its history.
  */
 import { createServer, type Server } from "node:http";
@@ -29,8 +29,8 @@ import { below, random } from "../../helpers/random.js";
 import { startRedis, type TestRedis } from "../../helpers/redis.js";
 import { startSwitchyard, type TestSwitchyard } from "../../helpers/switchyard.js";
 
-const RUNS = Number(process.env.SWITCHYARD_CRON_MODEL_RUNS ?? 2);
-const STEPS = Number(process.env.SWITCHYARD_CRON_MODEL_STEPS ?? 30);
+const RUNS = Number(process.env.SWITCHYARD_CRON_MODEL_RUNS ?? 4);
+const STEPS = Number(process.env.SWITCHYARD_CRON_MODEL_STEPS ?? 50);
 const ONE_SEED = process.env.SWITCHYARD_CRON_MODEL_SEED;
 const SEEDS = ONE_SEED ? [Number(ONE_SEED)] : Array.from({ length: RUNS }, (_, i) => 1201 + i);
 
