@@ -6,7 +6,7 @@
  */
 import { invalid } from "../errors.js";
 import { CLEAN_BATCH, CLEAN_MAX_PER_RUN } from "../cron/job-log.js";
-import type { RedisConnection } from "../redis/connection.js";
+import { execAll, type RedisConnection } from "../redis/connection.js";
 import type { SystemKeys } from "../redis/keys.js";
 
 /** One audited call. */
@@ -46,12 +46,13 @@ export class AuditLogStore {
   async append(entry: Omit<AuditEntry, "id">): Promise<AuditEntry> {
     const seq = await this.redis.client.incr(this.keys.auditSeq);
     const stored: AuditEntry = { id: String(seq), ...entry };
-    await this.redis.client
-      .multi()
-      .hset(this.keys.audit, stored.id, JSON.stringify(stored))
-      .zadd(this.keys.auditOrder, seq, stored.id)
-      .zadd(this.keys.auditTime, stored.timeMs, stored.id)
-      .exec();
+    await execAll(
+      this.redis.client
+        .multi()
+        .hset(this.keys.audit, stored.id, JSON.stringify(stored))
+        .zadd(this.keys.auditOrder, seq, stored.id)
+        .zadd(this.keys.auditTime, stored.timeMs, stored.id),
+    );
     return stored;
   }
 
@@ -74,15 +75,10 @@ export class AuditLogStore {
     while (removed < max) {
       const ids = await this.redis.client.zrangebyscore(this.keys.auditTime, "-inf", `(${cutoffMs}`, "LIMIT", 0, Math.min(batch, max - removed));
       if (ids.length === 0) break;
-      const results = await this.redis.client
-        .multi()
-        .zrem(this.keys.auditTime, ...ids)
-        .zrem(this.keys.auditOrder, ...ids)
-        .hdel(this.keys.audit, ...ids)
-        .exec();
       // Count what this call removed: a concurrent clean may have taken some of these ids already.
-      const [err, gone] = results?.[0] ?? [null, ids.length];
-      if (err) throw err;
+      const [gone] = await execAll(
+        this.redis.client.multi().zrem(this.keys.auditTime, ...ids).zrem(this.keys.auditOrder, ...ids).hdel(this.keys.audit, ...ids),
+      );
       removed += Number(gone);
       if (ids.length < batch) break;
     }

@@ -3,7 +3,8 @@
  * list (`sys:job:list`, ...) or a queue scope (`queue:read`, `queue:admin`,
  * `queue:enqueue`, `queue:lease`) optionally limited to queue names by a pattern after a third
  * colon: `queue:lease:{thumbnails}` (exact) or `queue:enqueue:cache.*` (a glob,
- * `*` any run of characters, `?` one). `*` alone grants everything.
+ * `*` any run of characters, `?` one). `*` alone grants everything, and the
+ * seed's `sys:job:*` every `sys:job:` scope (the seven job permissions).
  */
 import { invalid } from "../errors.js";
 
@@ -19,6 +20,9 @@ export const SYSTEM_SCOPES = [
   "sys:audit:list",
 ] as const;
 
+/** The seed's grant of every job scope. */
+export const ALL_JOB_SCOPES = "sys:job:*";
+
 /** Scopes that may name queue patterns. */
 export const QUEUE_SCOPES = ["queue:read", "queue:admin", "queue:enqueue", "queue:lease"] as const;
 
@@ -30,7 +34,7 @@ export type ScopeName = (typeof SYSTEM_SCOPES)[number] | (typeof QUEUE_SCOPES)[n
 
 /** One granted scope: a name and, for queue scopes, the queues it covers. */
 export interface Grant {
-  readonly name: ScopeName | "*";
+  readonly name: ScopeName | "*" | typeof ALL_JOB_SCOPES;
   /** A glob over queue names; "*" (or no pattern given) covers every queue. */
   readonly pattern: string;
   /** The scope as configured, for messages. */
@@ -61,6 +65,7 @@ function globRegExp(glob: string): RegExp {
 /** Parses one scope; INVALID_ARGUMENT naming `where` and the valid names when it is not one. */
 export function parseScope(text: string, where: string): Grant {
   if (text === "*") return { name: "*", pattern: "*", text };
+  if (text === ALL_JOB_SCOPES) return { name: ALL_JOB_SCOPES, pattern: "*", text };
   for (const name of queueNames) {
     if (text === name) return { name: name as ScopeName, pattern: "*", text };
     if (text.startsWith(`${name}:`) && text.length > name.length + 1) {
@@ -69,7 +74,7 @@ export function parseScope(text: string, where: string): Grant {
   }
   if (systemNames.has(text)) return { name: text as ScopeName, pattern: "*", text };
   throw invalid(
-    `${where}: unknown scope "${text}"; use one of ${[...SYSTEM_SCOPES, ...QUEUE_SCOPES].join(", ")}, ` +
+    `${where}: unknown scope "${text}"; use one of ${[...SYSTEM_SCOPES, ...QUEUE_SCOPES].join(", ")}, ${ALL_JOB_SCOPES} (every sys:job scope), ` +
       `a queue scope with a pattern (queue:lease:{thumbnails}, queue:enqueue:cache.*), or *`,
   );
 }
@@ -94,6 +99,7 @@ export class Grants {
   allows(need: Need): boolean {
     return this.matchers.some(({ grant, matches }) => {
       if (grant.name === "*") return true;
+      if (grant.name === ALL_JOB_SCOPES) return need.scope.startsWith("sys:job:");
       if (grant.name !== need.scope && IMPLIED[grant.name] !== need.scope) return false;
       if (need.queue === undefined) return true;
       if (need.queue === "*") return grant.pattern === "*";

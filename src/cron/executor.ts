@@ -27,6 +27,13 @@ export interface ExecutorOptions {
 
 const BODY_CHARS = 1000;
 
+/** The first `n` characters of `text`, counted as the seed counts them: code points (an emoji is one, not two UTF-16 units). */
+function firstChars(text: string, n: number): string {
+  let end = 0;
+  for (let count = 0; count < n && end < text.length; count++) end += text.codePointAt(end)! > 0xffff ? 2 : 1;
+  return text.slice(0, end);
+}
+
 async function callHttpTarget(job: JobRecord, ctx: RunContext, options: ExecutorOptions): Promise<string> {
   const abort = new AbortController();
   const timer = options.clock.setTimer(options.httpTimeoutMs, () =>
@@ -36,7 +43,7 @@ async function callHttpTarget(job: JobRecord, ctx: RunContext, options: Executor
   ctx.signal.addEventListener("abort", onStop, { once: true });
   try {
     const response = await callHttp(job.target, job.params, options.httpGuard, abort.signal);
-    const body = response.body.slice(0, BODY_CHARS);
+    const body = firstChars(response.body, BODY_CHARS);
     if (response.status !== 200) throw new RunFailure(`HTTP ${response.status}: ${body}`);
     return `HTTP 200: ${body}`;
   } catch (err) {

@@ -4,7 +4,7 @@
  * them newest first, and a sorted set by time lets LogClean remove old ones.
  */
 import { invalid } from "../errors.js";
-import type { RedisConnection } from "../redis/connection.js";
+import { execAll, type RedisConnection } from "../redis/connection.js";
 import type { SystemKeys } from "../redis/keys.js";
 
 export type RunStatus = "succeeded" | "failed" | "skipped";
@@ -48,15 +48,16 @@ export class JobLogStore {
     return `${jobId}-${await this.redis.client.incr(this.keys.logSeq)}`;
   }
 
-  /** Writes an entry. */
+  /** Writes an entry; rejects when any of its writes failed. */
   async append(entry: JobLogEntry): Promise<void> {
     const seq = Number(entry.id.slice(entry.id.lastIndexOf("-") + 1));
-    await this.redis.client
-      .multi()
-      .hset(this.keys.logs, entry.id, JSON.stringify(entry))
-      .zadd(this.keys.logTime, entry.startTimeMs, entry.id)
-      .zadd(this.keys.jobLogs(entry.jobId), seq, entry.id)
-      .exec();
+    await execAll(
+      this.redis.client
+        .multi()
+        .hset(this.keys.logs, entry.id, JSON.stringify(entry))
+        .zadd(this.keys.logTime, entry.startTimeMs, entry.id)
+        .zadd(this.keys.jobLogs(entry.jobId), seq, entry.id),
+    );
   }
 
   /** The newest entry of each of these jobs (none for a job without entries). */
@@ -115,10 +116,8 @@ export class JobLogStore {
       }
       const tx = this.redis.client.multi().zrem(this.keys.logTime, ...ids).hdel(this.keys.logs, ...ids);
       for (const [jobId, jobIds] of byJob) tx.zrem(this.keys.jobLogs(jobId), ...jobIds);
-      const results = await tx.exec();
       // Count what this call removed: a concurrent clean may have taken some of these ids already.
-      const [err, gone] = results?.[0] ?? [null, ids.length];
-      if (err) throw err;
+      const [gone] = await execAll(tx);
       removed += Number(gone);
       if (ids.length < batch) break;
     }

@@ -1,25 +1,41 @@
 /**
  * Schedules (SPEC C3, C14, I1): six-field cron with seconds, `#` + five
- * fields, or `@every <duration>`, in an IANA time zone. Parsing either gives a
+ * fields, gcron's `@hourly @daily @weekly @monthly @yearly` (and `@midnight`,
+ * `@annually`; stored as the six fields they stand for), or
+ * `@every <duration>`, in an IANA time zone. Parsing either gives a
  * Schedule or INVALID_ARGUMENT "invalid cron expression: …".
  *
- * Daylight saving (croner's behaviour, pinned by tests and documented in the
- * README): a wall-clock time skipped by a spring-forward gap fires at the first
- * valid time after the gap (02:30 → 03:00); a time repeated by a fall-back
- * overlap fires once, at its first occurrence.
+ * Daylight saving (pinned by tests and documented in the README): a
+ * wall-clock time skipped by a spring-forward gap fires at the first valid
+ * time after the gap (02:30 → 03:00), as croner computes it; a time repeated
+ * by a fall-back overlap fires once, at its first occurrence, unless the
+ * schedule's minute or hour field is a wildcard (`*`, `*\/15`): such a job
+ * runs on every real minute or hour through the overlap (Vixie cron's rule).
+ * croner repeats `0 20,40 2 * * *` in the second 02:xx, so nextFire skips it.
  */
 import { Cron } from "croner";
 import { SwitchyardError, invalid } from "../errors.js";
 
 /** A parsed schedule. */
 export type Schedule =
-  | { kind: "cron"; expression: string; timeZone: string; cron: Cron }
+  | { kind: "cron"; expression: string; timeZone: string; cron: Cron; fixedTime: boolean }
   | { kind: "every"; expression: string; intervalMs: number };
 
 /** INVALID_ARGUMENT, reason INVALID_SCHEDULE, naming the schedule field. */
 function invalidSchedule(message: string): SwitchyardError {
   return new SwitchyardError("invalid_argument", message, { reason: "INVALID_SCHEDULE", violations: [{ field: "schedule", description: message }] });
 }
+
+/** gcron's predefined schedules (SPEC C3), as the six fields they stand for. */
+const NICKNAMES: Record<string, string> = {
+  "@yearly": "0 0 0 1 1 *",
+  "@annually": "0 0 0 1 1 *",
+  "@monthly": "0 0 0 1 * *",
+  "@weekly": "0 0 0 * * 0",
+  "@daily": "0 0 0 * * *",
+  "@midnight": "0 0 0 * * *",
+  "@hourly": "0 0 * * * *",
+};
 
 const UNITS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
 const MIN_INTERVAL_MS = 1000;
@@ -72,7 +88,13 @@ export function parseSchedule(text: string, timeZone = "UTC"): Schedule {
   }
   checkTimeZone(timeZone);
   let fields: string[];
-  if (trimmed.startsWith("#")) {
+  if (trimmed.startsWith("@")) {
+    const nickname = NICKNAMES[trimmed.toLowerCase()];
+    if (!nickname) {
+      throw invalidSchedule(`invalid cron expression: "${text}": use one of ${Object.keys(NICKNAMES).join(" ")} or "@every <duration>"`);
+    }
+    fields = nickname.split(" ");
+  } else if (trimmed.startsWith("#")) {
     fields = trimmed.slice(1).trim().split(" ").filter(Boolean);
     if (fields.length !== 5) {
       throw invalidSchedule(`invalid cron expression: "${text}": after "#" write 5 fields (minute hour day month weekday)`);
@@ -92,16 +114,46 @@ export function parseSchedule(text: string, timeZone = "UTC"): Schedule {
     const cron = new Cron(expression, { timezone: timeZone, paused: true });
     dropYearTable(cron);
     if (!cron.nextRun(new Date(0))) throw new Error("it never fires");
-    return { kind: "cron", expression, timeZone, cron };
+    // Fixed minute and hour: a wall time repeated by a fall-back overlap fires once.
+    const fixedTime = !fields[1].startsWith("*") && !fields[2].startsWith("*");
+    return { kind: "cron", expression, timeZone, cron, fixedTime };
   } catch (err) {
     throw invalidSchedule(`invalid cron expression: "${text}": ${err instanceof Error ? err.message : String(err)}`);
   }
 }
 
+const wallClocks = new Map<string, Intl.DateTimeFormat>();
+
+/** `timeZone`'s offset from UTC at `ms`, in ms (its wall clock minus UTC). */
+function offsetAt(timeZone: string, ms: number): number {
+  let format = wallClocks.get(timeZone);
+  if (!format) {
+    format = new Intl.DateTimeFormat("en-US", {
+      timeZone, hourCycle: "h23", year: "numeric", month: "numeric", day: "numeric", hour: "numeric", minute: "numeric", second: "numeric",
+    });
+    wallClocks.set(timeZone, format);
+  }
+  const p = Object.fromEntries(format.formatToParts(ms).map((x) => [x.type, Number(x.value)]));
+  return Date.UTC(p.year, p.month - 1, p.day, p.hour, p.minute, p.second) - (ms - (ms % 1000 + 1000) % 1000);
+}
+
+/** Whether the wall time at `ms` already occurred earlier, before a fall-back overlap turned the clock back. */
+function repeatedWallTime(timeZone: string, ms: number): boolean {
+  if (timeZone === "UTC") return false;
+  const now = offsetAt(timeZone, ms);
+  const back = offsetAt(timeZone, ms - 3 * 3_600_000) - now; // how far a change within the last 3 h turned the clock back
+  return back > 0 && offsetAt(timeZone, ms - back) === now + back;
+}
+
 /** The first fire time strictly after `afterMs`, or undefined if there is none. */
 export function nextFire(schedule: Schedule, afterMs: number): number | undefined {
   if (schedule.kind === "every") return afterMs + schedule.intervalMs;
-  return schedule.cron.nextRun(new Date(afterMs))?.getTime();
+  let next = schedule.cron.nextRun(new Date(afterMs))?.getTime();
+  // The second occurrence of a repeated wall time is skipped (bounded: an overlap holds at most a few hours of ticks).
+  for (let i = 0; i < 10_000 && next !== undefined && schedule.fixedTime && repeatedWallTime(schedule.timeZone, next); i++) {
+    next = schedule.cron.nextRun(new Date(next))?.getTime();
+  }
+  return next;
 }
 
 /** Up to `n` fire times after `afterMs`. */

@@ -30,9 +30,9 @@ import type { Logger } from "../log.js";
 import { noMetrics, type Metrics, type SkipReason } from "../metrics/hooks.js";
 import type { RedisClient, RedisConnection } from "../redis/connection.js";
 import type { SystemKeys } from "../redis/keys.js";
-import { acquireJobLock, claimInterval, claimTicks, touchJobLock, type LockAttempt, type TickClaim } from "../redis/scripts.js";
+import { acquireJobLock, claimInterval, claimTicks, touchJobLock, type Claim, type LockAttempt, type TickClaim } from "../redis/scripts.js";
 import { runTarget, RunFailure, type ExecutorOptions } from "./executor.js";
-import { RUNNING, type JobRecord } from "./job.js";
+import { RUNNING, versionOf, type JobRecord } from "./job.js";
 import type { JobLogEntry, JobLogStore, RunTrigger } from "./job-log.js";
 import { nextFire, parseSchedule, type Schedule } from "./schedule.js";
 import type { JobStore } from "./store.js";
@@ -69,6 +69,8 @@ interface Mount {
   tick?: number;
   /** A cron job's mounting: its catch-up, then arming for its next tick. */
   armed?: Promise<void>;
+  /** When it was mounted, in records applied by this instance (see Scheduler.applied). */
+  seq: number;
 }
 
 /** The cron jobs due at one time, fired by one timer. */
@@ -83,6 +85,9 @@ const MAX_MISSED_SCAN = 100_000;
 /** Jobs claimed per script call: bounds how long one call holds Redis. */
 const CLAIM_BATCH = 1000;
 
+/** Ticks a sync run may outlast that are each claimed and logged; the rest are logged as one entry. */
+const MAX_OUTLASTED = 100;
+
 export class Scheduler {
   readonly instanceId: string;
   readonly startTimeMs: number;
@@ -93,6 +98,10 @@ export class Scheduler {
   private readonly stopRuns = new AbortController();
   private readonly timers: Timer[] = [];
   private unsubscribe?: () => void;
+  /** The newest version of each job this instance acted on: an older read of it is stale and ignored. */
+  private readonly seen = new Map<string, number>();
+  /** Job records applied so far: orders mounts against a resync's snapshot. */
+  private applied = 0;
   private stopped = false;
   private beatPending = false;
 
@@ -196,28 +205,44 @@ export class Scheduler {
     await this.client.set(this.keys.seeded, job.id);
   }
 
-  /** Mounts every RUNNING job and unmounts the rest. */
+  /**
+   * Mounts every RUNNING job and unmounts the rest, from one read of them all:
+   * a job that changed since that read (announced and applied while this one
+   * mounts job after job) keeps what its newer record said.
+   */
   async resync(): Promise<void> {
-    const jobs = await this.store.all();
-    const running = new Set<string>();
-    for (const job of jobs) {
-      if (job.status !== RUNNING) continue;
-      running.add(job.id);
-      await this.mount(job);
-    }
-    for (const id of [...this.mounts.keys()]) if (!running.has(id)) this.unmount(id);
+    const before = this.applied;
+    const jobs = await this.store.all(true);
+    for (const job of jobs) await this.apply(job.id, job);
+    // A mounted job the read did not find at all (its record vanished): unless it was mounted after the read.
+    const found = new Set(jobs.map((j) => j.id));
+    for (const [id, mount] of [...this.mounts]) if (!found.has(id) && mount.seq <= before) this.unmount(id);
   }
 
   /** Re-reads one job after a change announcement and mounts or unmounts it. */
   async refresh(id: string): Promise<void> {
     if (this.stopped) return;
     try {
-      const job = await this.store.find(id);
-      if (job && job.status === RUNNING) await this.mount(job);
-      else this.unmount(id);
+      await this.apply(id, await this.store.find(id, true));
     } catch (err) {
       this.log.warn("could not refresh a job; the next resync will", { job: id, err });
     }
+  }
+
+  /**
+   * Mounts a job whose record says RUNNING, and unmounts one that is not (or
+   * no longer exists), unless this instance already acted on a newer version
+   * of it: a read that raced a change (a resync's snapshot, a claim's reply)
+   * never undoes the change.
+   */
+  private async apply(id: string, job: JobRecord | undefined): Promise<void> {
+    if (job) {
+      if (versionOf(job) < (this.seen.get(id) ?? 0)) return;
+      this.seen.set(id, versionOf(job));
+    }
+    this.applied++;
+    if (job && !job.deleted && job.status === RUNNING) await this.mount(job);
+    else this.unmount(id);
   }
 
   private unmount(id: string): void {
@@ -250,8 +275,10 @@ export class Scheduler {
   private async mount(job: JobRecord): Promise<void> {
     if (this.stopped) return;
     const current = this.mounts.get(job.id);
-    // The same job again: done once its first mounting is (refresh() then resolves with the job armed).
-    if (current && current.job.updateTimeMs === job.updateTimeMs && current.job.status === job.status) return current.armed;
+    // The same record again: done once its first mounting is (refresh() then resolves with the job armed).
+    if (current && versionOf(current.job) === versionOf(job) && current.job.updateTimeMs === job.updateTimeMs && current.job.status === job.status) {
+      return current.armed;
+    }
     this.unmount(job.id);
     let schedule: Schedule;
     try {
@@ -260,7 +287,7 @@ export class Scheduler {
       this.log.error("cannot mount a job with an invalid schedule", { job: job.id, err });
       return;
     }
-    const mount: Mount = { job, json: JSON.stringify(job), schedule };
+    const mount: Mount = { job, json: JSON.stringify(job), schedule, seq: this.applied };
     this.mounts.set(job.id, mount);
     this.mountsChanged();
     if (schedule.kind === "every") {
@@ -347,11 +374,15 @@ export class Scheduler {
       claims = await claimTicks(this.client, this.keys, tick, mounts.map((m) => m.job.id), lock);
     } catch (err) {
       this.log.warn("tick claim failed", { jobs: mounts.map((m) => m.job.id), tick, err });
+      // Every tick that did not run leaves an entry (C14): this one may have run elsewhere, which the entry says.
+      const why = `skipped: the tick could not be claimed (${err instanceof Error ? err.message : String(err)}); another instance may have run it`;
+      await Promise.all(mounts.map((m) => this.skip(m.job, tick, "claim_failed", why)));
     }
     await Promise.all(
       mounts.map(async (mount, i) => {
         try {
           if (claims) await this.claimed(mount, tick, claims[i]);
+          await this.skipOutlasted(mount, tick);
         } catch (err) {
           this.log.warn("tick claim failed", { job: mount.job.id, tick, err });
         }
@@ -360,40 +391,83 @@ export class Scheduler {
     );
   }
 
+  /**
+   * The ticks of a cron job that fell due while this instance was still busy
+   * with `tick` (a sync run, or a slow claim) were armed nowhere here: each is
+   * claimed now and, unless another instance took it, logged as skipped, so it
+   * leaves an entry and a metric like any tick that does not run (SPEC C14).
+   */
+  private async skipOutlasted(mount: Mount, tick: number): Promise<void> {
+    if (this.mounts.get(mount.job.id) !== mount || mount.schedule.kind !== "cron") return;
+    const now = this.clock.now();
+    const why = mount.job.sync
+      ? `skipped: overlap, the sync run of ${new Date(tick).toISOString()} was still running`
+      : `skipped: misfire, this instance was still claiming ${new Date(tick).toISOString()}`;
+    const reason: SkipReason = mount.job.sync ? "overlap" : "misfire";
+    let n = 0;
+    for (let t = nextFire(mount.schedule, tick); t !== undefined && t <= now; t = nextFire(mount.schedule, t)) {
+      // Past the first hundred, one claim of the latest tick stands for the rest, and one entry.
+      let last = t;
+      let more = 1;
+      if (++n > MAX_OUTLASTED) {
+        for (let u = nextFire(mount.schedule, t); u !== undefined && u <= now && more < MAX_MISSED_SCAN; u = nextFire(mount.schedule, u)) [last, more] = [u, more + 1];
+      }
+      const [claim] = await claimTicks(this.client, this.keys, last, [mount.job.id]);
+      if (claim.result === "taken" && more > 1) return; // another instance fired the latest: the rest is its
+      if (claim.result === "taken") continue; // another instance fired it
+      if (claim.result !== "run") return this.claimed(mount, t, claim); // gone or not running: unmounts, logs why
+      const job = claim.job === mount.json ? mount.job : (JSON.parse(claim.job!) as JobRecord);
+      if (more === 1) await this.skip(job, t, reason, why);
+      else return this.skip(job, t, reason, `${why} (${more} ticks, to ${new Date(last).toISOString()})`);
+    }
+  }
+
   private async fireInterval(mount: Mount): Promise<void> {
     if (this.mounts.get(mount.job.id) !== mount || mount.schedule.kind !== "every") return;
     const interval = mount.schedule.intervalMs;
     let next = interval;
+    const now = this.clock.now();
+    let claim: Claim | undefined;
     try {
-      const claim = await claimInterval(this.client, this.keys.jobs, this.keys.ticks, mount.job.id, this.clock.now(), interval);
-      if (claim.result === "wait") next = claim.atMs! + interval + 1 - this.clock.now();
-      else await this.claimed(mount, claim.atMs ?? this.clock.now(), claim);
+      claim = await claimInterval(this.client, this.keys.jobs, this.keys.ticks, mount.job.id, now, interval);
     } catch (err) {
       this.log.warn("interval claim failed", { job: mount.job.id, err });
+      const why = `skipped: the run could not be claimed (${err instanceof Error ? err.message : String(err)}); another instance may have run it`;
+      await this.skip(mount.job, now, "claim_failed", why);
     }
+    if (claim?.result === "wait") next = claim.atMs! + interval + 1 - this.clock.now();
+    else if (claim) await this.claimed(mount, claim.atMs ?? now, claim).catch((err: unknown) => this.log.warn("interval run failed", { job: mount.job.id, err }));
     this.armInterval(mount, next);
   }
 
   /** Acts on a claim: unmount, skip with a reason, or run (awaited when the job is sync). */
   private async claimed(mount: Mount, tick: number, claim: TickClaim, missed?: { missed: number; first: number }): Promise<void> {
     const id = mount.job.id;
-    if (claim.result === "gone") return this.unmount(id);
+    // A claim answers for the mount that made it: a newer mount of the job (a change applied meanwhile) stays.
+    if (claim.result === "gone") return void (this.mounts.get(id) === mount && this.unmount(id));
     if (claim.result === "taken" || claim.result === "wait") return;
     const job = claim.job === mount.json ? mount.job : (JSON.parse(claim.job!) as JobRecord);
     if (claim.result === "inactive") {
-      this.unmount(id);
+      // The record the claim read: applied unless this instance already acted on a newer one.
+      await this.apply(id, job);
       const state = job.status === 2 ? "paused" : "unpublished";
       return this.skip(job, tick, state, `skipped: the job is ${state}`);
     }
+    // A misfire is judged by lateness alone: a tick claimed in catch-up a moment after it fell due (a mount
+    // right after it) is on time and runs; the missed ticks before it, if any, did not run.
     const lateness = this.clock.now() - tick;
     let trigger: RunTrigger = "schedule";
-    if (missed || lateness > this.options.misfireGraceMs) {
-      const count = missed ? `${missed.missed}${missed.missed >= MAX_MISSED_SCAN ? "+" : ""} tick(s) since ${new Date(missed.first).toISOString()}` : "the tick";
+    const count = (n: number, first: number) => `${n}${n >= MAX_MISSED_SCAN ? "+" : ""} tick(s) since ${new Date(first).toISOString()}`;
+    if (missed && missed.missed > 1 && lateness <= this.options.misfireGraceMs) {
+      await this.skip(job, missed.first, "misfire", `skipped: misfire, ${count(missed.missed - 1, missed.first)} fired no run in time`);
+    }
+    if (lateness > this.options.misfireGraceMs) {
       if (job.misfirePolicy !== "run_once" || lateness > job.catchUpWindowMs) {
         // The claim took the lock while the tick still looked on time: a misfire runs nothing, so it gives it back
         // (should that fail, the lock's TTL frees it).
         if (claim.lock?.acquired) await this.releaseLock(job, claim.lock.fence).catch(() => undefined);
-        return this.skip(job, tick, "misfire", `skipped: misfire, ${count} fired no run in time (${Math.round(lateness / 1000)} s late)`);
+        const what = missed ? count(missed.missed, missed.first) : "the tick";
+        return this.skip(job, tick, "misfire", `skipped: misfire, ${what} fired no run in time (${Math.round(lateness / 1000)} s late)`);
       }
       trigger = "catch_up";
     }
@@ -489,9 +563,10 @@ export class Scheduler {
     }
   }
 
-  /** RunOnce: runs the job now, detached, whatever its status; resolves to the log entry's id. */
-  async runOnce(id: string): Promise<string> {
+  /** RunOnce: runs the job now, detached, whatever its status, unless `allowed` throws for it; resolves to the log entry's id. */
+  async runOnce(id: string, allowed?: (job: JobRecord) => void): Promise<string> {
     const job = await this.store.get(id);
+    allowed?.(job);
     const logId = await this.logs.newId(id);
     this.track(this.execute(job, 0, "run_once", 0, logId));
     return logId;

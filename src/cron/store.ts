@@ -8,7 +8,7 @@ import type { Clock } from "../clock.js";
 import type { RedisConnection } from "../redis/connection.js";
 import type { SystemKeys } from "../redis/keys.js";
 import { replaceJob } from "../redis/scripts.js";
-import { checkTransition, RUNNING, UNPUBLISHED, validateJobFields, type JobFields, type JobRecord, type JobStatusCode } from "./job.js";
+import { RUNNING, UNPUBLISHED, validateJobFields, versionOf, type JobFields, type JobRecord, type JobStatusCode } from "./job.js";
 
 /** A page of jobs. */
 export interface JobPage {
@@ -70,6 +70,7 @@ export class JobStore {
       updateActor: actor,
       activeSinceMs: 0,
       deleted: false,
+      version: 1,
     };
     await this.put(job);
     return job;
@@ -90,12 +91,12 @@ export class JobStore {
     return job;
   }
 
-  /** Every job that is not deleted, by id. */
-  async all(): Promise<JobRecord[]> {
+  /** Every job that is not deleted (or every job, with `withDeleted`), by id. */
+  async all(withDeleted = false): Promise<JobRecord[]> {
     const all = await this.redis.client.hvals(this.keys.jobs);
     return all
       .map((json) => JSON.parse(json) as JobRecord)
-      .filter((j) => !j.deleted)
+      .filter((j) => withDeleted || !j.deleted)
       .sort((a, b) => Number(a.id) - Number(b.id));
   }
 
@@ -122,17 +123,22 @@ export class JobStore {
       const read = id ? await this.redis.client.hget(this.keys.jobs, id) : null;
       const job = read === null ? undefined : (JSON.parse(read) as JobRecord);
       if (!job || job.deleted) throw jobNotFound(id);
-      const next = change(job);
-      if (!next) return job;
+      const changed = change(job);
+      if (!changed) return job;
+      const next = { ...changed, version: versionOf(job) + 1 };
       if (await replaceJob(this.redis.client, this.keys.jobs, this.keys.cronEvents, id, read!, JSON.stringify(next))) return next;
     }
     throw new SwitchyardError("unavailable", `job ${id} is changing too often to update; retry`, { reason: "CONTENDED", metadata: { job: id } });
   }
 
-  /** Replaces the given fields; nothing is saved when the result is invalid. */
-  async update(id: string, patch: Partial<JobFields>, actor: string): Promise<JobRecord> {
+  /**
+   * Replaces the given fields; nothing is saved when the result is invalid, or
+   * when `allowed` throws for it (the caller may not own a job like that).
+   */
+  async update(id: string, patch: Partial<JobFields>, actor: string, allowed?: (job: JobFields) => void): Promise<JobRecord> {
     return this.mutate(id, (job) => {
       const merged = validateJobFields({ ...job, ...patch }).fields;
+      allowed?.(merged);
       const now = this.clock.now();
       // A new schedule owes nothing for the old one's past ticks: count misfires from now on.
       const rescheduled = merged.schedule !== job.schedule || merged.timeZone !== job.timeZone;
@@ -146,10 +152,9 @@ export class JobStore {
     });
   }
 
-  /** Moves a job along the status diagram (see job.ts). */
+  /** Sets a job's status, from any status (SPEC C2); the one it has already is a no-op. */
   async setStatus(id: string, status: JobStatusCode, actor: string): Promise<JobRecord> {
     return this.mutate(id, (job) => {
-      checkTransition(job, status);
       if (job.status === status) return undefined;
       const now = this.clock.now();
       return { ...job, status, updateTimeMs: now, updateActor: actor, activeSinceMs: status === RUNNING ? now : job.activeSinceMs };

@@ -110,6 +110,15 @@ function updateNeeds(r: UpdateQueueRequest): Need[] {
   if (r.queue?.replyQueue && r.updateMask?.paths.includes("reply_queue")) needs.push({ scope: "queue:enqueue", queue: r.queue.replyQueue });
   return needs;
 }
+/**
+ * A job whose target is `queue:<name>` enqueues onto that queue whenever it
+ * runs: creating, changing or running it needs enqueue on that queue, as an
+ * Enqueue would (issue 12, defect 2).
+ */
+export function jobTargetNeeds(target: string): Need[] {
+  return target.startsWith("queue:") ? [{ scope: "queue:enqueue", queue: target.slice("queue:".length) }] : [];
+}
+
 const read = (name: string): Need[] => [{ scope: "queue:read", queue: name }];
 const id = (r: { id: string }): AuditTarget => ({ target: r.id });
 const name = (r: { name: string }): AuditTarget => ({ target: r.name });
@@ -168,11 +177,13 @@ export const accessRules: Readonly<Record<string, AccessRule>> = {
 
   [`${C}CreateJob`]: {
     scopes: ["sys:job:add"],
+    needs: (r: CreateJobRequest) => [{ scope: "sys:job:add" }, ...jobTargetNeeds(r.job?.target ?? "")],
     audit: (r: CreateJobRequest, res: CreateJobResponse | undefined) => ({ target: res?.job?.id ?? "", detail: `name=${r.job?.name ?? ""}` }),
   },
   [`${C}GetJob`]: { scopes: ["sys:job:list"] },
   [`${C}ListJobs`]: { scopes: ["sys:job:list"] },
   [`${C}ListJobLogs`]: { scopes: ["sys:job:list"] },
+  // And enqueue on a queue target, new or stored: the handler checks the job as updated (jobTargetNeeds).
   [`${C}UpdateJob`]: {
     scopes: ["sys:job:update"],
     audit: (r: UpdateJobRequest) => ({ target: r.job?.id ?? "", detail: r.updateMask?.paths.length ? `fields=${r.updateMask.paths.join(",")}` : "" }),
@@ -185,6 +196,7 @@ export const accessRules: Readonly<Record<string, AccessRule>> = {
   [`${C}BatchDeleteJobs`]: { scopes: ["sys:job:delete"], audit: (r: BatchDeleteJobsRequest) => ({ target: r.ids.join(",") }) },
   [`${C}PauseJob`]: { scopes: ["sys:job:pause"], audit: id },
   [`${C}ResumeJob`]: { scopes: ["sys:job:resume"], audit: id },
+  // And enqueue on a queue target: the handler checks the stored job (jobTargetNeeds).
   [`${C}RunOnce`]: {
     scopes: ["sys:job:execute"],
     audit: (r: { id: string }, res: RunOnceResponse | undefined) => ({ target: r.id, detail: res ? `run=${res.runId}` : "" }),

@@ -54,6 +54,11 @@ function denial(rule: AccessRule | undefined, method: string, principal: Princip
   }
   const needs: Need[] =
     message instanceof MalformedMessage || !rule.needs ? rule.scopes.map((scope) => ({ scope })) : rule.needs(message as never);
+  return refusal(method, principal, needs);
+}
+
+/** PERMISSION_DENIED naming the first of `needs` that `principal` lacks, or undefined when it has them all. */
+export function refusal(method: string, principal: Principal, needs: readonly Need[]): SwitchyardError | undefined {
   const missing = needs.find((need) => !principal.grants.allows(need));
   if (!missing) return undefined;
   const on = missing.queue && missing.queue !== "*" ? ` on queue "${missing.queue}"` : "";

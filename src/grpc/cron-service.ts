@@ -38,10 +38,17 @@ import { timestampMs } from "@bufbuild/protobuf/wkt";
 import { previewSchedule } from "../cron/schedule.js";
 import { msTimestamp } from "./convert.js";
 import { unary } from "./status.js";
-import { callerOf } from "./auth-interceptor.js";
+import { callerOf, refusal } from "./auth-interceptor.js";
+import { jobTargetNeeds } from "./access.js";
 
 /** Who made a change: the caller's token name, certificate subject, or "anonymous". */
 const actor = (call: grpc.ServerUnaryCall<unknown, unknown>) => callerOf(call.metadata).name;
+
+/** Refuses a job whose queue target the caller may not enqueue onto (the access table cannot see a stored target). */
+const mayTarget = (call: grpc.ServerUnaryCall<unknown, unknown>, method: string) => (job: { target: string }) => {
+  const err = refusal(method, callerOf(call.metadata), jobTargetNeeds(job.target));
+  if (err) throw err;
+};
 
 /** The parts CronService works with. */
 export interface CronParts {
@@ -76,7 +83,8 @@ export function cronServiceHandlers({ store, logs, scheduler, clock }: CronParts
     }),
     updateJob: unary(log, "UpdateJob", async (req: UpdateJobRequest, call) => {
       const patch = jobPatch(req.job, req.updateMask?.paths ?? []);
-      return create(UpdateJobResponseSchema, { job: await show(await store.update(req.job?.id ?? "", patch, actor(call))) });
+      const job = await store.update(req.job?.id ?? "", patch, actor(call), mayTarget(call, "UpdateJob"));
+      return create(UpdateJobResponseSchema, { job: await show(job) });
     }),
     deleteJob: unary(log, "DeleteJob", async (req: { id: string }, call) => {
       await store.delete(req.id, actor(call));
@@ -97,7 +105,9 @@ export function cronServiceHandlers({ store, logs, scheduler, clock }: CronParts
     setJobStatus: unary(log, "SetJobStatus", async (req: SetJobStatusRequest, call) =>
       create(SetJobStatusResponseSchema, { job: await show(await store.setStatus(req.id, statusCode(req.status), actor(call))) }),
     ),
-    runOnce: unary(log, "RunOnce", async (req: { id: string }) => create(RunOnceResponseSchema, { runId: await scheduler.runOnce(req.id) })),
+    runOnce: unary(log, "RunOnce", async (req: { id: string }, call) =>
+      create(RunOnceResponseSchema, { runId: await scheduler.runOnce(req.id, mayTarget(call, "RunOnce")) }),
+    ),
     getSchedulerStatus: unary(log, "GetSchedulerStatus", async () => {
       const instances = await scheduler.instances();
       return create(GetSchedulerStatusResponseSchema, {

@@ -27,7 +27,7 @@ export type ItemEvent =
 export type RunOutcome = "succeeded" | "failed";
 
 /** Why a claimed tick did not run. */
-export type SkipReason = "overlap" | "lock_held" | "misfire" | "paused" | "unpublished";
+export type SkipReason = "overlap" | "lock_held" | "misfire" | "paused" | "unpublished" | "claim_failed";
 
 /** The result of an attempt to take, or keep, a job's execution lock. */
 export type LockResult = "acquired" | "contended" | "lost";

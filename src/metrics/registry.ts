@@ -70,7 +70,7 @@ export class PromMetrics implements Metrics, GrpcMetrics {
     this.runs = counter("switchyard_job_runs_total", "Cron and interval job runs (scheduled, catch-up and RunOnce) by outcome.", ["outcome"]);
     this.skipped = counter(
       "switchyard_job_ticks_skipped_total",
-      "Claimed ticks that did not run, by reason: overlap, lock_held, misfire, paused, unpublished.",
+      "Ticks that did not run, by reason: overlap, lock_held, misfire, paused, unpublished, claim_failed (the claim itself failed).",
       ["reason"],
     );
     this.locks = counter(

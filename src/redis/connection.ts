@@ -259,6 +259,20 @@ const connectionErrorPattern =
   /Connection is closed|Stream isn't writeable|ECONNREFUSED|ECONNRESET|ENOENT|EPIPE|ETIMEDOUT|CLUSTERDOWN|LOADING|MASTERDOWN|TRYAGAIN|Too many Cluster redirections|Cluster isn't ready|None of startup nodes|Reached the max retries|Command timed out|^READONLY/;
 
 /** True for errors that mean Redis could not be reached (as opposed to a bad command). */
+/**
+ * Runs a MULTI and resolves to its replies, or throws its first command's
+ * error: ioredis resolves exec() with per-command errors in the replies (a
+ * WRONGTYPE inside EXEC, after the other commands were applied), which a
+ * caller that only awaits it would take for success.
+ */
+export async function execAll(tx: ReturnType<RedisClient["multi"]>): Promise<unknown[]> {
+  const replies = await tx.exec();
+  if (!replies) throw new Error("a Redis transaction was aborted");
+  const failed = replies.find(([err]) => err);
+  if (failed) throw failed[0];
+  return replies.map(([, reply]) => reply);
+}
+
 export function isConnectionError(err: unknown): boolean {
   if (!(err instanceof Error)) return false;
   return err.name === "MaxRetriesPerRequestError" || connectionErrorPattern.test(err.message);

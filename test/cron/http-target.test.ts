@@ -31,12 +31,15 @@ const routes: Record<string, Route> = {
   "/ok": (_req, res) => res.writeHead(200, { "content-type": "text/plain" }).end("all good: 42 rows"),
   "/echo": (req, res) => res.writeHead(200).end(`got ${req.body}`),
   "/boom": (_req, res) => res.writeHead(500).end(BIG_BODY),
+  "/emoji": (_req, res) => res.writeHead(500).end(EMOJI_BODY),
   "/created": (_req, res) => res.writeHead(201).end("created"),
   "/never": (_req, res) => void hanging.push(res),
 };
 
 // 1000 two-byte characters, then 4000 ASCII ones: the excerpt is counted in characters, not bytes.
 const BIG_BODY = "é".repeat(1000) + "x".repeat(4000);
+// 1500 characters outside the BMP (two UTF-16 units each): the excerpt counts characters, not units.
+const EMOJI_BODY = "\u{1F600}".repeat(1500);
 
 beforeAll(async () => {
   server = createServer((req, res) => {
@@ -116,6 +119,12 @@ describe("HTTP targets", () => {
     expect(entry.error).toContain(BIG_BODY.slice(0, 1000));
     expect(entry.error).not.toContain(BIG_BODY.slice(0, 1001));
     expect(entry.message).toBe("");
+  });
+
+  it("keeps the first 1000 characters of a body outside the BMP, not 500 (issue 12, defect 13)", async () => {
+    const entry = await runAndWait(await httpJob(`${base}/emoji`));
+    expect(entry.status).toBe(JobRunStatus.FAILED);
+    expect(entry.error).toBe(`HTTP 500: ${"\u{1F600}".repeat(1000)}`);
   });
 
   it("fails any status but 200, even another 2xx", async () => {

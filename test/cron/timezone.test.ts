@@ -61,6 +61,32 @@ describe("Europe/Berlin, 02:30 daily", () => {
     expect(fireTimes(job)).not.toContain("2026-10-25T01:30:00.000Z");
   });
 
+  it("fires each repeated wall time once on the fall-back day: 02:20 and 02:40 at their first occurrence only", async () => {
+    const { sy, clock } = await startAt("2026-10-25T00:00:00Z");
+    const job = await berlin(sy, "0 20,40 2 * * *");
+    expect(fireTimes(job).slice(0, 4)).toEqual([
+      "2026-10-25T00:20:00.000Z", // 02:20 CEST
+      "2026-10-25T00:40:00.000Z", // 02:40 CEST; not 02:20 and 02:40 CET (01:20Z, 01:40Z)
+      "2026-10-26T01:20:00.000Z", // 02:20 CET the next day
+      "2026-10-26T01:40:00.000Z",
+    ]);
+    const preview = await sy.client.previewSchedule("0 20,40 2 * * *", "Europe/Berlin", 3);
+    expect(preview.fireTimes.map(iso)).toEqual(["2026-10-25T00:20:00.000Z", "2026-10-25T00:40:00.000Z", "2026-10-26T01:20:00.000Z"]);
+    // A wildcard minute keeps every real half hour of both 02:xx hours.
+    const halfHourly = await berlin(sy, "0 */30 2 * * *");
+    expect(fireTimes(halfHourly).slice(0, 4)).toEqual([
+      "2026-10-25T00:30:00.000Z", "2026-10-25T01:00:00.000Z", "2026-10-25T01:30:00.000Z", "2026-10-26T01:00:00.000Z",
+    ]);
+    await sy.client.resumeJob(job.id);
+    await expect.poll(() => sy.app.scheduler.mounted()).toContain(job.id);
+    await sy.app.scheduler.refresh(job.id);
+    await advanceTo(clock, "2026-10-25T02:00:00Z");
+    await expect.poll(async () => (await sy.client.listJobLogs(job.id)).logs.length, { timeout: 10_000 }).toBe(2);
+    await sy.client.getJob(job.id); // a round trip for any (wrong) third run to land
+    const ticks = (await sy.client.listJobLogs(job.id)).logs.map((l) => iso(l.tickTime)).sort();
+    expect(ticks).toEqual(["2026-10-25T00:20:00.000Z", "2026-10-25T00:40:00.000Z"]);
+  });
+
   it("keeps an hourly job on every real hour through both changes", async () => {
     const { sy } = await startAt("2026-03-28T23:45:00Z");
     const spring = await berlin(sy, "0 30 * * * *");
@@ -151,5 +177,26 @@ describe("schedules in the API", () => {
 
     const updated = await sy.client.updateJob({ id: every.id, schedule: "@every   1h30m" }, ["schedule"]);
     expect(updated.schedule).toBe("@every 1h30m");
+  });
+
+  it("accepts gcron's predefined @hourly @daily @weekly @monthly @yearly (seed 001), echoed as the six fields they stand for", async () => {
+    const { sy } = await startAt("2026-01-01T10:20:00Z"); // a Thursday
+    const cases: [string, string, string[]][] = [
+      ["@hourly", "0 0 * * * *", ["2026-01-01T11:00:00.000Z", "2026-01-01T12:00:00.000Z"]],
+      ["@daily", "0 0 0 * * *", ["2026-01-02T00:00:00.000Z", "2026-01-03T00:00:00.000Z"]],
+      ["@midnight", "0 0 0 * * *", ["2026-01-02T00:00:00.000Z", "2026-01-03T00:00:00.000Z"]],
+      ["@weekly", "0 0 0 * * 0", ["2026-01-04T00:00:00.000Z", "2026-01-11T00:00:00.000Z"]],
+      ["@monthly", "0 0 0 1 * *", ["2026-02-01T00:00:00.000Z", "2026-03-01T00:00:00.000Z"]],
+      ["@yearly", "0 0 0 1 1 *", ["2027-01-01T00:00:00.000Z", "2028-01-01T00:00:00.000Z"]],
+      ["@annually", "0 0 0 1 1 *", ["2027-01-01T00:00:00.000Z", "2028-01-01T00:00:00.000Z"]],
+    ];
+    for (const [nickname, fields, next] of cases) {
+      const job = await sy.client.createJob({ name: nickname, target: "HelloWorld", schedule: nickname });
+      expect([job.schedule, fireTimes(job).slice(0, 2)], nickname).toEqual([fields, next]);
+    }
+    await expect(sy.client.createJob({ name: "fortnightly", target: "HelloWorld", schedule: "@fortnightly" })).rejects.toMatchObject({
+      code: 3,
+      details: expect.stringContaining("use one of @yearly @annually @monthly @weekly @daily @midnight @hourly"),
+    });
   });
 });

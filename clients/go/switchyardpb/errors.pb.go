@@ -76,7 +76,7 @@ const (
 	ErrorReason_ERROR_REASON_MISSING_SCOPE ErrorReason = 24
 	// Anything else (INTERNAL); the details are in the server's log.
 	ErrorReason_ERROR_REASON_INTERNAL ErrorReason = 25
-	// The cron job's status cannot move to the one asked (FAILED_PRECONDITION), e.g. PAUSED from UNPUBLISHED.
+	// Reserved: no status move is refused since any status may be set from any other (SPEC C2).
 	ErrorReason_ERROR_REASON_INVALID_TRANSITION ErrorReason = 26
 	// The record changed under the call too often to apply it (UNAVAILABLE): retry.
 	ErrorReason_ERROR_REASON_CONTENDED ErrorReason = 27

@@ -193,7 +193,7 @@ export enum ErrorReason {
   INTERNAL = 25,
 
   /**
-   * The cron job's status cannot move to the one asked (FAILED_PRECONDITION), e.g. PAUSED from UNPUBLISHED.
+   * Reserved: no status move is refused since any status may be set from any other (SPEC C2).
    *
    * @generated from enum value: ERROR_REASON_INVALID_TRANSITION = 26;
    */
