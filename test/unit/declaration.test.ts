@@ -23,6 +23,12 @@ describe("validateQueueSpec", () => {
     );
   });
 
+  it("names the corrected recovery-set key when the recovery set is the stray one", () => {
+    const spec = { name: "{a}", mode: "reliable" as const, recoverySet: "{b}.claims", minIdleMs: 60_000 };
+    expect(slotOf("{a}")).not.toBe(slotOf("{b}.claims"));
+    expect(() => validateQueueSpec(spec, 0)).toThrow(/"\{b\}\.claims" in \d+\).*use \{a\}, \{a\}\.processing and \{a\}\.claims/);
+  });
+
   it("accepts a simple queue without a hash tag", () => {
     expect(validateQueueSpec({ name: "cache.warmups", mode: "simple" }, 0).mode).toBe("simple");
   });
