@@ -292,10 +292,10 @@ export class SwitchyardClient {
     return this.call("extendLease", { leaseToken });
   }
 
-  /** Opens a lease stream on `queue` with `credit` items in flight at most. */
-  lease(queue: string, credit: number): LeaseSession {
+  /** Opens a lease stream on `queue` with `credit` items in flight at most; a STREAM queue's names the consumer `group`. */
+  lease(queue: string, credit: number, options: { group?: string } = {}): LeaseSession {
     const stream = (this.grpc as unknown as { lease(): grpc.ClientDuplexStream<LeaseRequest, LeaseResponse> }).lease();
-    return new LeaseSession(stream, queue, credit);
+    return new LeaseSession(stream, queue, credit, options.group ?? "");
   }
 
   /** Creates a job (always UNPUBLISHED); resolves to it with its normalised schedule and next fire times. */
@@ -387,6 +387,7 @@ export class LeaseSession implements AsyncIterable<Delivery> {
     private readonly stream: grpc.ClientDuplexStream<LeaseRequest, LeaseResponse>,
     queue: string,
     credit: number,
+    group = "",
   ) {
     let opened!: (o: LeaseOpened) => void;
     let failed!: (e: unknown) => void;
@@ -415,7 +416,7 @@ export class LeaseSession implements AsyncIterable<Delivery> {
         ok(undefined);
       });
     });
-    this.send({ case: "open", value: { queue, credit } });
+    this.send({ case: "open", value: { queue, credit, group } });
   }
 
   /** Heartbeats received so far. */

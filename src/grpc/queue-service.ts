@@ -45,7 +45,7 @@ import { MalformedMessage, PreEncoded } from "./adapter.js";
 import { encodeDeliveries } from "./delivery-wire.js";
 import { encodeEnqueueResponse, encodeEnqueueResponseIds, type EnqueueCall } from "./enqueue-wire.js";
 import { ItemIds } from "../queue/item-ids.js";
-import { durationMs, msDuration, msTimestamp, queueMessage, queueSpec } from "./convert.js";
+import { durationMs, modeMessage, msDuration, msTimestamp, queueMessage, queueSpec } from "./convert.js";
 import { assertWellFormed, callLogger, toStatus, unary, type SwitchyardStatus } from "./status.js";
 import { traceOf } from "./trace.js";
 import { enqueueStreamHandler, runEnqueue } from "./enqueue-stream.js";
@@ -82,10 +82,6 @@ function retryOptions(req: RetryRequest): SettleOptions {
   return { reason: req.reason, delayMs: durationMs("delay", req.delay) };
 }
 
-/** A queue as LeaseOpened announces it. */
-function queueMode(config: QueueConfig): QueueMode {
-  return config.mode === "simple" ? QueueMode.SIMPLE : QueueMode.RELIABLE;
-}
 
 type Duplex = grpc.ServerDuplexStream<LeaseRequest | MalformedMessage, LeaseResponse | PreEncoded>;
 
@@ -174,7 +170,7 @@ function leaseHandler(queues: Queues, baseLog: Logger, settings: LeaseSettings) 
             fail: (err) => finish(err),
             drain: (graceMs) => write({ case: "drain", value: { grace: msDuration(graceMs) } }),
             end: () => finish(),
-          });
+          }, kind.value.group);
           stream.then(
             async (s) => {
               opened = s;
@@ -183,7 +179,7 @@ function leaseHandler(queues: Queues, baseLog: Logger, settings: LeaseSettings) 
                 case: "opened",
                 value: {
                   queue: s.queue,
-                  mode: queueMode(config),
+                  mode: modeMessage(config.mode),
                   heartbeatInterval: msDuration(settings.heartbeatIntervalMs),
                   ackBatches: true,
                   minIdle: config.minIdleMs ? msDuration(config.minIdleMs) : undefined,
@@ -276,6 +272,14 @@ export function queueServiceHandlers(queues: Queues, log: Logger, lease: LeaseSe
           completedTotal: BigInt(s.completed),
           delayed: BigInt(s.delayed),
           paused: s.paused,
+          groups: s.groups.map((g) => ({
+            name: g.name,
+            pending: BigInt(g.pending),
+            lag: BigInt(g.lag ?? -1),
+            oldestPendingIdle: g.oldestPendingIdleMs === undefined ? undefined : msDuration(g.oldestPendingIdleMs),
+            consumers: g.consumers,
+            lastDeliveredId: g.lastDeliveredId,
+          })),
         }),
       });
     }),

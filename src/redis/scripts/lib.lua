@@ -234,3 +234,22 @@ local function put_back(k, value, count, err, fence, now, delay, front, dead, tt
   if ttl > 0 then redis.call("PEXPIRE", k.queue, ttl) end
   return 0
 end
+
+--[[
+  A stream entry as a dead letter: an envelope with the entry id as its id, the
+  "payload" field as its payload, every other field as a header, the time of
+  the id as its enqueue time, and its history.
+]]
+local function entry_envelope(id, fields, deliveries, err)
+  local parts, payload = { "SYE1", len_field(1, id) }, ""
+  for i = 1, #fields, 2 do
+    if fields[i] == "payload" then payload = fields[i + 1]
+    else parts[#parts + 1] = len_field(3, len_field(1, fields[i]) .. len_field(2, fields[i + 1])) end
+  end
+  if payload ~= "" then table.insert(parts, 3, len_field(2, payload)) end
+  parts[#parts + 1] = varint_field(4, tonumber(string.match(id, "^(%d+)")) or 0)
+  local h = varint_field(1, deliveries)
+  if err ~= "" then h = h .. len_field(2, err) end
+  parts[#parts + 1] = len_field(5, h)
+  return table.concat(parts)
+end
