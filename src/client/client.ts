@@ -258,6 +258,21 @@ export class SwitchyardClient {
     return Number((await this.call<{ deleted: bigint }>("deleteDeadLetters", request)).deleted);
   }
 
+  /** STREAM queues: creates consumer group `group` at `startId` ("$" by default, "0" replays the stream). */
+  async createConsumerGroup(name: string, group: string, startId = ""): Promise<Queue> {
+    return (await this.call<{ queue: Queue }>("createConsumerGroup", { name, group: { name: group, startId } })).queue;
+  }
+
+  /** STREAM queues: moves a consumer group to entry `id` ("0": replay everything, "$": skip to the end). */
+  async setConsumerGroupPosition(name: string, group: string, id: string): Promise<void> {
+    await this.call("setConsumerGroupPosition", { name, group, id });
+  }
+
+  /** STREAM queues: deletes a consumer group and its pending entries. */
+  async deleteConsumerGroup(name: string, group: string): Promise<Queue> {
+    return (await this.call<{ queue: Queue }>("deleteConsumerGroup", { name, group })).queue;
+  }
+
   async getQueueStats(name: string): Promise<QueueStats> {
     return (await this.call<{ stats: QueueStats }>("getQueueStats", { name })).stats;
   }

@@ -34,7 +34,14 @@ import {
   UpdateQueueResponseSchema,
   PauseQueueResponseSchema,
   ResumeQueueResponseSchema,
+  type CreateConsumerGroupRequest,
+  CreateConsumerGroupResponseSchema,
+  type SetConsumerGroupPositionRequest,
+  SetConsumerGroupPositionResponseSchema,
+  type DeleteConsumerGroupRequest,
+  DeleteConsumerGroupResponseSchema,
 } from "../gen/switchyard/v1/queue_pb.js";
+import { createConsumerGroup, deleteConsumerGroup, setConsumerGroupPosition } from "../queue/stream/groups.js";
 import type { Logger } from "../log.js";
 import type { Clock } from "../clock.js";
 import type { LeaseStream } from "../queue/lease-stream.js";
@@ -309,6 +316,20 @@ export function queueServiceHandlers(queues: Queues, log: Logger, lease: LeaseSe
     deleteDeadLetters: unary(log, "DeleteDeadLetters", async (req: { name: string; ids: string[]; all: boolean }) => {
       const n = await queues.settleDeadLetters(req.name, "delete", checkSelection(req.ids, req.all));
       return create(DeleteDeadLettersResponseSchema, { deleted: BigInt(n) });
+    }),
+    createConsumerGroup: unary(log, "CreateConsumerGroup", async (req: CreateConsumerGroupRequest) => {
+      if (!req.group) throw invalid("group is required: {name, start_id}", "group");
+      const config = await createConsumerGroup(queues.registry, queues.redisClient, req.name, req.group);
+      return create(CreateConsumerGroupResponseSchema, { queue: queueMessage(config) });
+    }),
+    setConsumerGroupPosition: unary(log, "SetConsumerGroupPosition", async (req: SetConsumerGroupPositionRequest) => {
+      await setConsumerGroupPosition(queues.registry, queues.redisClient, req.name, req.group, req.id);
+      queues.wakeStreams(req.name);
+      return create(SetConsumerGroupPositionResponseSchema, {});
+    }),
+    deleteConsumerGroup: unary(log, "DeleteConsumerGroup", async (req: DeleteConsumerGroupRequest) => {
+      const config = await deleteConsumerGroup(queues.registry, queues.redisClient, req.name, req.group);
+      return create(DeleteConsumerGroupResponseSchema, { queue: queueMessage(config) });
     }),
     // The request arrives read by readEnqueueRequest (adapter.ts): its items still in the request's bytes.
     enqueue: unary(log, "Enqueue", async (req: EnqueueCall, call) =>

@@ -6,7 +6,7 @@ import { SwitchyardError, invalid } from "../errors.js";
 import { systemClock, type Clock } from "../clock.js";
 import type { Logger } from "../log.js";
 import { noMetrics, type Metrics } from "../metrics/hooks.js";
-import { MAX_REPLICA_WAIT_MS, type RedisConnection } from "../redis/connection.js";
+import { MAX_REPLICA_WAIT_MS, type RedisClient, type RedisConnection } from "../redis/connection.js";
 import { FramedCommand, type BulkStrings } from "../redis/bulk-strings.js";
 import { enqueueScheduled, pushItems, type DeadLetterAction, type SettleCode, type SettleOp } from "../redis/scripts.js";
 import { systemKeys } from "../redis/keys.js";
@@ -319,6 +319,16 @@ export class Queues {
     const open = [...this.streams];
     await this.stop();
     for (const stream of open) stream.sink.end();
+  }
+
+  /** A stream queue's groups moved (SetConsumerGroupPosition): this instance's pumps of it read again now. */
+  wakeStreams(name: string): void {
+    for (const d of this.dispatchersOf(name)) d.pushed();
+  }
+
+  /** The command connection, for the admin calls of stream queues' consumer groups. */
+  get redisClient(): RedisClient {
+    return this.redis.client;
   }
 
   /** Bytes of enqueued items written to Redis and not yet answered. */
