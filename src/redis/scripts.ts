@@ -245,7 +245,7 @@ export interface SettleContext {
   retryPolicy: string;
   publishTtlMs: number;
   /** Stream queues: how long an entry stays pending before it is reclaimed. */
-  minIdleMs: number;
+  minIdleMs?: number;
 }
 
 /** settle.lua: applies settles whose deliveries are live; one result per settle, in order. */
@@ -276,7 +276,7 @@ export function streamDeliveryField(id: string, count: number, consumer: string,
  */
 export async function settleStreamItems(client: RedisClient, keys: QueueKeys, ctx: SettleContext, ops: readonly SettleOp[]): Promise<SettleResult[]> {
   const args: (string | number)[] = [
-    keys.queue, keys.deadLetter, keys.leases, ctx.maxDeliveries, ctx.minIdleMs, ctx.retryPolicy, Math.random(), PARKING_CONSUMER,
+    keys.queue, keys.deadLetter, keys.leases, ctx.maxDeliveries, ctx.minIdleMs ?? 0, ctx.retryPolicy, Math.random(), PARKING_CONSUMER,
   ];
   for (const op of ops) {
     const [id, count, consumer] = op.delivery.split("@", 3);

@@ -1,7 +1,8 @@
 /** STREAM queues (issue 16): declaration, XADD enqueue, leasing by consumer group, settles and fencing. */
 import { describe, expect, it } from "vitest";
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
-import { QueueMode } from "../../src/gen/switchyard/v1/queue_pb.js";
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import { QueueMode, type QueueSchema } from "../../src/gen/switchyard/v1/queue_pb.js";
 import { decodeItem } from "../../src/queue/envelope.js";
 import { useSwitchyard } from "../helpers/switchyard.js";
 
@@ -50,7 +51,7 @@ describe("declaring a STREAM queue", () => {
       [{ name: "{s1}", mode: QueueMode.STREAM, groups: [{ name: "g" }, { name: "g" }] }, "named twice"],
       [{ name: "{s1}", mode: QueueMode.STREAM, deadLetterList: "elsewhere" }, "hash slots"],
       [{ name: "{s1}", mode: QueueMode.RELIABLE, groups: [{ name: "g" }] }, "groups applies to STREAM queues only"],
-    ] as const;
+    ] satisfies [MessageInitShape<typeof QueueSchema>, string][];
     for (const [queue, message] of bad) {
       await expect(t.sy.client.createQueue(queue)).rejects.toMatchObject({ code: 3, details: expect.stringContaining(message) });
     }
@@ -80,7 +81,7 @@ describe("leasing a STREAM queue", () => {
   it("delivers plain XADD entries and Switchyard's to a group; ack is XACK", async () => {
     const Q = "{lease-basic}";
     await t.sy.client.createQueue({ name: Q, mode: QueueMode.STREAM, groups: [{ name: "g" }] });
-    const raw = await t.redis.plain.xadd(Q, "*", "payload", "raw", "kind", "plain");
+    const raw = (await t.redis.plain.xadd(Q, "*", "payload", "raw", "kind", "plain"))!;
     const [mine] = await t.sy.client.enqueue(Q, [{ payload: Buffer.from("mine"), headers: { h: "1" } }]);
     const lease = t.sy.client.lease(Q, 10, { group: "g" });
     expect((await lease.opened).mode).toBe(QueueMode.STREAM);
