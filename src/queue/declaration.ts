@@ -123,8 +123,17 @@ function checkOneSlot(config: QueueConfig): void {
   const stray = allKeys(keys).find((k) => slotOf(k) !== slot);
   if (stray === undefined) return;
   const tag = suggestedTag(config.name);
+  if (config.mode === "stream") {
+    // The stream is the name itself; only the dead-letter list can be moved to its slot.
+    throw new SwitchyardError(
+      "invalid_argument",
+      `dead_letter_list "${stray}" of stream queue "${config.name}" falls in another Redis Cluster hash slot (${slotOf(stray)}, the stream's is ${slot}); ` +
+        `one script moves dead entries into it, so it must share the stream's slot: use "${streamDeadLetter(config.name)}"`,
+      { reason: "SLOT_MISMATCH", metadata: { queue: config.name, key: stray, hashTag: tag } },
+    );
+  }
   // Name the corrected key of each list the caller named, so the advice can be taken as it is.
-  const fixes = config.mode === "stream" ? [`${tag}`] : [`${tag}`, `${tag}.processing`];
+  const fixes = [`${tag}`, `${tag}.processing`];
   if (config.recoverySet) fixes.push(`${tag}.claims`);
   if (config.deadLetterList !== defaultDeadLetter(config.name)) fixes.push(`${tag}.dead`);
   throw new SwitchyardError(
@@ -255,6 +264,11 @@ function checkMaxDeliveries(spec: QueueSpec): number {
   return maxDeliveries;
 }
 
+/** A stream queue's default dead-letter list: "<name>.dead" in the stream's slot ("{uploads}.dead" for "uploads"). */
+function streamDeadLetter(name: string): string {
+  return internalKey(name, "dead") ?? defaultDeadLetter(name);
+}
+
 /** A stream entry id as XGROUP takes it: "$", "0" or "<ms>-<seq>" (or "<ms>"). */
 const STREAM_ID = /^(\$|\d{1,20}(-\d{1,20})?)$/;
 
@@ -291,7 +305,7 @@ function streamConfig(spec: QueueSpec, common: Omit<QueueConfig, "mode" | "proce
     minIdleMs: spec.minIdleMs || DEFAULT_STREAM_MIN_IDLE_MS,
     recoveryTtlMs: 0,
     maxDeliveries: checkMaxDeliveries(spec),
-    deadLetterList: spec.deadLetterList || defaultDeadLetter(spec.name),
+    deadLetterList: spec.deadLetterList || streamDeadLetter(spec.name),
     retryPolicy: checkRetryPolicy(spec.name, spec.retryPolicy),
     groups,
     streamTrim: trim.maxLen || trim.maxAgeMs ? Object.freeze(trim) : NO_TRIM,

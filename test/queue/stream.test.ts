@@ -25,6 +25,10 @@ async function pendingOf(key: string, group: string, id: string): Promise<[strin
 }
 
 describe("declaring a STREAM queue", () => {
+  it("puts the default dead-letter list of a stream without a hash tag in the stream's slot", async () => {
+    expect((await t.sy.client.createQueue({ name: "uploads", mode: QueueMode.STREAM })).deadLetterList).toBe("{uploads}.dead");
+  });
+
   it("creates its groups at their start ids (MKSTREAM) and keeps the policy", async () => {
     const Q = "{decl}";
     await t.redis.plain.del(Q);
@@ -49,7 +53,7 @@ describe("declaring a STREAM queue", () => {
       [{ name: "{s1}", mode: QueueMode.STREAM, streamTrim: { maxLen: 5n, maxAge: durationFromMs(1000) } }, "not both"],
       [{ name: "{s1}", mode: QueueMode.STREAM, groups: [{ name: "g", startId: "soon" }] }, "start_id \"soon\""],
       [{ name: "{s1}", mode: QueueMode.STREAM, groups: [{ name: "g" }, { name: "g" }] }, "named twice"],
-      [{ name: "{s1}", mode: QueueMode.STREAM, deadLetterList: "elsewhere" }, "hash slots"],
+      [{ name: "{s1}", mode: QueueMode.STREAM, deadLetterList: "elsewhere" }, 'must share the stream\'s slot: use "{s1}.dead"'],
       [{ name: "{s1}", mode: QueueMode.RELIABLE, groups: [{ name: "g" }] }, "groups applies to STREAM queues only"],
     ] satisfies [MessageInitShape<typeof QueueSchema>, string][];
     for (const [queue, message] of bad) {
