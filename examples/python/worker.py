@@ -9,7 +9,7 @@ Two modes:
               the lease token. Prints one JSON summary line on stdout and exits 0.
               Expects a fresh, already declared RELIABLE queue.
 
-  --hold N    Leases N items with credit N, prints "HOLDING <n> <id,id,...>"
+  --hold N    Leases N items with credit N, prints "HOLDING <n> <id,id,...> <token,token,...>"
               once it holds them all, then sleeps until killed without settling
               anything (to show what happens to a crashed worker's items).
 
@@ -292,7 +292,7 @@ def hold_items(lease, n, timeout):
         if response.WhichOneof("kind") == "deliveries":
             held.extend(response.deliveries.deliveries)
     # Items pushed raw by another Redis client have no id: they show as "".
-    print(f"HOLDING {len(held)} {','.join(d.id for d in held)}", flush=True)
+    print(f"HOLDING {len(held)} {','.join(d.id for d in held)} {','.join(d.lease_token for d in held)}", flush=True)
     log(f"holding {len(held)} items without settling them; kill me")
     # Sleep with the stream open (the request iterator stays blocked, so the
     # stream is not half-closed) until killed. The reader thread keeps taking
