@@ -14,6 +14,8 @@ export interface WorkerOptions {
   /** A client, or the server's address. */
   client: SwitchyardClient | string;
   queue: string;
+  /** STREAM queues: the consumer group to read as. */
+  group?: string;
   /** Items processed at once (the stream's credit). */
   concurrency: number;
   handler: (delivery: Delivery) => Promise<HandlerResult> | HandlerResult;
@@ -70,7 +72,7 @@ export function runWorker(options: WorkerOptions): Worker {
 
   const loop = async () => {
     for (let attempt = 0; !stopping; ) {
-      const s = (session = client.lease(options.queue, options.concurrency));
+      const s = (session = client.lease(options.queue, options.concurrency, { group: options.group }));
       try {
         await s.opened;
         attempt = 0;
