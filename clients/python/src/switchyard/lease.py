@@ -30,11 +30,12 @@ class LeaseStream:
     as one ack_batch, in their place in the order (no timer: a lone ack goes at once).
     """
 
-    def __init__(self, stub, queue_name, credit, metadata=()):
+    def __init__(self, stub, queue_name, credit, metadata=(), group=""):
         self._requests = queue.Queue()
         self._batch_acks = False
         self.queue = queue_name
-        self._requests.put(pb.LeaseRequest(open=pb.LeaseOpen(queue=queue_name, credit=credit)))
+        # A STREAM queue's open names the consumer group to read as.
+        self._requests.put(pb.LeaseRequest(open=pb.LeaseOpen(queue=queue_name, credit=credit, group=group)))
         self.call = stub.Lease(self._iterator(), metadata=metadata)
 
     def _iterator(self):
