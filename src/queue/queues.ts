@@ -361,11 +361,16 @@ export class Queues {
     this.watchdog.stop();
     this.delayed.stop();
     this.redis.client.off("ready", this.onReconnect);
+    const groups = [...this.dispatchers.values()].filter((d): d is StreamDispatcher => d instanceof StreamDispatcher);
     for (const d of this.dispatchers.values()) d.close();
     this.dispatchers.clear();
     await Promise.all([...this.streams].map((s) => this.closeStream(s)));
     const returned = await this.returns.idle(returnWithinMs);
     this.returns.stop();
+    // Stream queues: this instance's consumers leave their groups, once they hold nothing.
+    if (returned) {
+      await Promise.all(groups.map((g) => g.retire())).catch((err: unknown) => this.log.warn("could not retire a stream consumer", { err }));
+    }
     if (returned) await this.instances.leave().catch((err: unknown) => this.log.warn("could not leave the live instances", { err }));
     else this.log.warn("some items could not be returned to their queues; another instance will return them", { items: this.returns.size });
   }

@@ -38,6 +38,7 @@ const definitions = {
   syDeadLetters: { numberOfKeys: 2, lua: withLib("dead-letters") },
   syStreamLease: { numberOfKeys: 4, lua: withLib("stream-lease") },
   syStreamSettle: { numberOfKeys: 3, lua: withLib("stream-settle") },
+  syStreamRetire: { numberOfKeys: 1, lua: load("stream-retire") },
   syDeclare: { numberOfKeys: 2, lua: load("declare") },
   syUndeclare: { numberOfKeys: 2, lua: load("undeclare") },
 } as const;
@@ -290,6 +291,11 @@ export async function settleStreamItems(client: RedisClient, keys: QueueKeys, ct
     results.push({ code, dueMs: code === "done" && ops[i / 2].action === "retry" ? ctx.now + flat[i + 1] : 0 });
   }
   return results;
+}
+
+/** stream-retire.lua: deletes `consumer` of `group` if it holds no pending entry; true when deleted. */
+export async function retireConsumer(client: RedisClient, stream: string, group: string, consumer: string): Promise<boolean> {
+  return (await call(client, "syStreamRetire", [stream, group, consumer])) === 1;
 }
 
 /** One entry stream-lease.lua delivered. */

@@ -4,7 +4,7 @@ import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { QueueMode, type QueueSchema } from "../../src/gen/switchyard/v1/queue_pb.js";
 import { decodeItem } from "../../src/queue/envelope.js";
-import { useSwitchyard } from "../helpers/switchyard.js";
+import { startSwitchyard, useSwitchyard } from "../helpers/switchyard.js";
 
 const t = useSwitchyard();
 
@@ -158,5 +158,37 @@ describe("leasing a STREAM queue", () => {
     await Promise.all(again.map((d) => t.sy.client.ack(d.leaseToken)));
     expect((await groupInfo(Q, "g"))?.get("pending")).toBe(0);
     await second.close();
+  });
+});
+
+describe("an instance that stops", () => {
+  it("hands back what its streams hold and leaves the group; the next instance delivers the entries again", async () => {
+    const Q = "{leaving}";
+    await t.sy.client.createQueue({ name: Q, mode: QueueMode.STREAM, groups: [{ name: "g" }] });
+    const ids = await t.sy.client.enqueue(Q, ["1", "2"]);
+    const other = await startSwitchyard(t.redis);
+    const consumer = other.app.queues.instances.id;
+    const lease = other.client.lease(Q, 2, { group: "g" });
+    await lease.take(2);
+    const consumers = async () => ((await t.redis.plain.xinfo("CONSUMERS", Q, "g")) as unknown[][]).map((c) => String(c[1]));
+    expect(await consumers()).toContain(consumer);
+    await other.stop();
+    expect(await consumers()).not.toContain(consumer);
+    const again = t.sy.client.lease(Q, 2, { group: "g" });
+    const back = await again.take(2);
+    expect(back.map((d) => [d.id, d.deliveryCount])).toEqual(ids.map((id) => [id, 2]));
+    await Promise.all(back.map((d) => t.sy.client.ack(d.leaseToken)));
+    await again.close();
+  });
+});
+
+describe("UpdateQueue on a stream queue", () => {
+  it("changes the trim policy and min_idle, keeps the groups, and refuses the mode", async () => {
+    const Q = "{upd}";
+    await t.sy.client.createQueue({ name: Q, mode: QueueMode.STREAM, groups: [{ name: "g", startId: "0" }] });
+    const updated = await t.sy.client.updateQueue({ name: Q, streamTrim: { maxLen: 50n }, minIdle: durationFromMs(5000) }, ["stream_trim", "min_idle"]);
+    expect(updated).toMatchObject({ groups: [{ name: "g" }], minIdle: { seconds: 5n } });
+    expect(updated.streamTrim?.maxLen).toBe(50n);
+    await expect(t.sy.client.updateQueue({ name: Q, mode: QueueMode.RELIABLE }, ["mode"])).rejects.toMatchObject({ code: 9 });
   });
 });

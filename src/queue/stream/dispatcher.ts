@@ -12,7 +12,7 @@
  * are reclaimed within about twice min_idle.
  */
 import type { RedisClient } from "../../redis/connection.js";
-import { leaseStreamEntries } from "../../redis/scripts.js";
+import { leaseStreamEntries, retireConsumer } from "../../redis/scripts.js";
 import { keysOf, type QueueConfig } from "../declaration.js";
 import { QueueDispatcher, type DispatchHost, type Taken } from "../dispatcher.js";
 import { streamTokenFormatter, type LeaseRef } from "../token.js";
@@ -58,6 +58,14 @@ export class StreamDispatcher extends QueueDispatcher {
   protected override wakeUp(blocker: RedisClient): Promise<unknown> {
     const blockMs = Math.max(1, Math.min(this.host.options.blockTimeoutSec * 1000, this.config.minIdleMs));
     return blocker.xread("COUNT", 1, "BLOCK", blockMs, "STREAMS", this.config.name, this.wakeId);
+  }
+
+  /** Once this instance stops: deletes its consumer from the group if it holds nothing (else another instance reclaims its entries). */
+  async retire(): Promise<void> {
+    await retireConsumer(this.host.redis.client, this.config.name, this.group, this.host.owner).catch((err: unknown) => {
+      // The group or the stream was deleted meanwhile: nothing to retire.
+      if (!(err instanceof Error && err.message.includes("NOGROUP"))) throw err;
+    });
   }
 
   protected override tokenOf(ref: LeaseRef): string {
