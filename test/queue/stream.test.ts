@@ -100,6 +100,9 @@ describe("leasing a STREAM queue", () => {
     await expect.poll(async () => (await groupInfo(Q, "g"))?.get("pending")).toBe(0);
     // A second ack of the same token: no longer held.
     await expect(t.sy.client.ack(a.leaseToken)).rejects.toMatchObject({ code: 9, details: expect.stringContaining("no longer held") });
+    // A token naming a group that is not there (forged, or deleted since) holds nothing either.
+    const forged = a.leaseToken.replace(/\.[A-Za-z0-9_-]+\.([A-Za-z0-9_-]+)$/, `.${Buffer.from("nope").toString("base64url")}.$1`);
+    await expect(t.sy.client.ack(forged)).rejects.toMatchObject({ code: 9, details: expect.stringContaining("no longer held") });
     await lease.close();
   });
 

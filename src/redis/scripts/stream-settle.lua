@@ -23,7 +23,9 @@ local out = {}
 for i = 6, #ARGV, 7 do
   local action, group, id, count, consumer, reason, delay =
     ARGV[i], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3]), ARGV[i + 4], ARGV[i + 5], ARGV[i + 6]
-  local pending = redis.call("XPENDING", stream, group, id, id, 1)[1]
+  -- A group or stream deleted since (or a token naming neither) holds nothing.
+  local read = redis.pcall("XPENDING", stream, group, id, id, 1)
+  local pending = type(read) == "table" and not read.err and read[1]
   local code, wait = 1, 0
   local err_field = "e:" .. group .. ":" .. id
   if not pending then code = -1
