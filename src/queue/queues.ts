@@ -389,6 +389,12 @@ export class Queues {
     return [...this.dispatchers.values()].filter((d) => d.config.name === name);
   }
 
+  /** Tells the pump of a stream queue's group (by dispatcher key) that entries were handed back. */
+  private rescan(key: string): void {
+    const d = this.dispatchers.get(key);
+    if (d instanceof StreamDispatcher) d.rescan();
+  }
+
   /** The dispatcher serving `stream`. */
   private dispatcherOf(stream: LeaseStream): QueueDispatcher | undefined {
     return this.dispatchers.get(dispatcherKey(stream.queue, stream.group));
@@ -666,7 +672,7 @@ export class Queues {
     // Each return goes to the front: the last delivered went first (reversed above), so the queue keeps its order.
     await returning;
     // A stream queue's entries handed back wait to be reclaimed: the group's pump takes them now.
-    if (stream.group && held.length > 0) this.dispatcherOf(stream)?.pushed();
+    if (stream.group && held.length > 0) this.rescan(dispatcherKey(stream.queue, stream.group));
   }
 
   /** The declaration a token's queue has now, refusing a token of the other mode. */
@@ -704,7 +710,7 @@ export class Queues {
     if (action === "drop" && opts.reason) this.log.info("item dropped", { queue: config.name, fence: ref.fence, reason: op.reason });
     if (action === "retry" && config.mode === "reliable" && result.dueMs > 0) this.delayed.note(config.name, result.dueMs);
     // A stream entry retried waits to be reclaimed: this instance's pump of its group looks at once.
-    if (action === "retry" && ref.entry) this.dispatchers.get(dispatcherKey(config.name, ref.entry.group))?.pushed();
+    if (action === "retry" && ref.entry) this.rescan(dispatcherKey(config.name, ref.entry.group));
     return {
       deadLettered: result.code === "dead_lettered",
       expireTimeMs: action === "extend" && (config.recoverySet || config.mode === "stream") ? this.clock.now() + config.minIdleMs : undefined,

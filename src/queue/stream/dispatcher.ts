@@ -60,6 +60,16 @@ export class StreamDispatcher extends QueueDispatcher {
     return blocker.xread("COUNT", 1, "BLOCK", blockMs, "STREAMS", this.config.name, this.wakeId);
   }
 
+  /**
+   * Entries were handed back (a retry, a closed stream): the next lease call
+   * scans the pending list from its start, so it finds them at once wherever
+   * the reclaim cursor stood, and the pump leases now.
+   */
+  rescan(): void {
+    this.cursor = "0-0";
+    this.pushed();
+  }
+
   /** Once this instance stops: deletes its consumer from the group if it holds nothing (else another instance reclaims its entries). */
   async retire(): Promise<void> {
     await retireConsumer(this.host.redis.client, this.config.name, this.group, this.host.owner).catch((err: unknown) => {
