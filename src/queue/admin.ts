@@ -55,7 +55,7 @@ async function valuesOf(client: RedisClient, list: string, ids: readonly string[
 export async function settleDeadLetterSelection(
   client: RedisClient, config: QueueConfig, action: DeadLetterAction, selection: DeadLetterSelection,
 ): Promise<number> {
-  if (config.mode !== "reliable") {
+  if (config.mode === "simple") {
     throw new SwitchyardError("failed_precondition", `queue "${config.name}" is SIMPLE and has no dead-letter list`, {
       reason: "WRONG_QUEUE_MODE",
       metadata: { queue: config.name },

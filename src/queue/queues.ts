@@ -215,7 +215,7 @@ function appendSize(items: NewItems): number {
 function notOnStreams(config: QueueConfig, what: string): SwitchyardError | undefined {
   if (config.mode !== "stream") return undefined;
   return new SwitchyardError("failed_precondition", `${what} works on list queues; "${config.name}" is a STREAM queue (its entries stay as history until trimmed)`, {
-    reason: "INVALID_TRANSITION", metadata: { queue: config.name },
+    reason: "WRONG_QUEUE_MODE", metadata: { queue: config.name },
   });
 }
 

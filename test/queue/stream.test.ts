@@ -2,7 +2,7 @@
 import { describe, expect, it } from "vitest";
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import type { MessageInitShape } from "@bufbuild/protobuf";
-import { QueueMode, type QueueSchema } from "../../src/gen/switchyard/v1/queue_pb.js";
+import { QueueList, QueueMode, type QueueSchema } from "../../src/gen/switchyard/v1/queue_pb.js";
 import { decodeItem } from "../../src/queue/envelope.js";
 import { startSwitchyard, useSwitchyard } from "../helpers/switchyard.js";
 
@@ -136,6 +136,12 @@ describe("leasing a STREAM queue", () => {
     const [dead] = await t.redis.plain.lrangeBuffer(`${Q}.dead`, 0, -1);
     expect(decodeItem(dead)).toMatchObject({ id, deliveries: 2, lastError: "still full" });
     expect(Buffer.from(decodeItem(dead).payload).toString()).toBe("flaky");
+    const peeked = await t.sy.client.peekQueue(Q, QueueList.DEAD_LETTER);
+    expect(peeked.items.map((i) => [i.id, i.deliveryCount, i.lastError])).toEqual([[id, 2, "still full"]]);
+    // The ready list, purge and requeue are list operations: refused on a stream, with what it is.
+    for (const call of [() => t.sy.client.peekQueue(Q, QueueList.READY), () => t.sy.client.purgeQueue(Q), () => t.sy.client.requeueDeadLetters(Q, "all")]) {
+      await expect(call()).rejects.toMatchObject({ code: 9, details: expect.stringContaining("STREAM queue") });
+    }
     const [third] = await lease.take(1);
     expect(third.id).toBe(other);
     await t.sy.client.drop(third.leaseToken, "not wanted");
@@ -143,6 +149,7 @@ describe("leasing a STREAM queue", () => {
     const stats = await t.sy.client.getQueueStats(Q);
     expect(stats).toMatchObject({ deadLetter: 1n, completedTotal: 1n, processing: 0n });
     expect(stats.groups).toMatchObject([{ name: "g", pending: 0n, lag: 0n, consumers: 2, lastDeliveredId: other }]);
+    expect(await t.sy.client.deleteDeadLetters(Q, { ids: [id] })).toBe(1);
     await lease.close();
   });
 

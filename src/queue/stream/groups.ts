@@ -15,7 +15,7 @@ async function streamQueue(registry: QueueRegistry, name: string): Promise<Queue
   const config = await registry.get(name);
   if (config.mode !== "stream") {
     throw new SwitchyardError("failed_precondition", `queue "${name}" is ${config.mode.toUpperCase()}; consumer groups belong to STREAM queues`, {
-      reason: "INVALID_TRANSITION", metadata: { queue: name },
+      reason: "WRONG_QUEUE_MODE", metadata: { queue: name },
     });
   }
   return config;
