@@ -211,6 +211,17 @@ function appendSize(items: NewItems): number {
   return n;
 }
 
+/** UNAVAILABLE when fewer replicas than asked acknowledged an enqueue's writes. */
+function checkReplicas(queue: string, acked: number, wait: ReplicaWait): void {
+  if (acked >= wait.replicas) return;
+  throw new SwitchyardError(
+    "unavailable",
+    `the items reached the master of "${queue}" but only ${acked} of ${wait.replicas} replica(s) acknowledged them ` +
+      `within ${wait.timeoutMs} ms, so a failover could lose them; retrying may enqueue them twice`,
+    { reason: "REDIS_UNAVAILABLE" },
+  );
+}
+
 /** FAILED_PRECONDITION for a list operation asked of a stream queue. */
 function notOnStreams(config: QueueConfig, what: string): SwitchyardError | undefined {
   if (config.mode !== "stream") return undefined;
@@ -487,12 +498,17 @@ export class Queues {
     }
   }
 
-  /** Appends items to a stream queue (XADD); the answer's ids are the entry ids. */
+  /**
+   * Appends items to a stream queue (XADD); the answer's ids are the entry ids.
+   * With `wait`, on the waiter connection followed by WAIT (as a list push).
+   */
   private async append(p: PreparedAppend, wait?: ReplicaWait): Promise<ScheduledEnqueue> {
-    if (wait) throw invalid(`min_replicas is not supported on STREAM queue "${p.config.name}" yet; enqueue without it`, "min_replicas");
-    const ids = await appendEntries(this.redis.client, this.clock, p.config, p.entries, p.ttlMs);
+    const client = wait ? await this.redis.waiter() : this.redis.client;
+    const waitFor = wait && { ...wait, replyMs: this.redis.commandTimeoutMs };
+    const { ids, acked } = await appendEntries(client, this.clock, p.config, p.entries, p.ttlMs, waitFor);
     for (const d of this.dispatchersOf(p.config.name)) d.pushed();
     this.metrics.items(p.config.name, "enqueued", ids.length);
+    if (wait) checkReplicas(p.config.name, acked, wait);
     return new ScheduledEnqueue(ids, []);
   }
 
@@ -534,14 +550,7 @@ export class Queues {
     }
     const acked = await this.pushes.alone(p.config.name, () => this.push(p.config.name, Math.ceil(p.ttlMs), [p.values], wait));
     this.metrics.items(p.config.name, "enqueued", p.ids.count);
-    if (acked < wait.replicas) {
-      throw new SwitchyardError(
-        "unavailable",
-        `the items reached the master of "${p.config.name}" but only ${acked} of ${wait.replicas} replica(s) acknowledged them ` +
-          `within ${wait.timeoutMs} ms, so a failover could lose them; retrying may enqueue them twice`,
-        { reason: "REDIS_UNAVAILABLE" },
-      );
-    }
+    checkReplicas(p.config.name, acked, wait);
     return p.ids;
   }
 

@@ -9,6 +9,7 @@
  */
 import { SwitchyardError, invalid } from "../../errors.js";
 import type { Clock } from "../../clock.js";
+import { Command } from "ioredis";
 import type { RedisClient } from "../../redis/connection.js";
 import type { ConsumerGroupSpec, QueueConfig } from "../declaration.js";
 import type { StoredItem } from "../envelope.js";
@@ -28,8 +29,14 @@ function trimArgs(config: QueueConfig, nowMs: number): (string | number)[] {
 /**
  * Appends items to a stream queue, in order, and answers their entry ids.
  * Delays and idempotency keys have no meaning on a stream: INVALID_ARGUMENT.
+ * With `wait`, WAIT follows in the same pipeline (on the waiter connection,
+ * which has no command timeout: each command carries its own) and `acked`
+ * says how many replicas acknowledged.
  */
-export async function appendEntries(client: RedisClient, clock: Clock, config: QueueConfig, items: NewItems, ttlMs: number): Promise<string[]> {
+export async function appendEntries(
+  client: RedisClient, clock: Clock, config: QueueConfig, items: NewItems, ttlMs: number,
+  wait?: { replicas: number; timeoutMs: number; replyMs: number },
+): Promise<{ ids: string[]; acked: number }> {
   if (items.hasOptions) {
     for (let i = 0; i < items.count; i++) {
       const o = items.options(i);
@@ -42,24 +49,33 @@ export async function appendEntries(client: RedisClient, clock: Clock, config: Q
     }
   }
   const trim = trimArgs(config, clock.now());
-  const pipeline = client.pipeline();
+  const commands: Command[] = [];
   for (let i = 0; i < items.count; i++) {
     const headers = items.headers(i);
     if (PAYLOAD_FIELD in headers) throw invalid(`items[${i}].headers has "${PAYLOAD_FIELD}", the entry field of the payload on a STREAM queue; rename that header`, `items[${i}].headers`);
     const payload = Buffer.alloc(items.payloadSize(i));
     items.copyPayload(i, payload, 0);
-    const fields: (string | Buffer)[] = [PAYLOAD_FIELD, payload];
+    const fields: (string | number | Buffer)[] = [config.name, ...trim, "*", PAYLOAD_FIELD, payload];
     for (const [k, v] of Object.entries(headers)) fields.push(k, v);
-    pipeline.xadd(config.name, ...(trim as string[]), "*", ...(fields as string[]));
+    commands.push(new Command("xadd", fields, { replyEncoding: "utf8" }));
   }
-  if (ttlMs > 0) pipeline.pexpire(config.name, Math.ceil(ttlMs));
-  const answers = (await pipeline.exec()) ?? [];
+  if (ttlMs > 0) commands.push(new Command("pexpire", [config.name, Math.ceil(ttlMs)]));
+  if (wait) commands.push(new Command("wait", [wait.replicas, wait.timeoutMs]));
+  const pipeline = client.pipeline() as unknown as { sendCommand(c: Command): unknown; exec(): Promise<[Error | null, unknown][]> };
+  for (const c of commands) {
+    // A command's first timeout is the one it keeps (ioredis Command.setTimeout).
+    if (wait) c.setTimeout(wait.timeoutMs + wait.replyMs);
+    pipeline.sendCommand(c);
+  }
+  const answers = await pipeline.exec();
   const ids: string[] = [];
   for (const [err, id] of answers.slice(0, items.count)) {
     if (err) throw wrongType(config.name, err);
     ids.push(id as string);
   }
-  return ids;
+  const [waitError, acked] = wait ? answers[answers.length - 1] : [null, 0];
+  if (waitError) throw waitError;
+  return { ids, acked: acked as number };
 }
 
 function wrongType(key: string, err: Error): Error {
