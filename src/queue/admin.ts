@@ -64,11 +64,11 @@ export async function settleDeadLetterSelection(
   const keys = keysOf(config);
   if ("ids" in selection) {
     const values = await valuesOf(client, keys.deadLetter, selection.ids);
-    return values.length === 0 ? 0 : settleDeadLetters(client, keys, action, { values });
+    return values.length === 0 ? 0 : settleDeadLetters(client, keys, action, { values }, config.mode === "stream");
   }
   let total = 0;
   for (;;) {
-    const n = await settleDeadLetters(client, keys, action, { all: CHUNK });
+    const n = await settleDeadLetters(client, keys, action, { all: CHUNK }, config.mode === "stream");
     total += n;
     if (n < CHUNK) return total;
   }

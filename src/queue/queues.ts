@@ -332,7 +332,7 @@ export class Queues {
     for (const stream of open) stream.sink.end();
   }
 
-  /** A stream queue's groups moved (SetConsumerGroupPosition): this instance's pumps of it read again now. */
+  /** Entries were added or a group moved (SetConsumerGroupPosition, RequeueDeadLetters): this instance's pumps of the queue read again now. */
   wakeStreams(name: string): void {
     for (const d of this.dispatchersOf(name)) d.pushed();
   }
@@ -838,9 +838,9 @@ export class Queues {
   /** Requeues or deletes dead letters of a declared reliable queue; resolves to how many. */
   async settleDeadLetters(name: string, action: DeadLetterAction, selection: DeadLetterSelection): Promise<number> {
     const config = await this.registry.get(name);
-    const refused = action === "requeue" ? notOnStreams(config, "RequeueDeadLetters") : undefined;
-    if (refused) throw refused;
-    return settleDeadLetterSelection(this.redis.client, config, action, selection);
+    const n = await settleDeadLetterSelection(this.redis.client, config, action, selection);
+    if (action === "requeue" && n > 0) this.wakeStreams(name);
+    return n;
   }
 
   /** Depth, processing, dead letters and oldest claim age of a declared queue. */

@@ -145,10 +145,10 @@ export type DeadLetterAction = "requeue" | "delete";
  * oldest first; resolves to how many moved or went.
  */
 export async function settleDeadLetters(
-  client: RedisClient, keys: QueueKeys, action: DeadLetterAction, which: { all: number } | { values: Buffer[] },
+  client: RedisClient, keys: QueueKeys, action: DeadLetterAction, which: { all: number } | { values: Buffer[] }, stream = false,
 ): Promise<number> {
   const args = "all" in which ? ["all", which.all] : ["values", ...which.values];
-  return (await call(client, "syDeadLetters", [keys.deadLetter, keys.queue, action, ...args])) as number;
+  return (await call(client, "syDeadLetters", [keys.deadLetter, keys.queue, stream && action === "requeue" ? "requeue-stream" : action, ...args])) as number;
 }
 
 /** How declare.lua answered. */

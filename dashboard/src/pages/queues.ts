@@ -146,14 +146,13 @@ export function queuePage(name: string, ctx: Ctx): Page {
         return;
       }
       const dead = await queueApi.peekQueue({ name, list: QueueList.DEAD_LETTER, limit: PEEK });
-      // A stream's dead letters can be deleted, not requeued (RequeueDeadLetters works on lists).
       const rows = dead.items.map((i) => itemRow(i, i.id ? [
-        ...(stream ? [] : [button("Requeue", () => void requeue([i.id]), { allowed: may, why, testid: "requeue" })]),
+        button("Requeue", () => void requeue([i.id]), { allowed: may, why, testid: "requeue" }),
         button("Delete", () => void remove([i.id]), { allowed: may, why, kind: "danger", testid: "delete" }),
       ] : [h("span", { class: "muted" }, "raw: use all")]));
       fill(deadEl,
         h("div", { class: "toolbar" },
-          !stream && button("Requeue all", () => void requeue([], true), { allowed: may && dead.total > 0n, why, testid: "requeue-all" }),
+          button("Requeue all", () => void requeue([], true), { allowed: may && dead.total > 0n, why, testid: "requeue-all" }),
           button("Delete all", () => void remove([], true), { allowed: may && dead.total > 0n, why, kind: "danger", testid: "delete-all" }),
         ),
         table(["id", "enqueued", "deliveries", "headers", "payload", ""], rows, "No dead letters.", "dead-items"),
