@@ -9,7 +9,9 @@
  * then reads new ones (XREADGROUP). While there is nothing, the pump waits with
  * `XREAD BLOCK` after the group's last delivered id: it reads without taking,
  * so a wake-up lost loses nothing. It waits at most min_idle, so idle entries
- * are reclaimed within about twice min_idle.
+ * are reclaimed within about twice min_idle. A lease call whose answer is lost
+ * (a cut connection) leaves its entries pending under this instance's
+ * consumer: they are reclaimed once idle for min_idle, as a crashed instance's.
  */
 import type { RedisClient } from "../../redis/connection.js";
 import { leaseStreamEntries, retireConsumer } from "../../redis/scripts.js";
