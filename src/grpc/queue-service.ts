@@ -25,7 +25,6 @@ import {
   RequeueDeadLettersResponseSchema,
   DeleteDeadLettersResponseSchema,
   QueueList,
-  QueueMode,
   QueueStatsSchema,
   RetryResponseSchema,
   type RetryRequest,
@@ -41,12 +40,11 @@ import {
   type DeleteConsumerGroupRequest,
   DeleteConsumerGroupResponseSchema,
 } from "../gen/switchyard/v1/queue_pb.js";
-import { createConsumerGroup, deleteConsumerGroup, setConsumerGroupPosition } from "../queue/stream/groups.js";
 import type { Logger } from "../log.js";
 import type { Clock } from "../clock.js";
 import type { LeaseStream } from "../queue/lease-stream.js";
 import { ScheduledEnqueue, type NewItem, type Queues, type SettleOptions, type WorkerSettle } from "../queue/queues.js";
-import { applyUpdate, type QueueConfig } from "../queue/declaration.js";
+import { applyUpdate } from "../queue/declaration.js";
 import { checkSelection } from "../queue/admin.js";
 import { MalformedMessage, PreEncoded } from "./adapter.js";
 import { encodeDeliveries } from "./delivery-wire.js";
@@ -319,16 +317,15 @@ export function queueServiceHandlers(queues: Queues, log: Logger, lease: LeaseSe
     }),
     createConsumerGroup: unary(log, "CreateConsumerGroup", async (req: CreateConsumerGroupRequest) => {
       if (!req.group) throw invalid("group is required: {name, start_id}", "group");
-      const config = await createConsumerGroup(queues.registry, queues.redisClient, req.name, req.group);
+      const config = await queues.createGroup(req.name, req.group);
       return create(CreateConsumerGroupResponseSchema, { queue: queueMessage(config) });
     }),
     setConsumerGroupPosition: unary(log, "SetConsumerGroupPosition", async (req: SetConsumerGroupPositionRequest) => {
-      await setConsumerGroupPosition(queues.registry, queues.redisClient, req.name, req.group, req.id);
-      queues.wakeStreams(req.name);
+      await queues.moveGroup(req.name, req.group, req.id);
       return create(SetConsumerGroupPositionResponseSchema, {});
     }),
     deleteConsumerGroup: unary(log, "DeleteConsumerGroup", async (req: DeleteConsumerGroupRequest) => {
-      const config = await deleteConsumerGroup(queues.registry, queues.redisClient, req.name, req.group);
+      const config = await queues.deleteGroup(req.name, req.group);
       return create(DeleteConsumerGroupResponseSchema, { queue: queueMessage(config) });
     }),
     // The request arrives read by readEnqueueRequest (adapter.ts): its items still in the request's bytes.

@@ -6,7 +6,7 @@ import { SwitchyardError, invalid } from "../errors.js";
 import { systemClock, type Clock } from "../clock.js";
 import type { Logger } from "../log.js";
 import { noMetrics, type Metrics } from "../metrics/hooks.js";
-import { MAX_REPLICA_WAIT_MS, type RedisClient, type RedisConnection } from "../redis/connection.js";
+import { MAX_REPLICA_WAIT_MS, type RedisConnection } from "../redis/connection.js";
 import { FramedCommand, type BulkStrings } from "../redis/bulk-strings.js";
 import { enqueueScheduled, pushItems, type DeadLetterAction, type SettleCode, type SettleOp } from "../redis/scripts.js";
 import { systemKeys } from "../redis/keys.js";
@@ -27,6 +27,7 @@ import { Instances } from "./instances.js";
 import { deliveryField, parseToken, tokenFormatter, tokenMode, type LeaseRef } from "./token.js";
 import { StreamDispatcher } from "./stream/dispatcher.js";
 import { appendEntries, groupNotFound, groupStats, type GroupStats } from "./stream/entries.js";
+import { createConsumerGroup, deleteConsumerGroup, setConsumerGroupPosition } from "./stream/groups.js";
 import { Watchdog } from "./watchdog.js";
 import { ByteBudget } from "./byte-budget.js";
 
@@ -333,13 +334,24 @@ export class Queues {
   }
 
   /** Entries were added or a group moved (SetConsumerGroupPosition, RequeueDeadLetters): this instance's pumps of the queue read again now. */
-  wakeStreams(name: string): void {
+  private wakeStreams(name: string): void {
     for (const d of this.dispatchersOf(name)) d.pushed();
   }
 
-  /** The command connection, for the admin calls of stream queues' consumer groups. */
-  get redisClient(): RedisClient {
-    return this.redis.client;
+  /** Creates a consumer group of a stream queue (see stream/groups.ts); resolves to the declaration with it. */
+  createGroup(name: string, group: { name: string; startId?: string }): Promise<QueueConfig> {
+    return createConsumerGroup(this.registry, this.redis.client, name, group);
+  }
+
+  /** Moves a stream queue's consumer group to entry `id`; this instance's pump of it reads again at once. */
+  async moveGroup(name: string, group: string, id: string): Promise<void> {
+    await setConsumerGroupPosition(this.registry, this.redis.client, name, group, id);
+    this.wakeStreams(name);
+  }
+
+  /** Deletes a stream queue's consumer group; resolves to the declaration without it (its streams end). */
+  deleteGroup(name: string, group: string): Promise<QueueConfig> {
+    return deleteConsumerGroup(this.registry, this.redis.client, name, group);
   }
 
   /** Bytes of enqueued items written to Redis and not yet answered. */
