@@ -99,6 +99,7 @@ async function switchyardRole(): Promise<Role> {
       worker = runWorker({
         client,
         queue: args.queue,
+        group: args.group,
         concurrency: args.concurrency,
         // Counted as the handler runs: its ack goes out after, and the parent waits for it in Redis (reliable).
         handler: (d) => {
@@ -145,6 +146,7 @@ async function bullmqRole(): Promise<Role> {
     }
   };
   let reportEvery = 5;
+  let raw: Awaited<ReturnType<typeof rawStreamWorker>> | undefined;
   return {
     async connect(args) {
       connection = { path: args.redisPath, maxRetriesPerRequest: null };
@@ -152,6 +154,10 @@ async function bullmqRole(): Promise<Role> {
     async prepare(args) {
       tally.reset(args);
       reportEvery = args.progressMs;
+      if (args.rawStream) {
+        raw = await rawStreamWorker(connection.path, args);
+        return;
+      }
       // Counted when BullMQ reports the job completed: after its move-to-completed script returned.
       const processor = async (job: { data: JsonItem }) => tally.started(job.data);
       const w = new Worker<JsonItem>(args.queue, processor, { connection, concurrency: args.concurrency, autorun: false });
@@ -162,10 +168,13 @@ async function bullmqRole(): Promise<Role> {
       worker = w;
     },
     go() {
-      void worker!.run();
+      if (raw) raw.go();
+      else void worker!.run();
       tally.startReporting(reportEvery);
     },
     async stop() {
+      await raw?.stop();
+      raw = undefined;
       await worker?.close();
       worker = undefined;
     },
@@ -183,6 +192,43 @@ async function bullmqRole(): Promise<Role> {
       return withQueue(args.queue, (q) => paced(args, (i) => q.add("j", jsonItem(i, monoUs()), opts)));
     },
     async close() {},
+  };
+}
+
+/**
+ * Stream `args.queue` consumed in group `args.group` with plain ioredis: XREADGROUP of up to
+ * `concurrency` entries (blocking), each handled, then one XACK of them all. Redis alone, no framework.
+ */
+async function rawStreamWorker(path: string, args: ConsumeArgs): Promise<{ go(): void; stop(): Promise<void> }> {
+  const { Redis } = await import("ioredis");
+  const redis = new Redis({ path });
+  await redis.ping();
+  let stopping = false;
+  let loop: Promise<void> | undefined;
+  const decoder = new TextDecoder();
+  const run = async () => {
+    while (!stopping) {
+      const read = (await redis.callBuffer("XREADGROUP", "GROUP", args.group!, "raw", "COUNT", args.concurrency, "BLOCK", 100, "STREAMS", args.queue, ">")) as
+        | [Buffer, [Buffer, Buffer[]][]][]
+        | null;
+      const entries = read?.[0]?.[1] ?? [];
+      if (entries.length === 0) continue;
+      for (const [, fields] of entries) {
+        tally.started(JSON.parse(decoder.decode(fields[1])) as JsonItem);
+        tally.count();
+      }
+      await redis.xack(args.queue, args.group!, ...entries.map(([id]) => id));
+    }
+  };
+  return {
+    go() {
+      loop = run();
+    },
+    async stop() {
+      stopping = true;
+      await loop;
+      redis.disconnect();
+    },
   };
 }
 

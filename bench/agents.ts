@@ -31,6 +31,10 @@ export interface ConsumeArgs {
   latencyItems: number;
   /** How often to report progress (ms). */
   progressMs: number;
+  /** Switchyard: the consumer group of a STREAM queue. */
+  group?: string;
+  /** The BullMQ agent: consume stream `queue` in group `group` with plain ioredis XREADGROUP/XACK instead. */
+  rawStream?: boolean;
 }
 
 /** What a worker reports when stopped; latencies in µs by sequence number (NaN: not seen). */

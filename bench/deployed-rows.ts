@@ -9,7 +9,7 @@ import type { Rounds } from "./rounds.js";
 import { fmtMs, fmtRate, fmtRatio, markdownTable, verdict } from "./table.js";
 
 /** Row groups, as `--rows` names them. */
-export const deployedGroups = ["enqueue", "consume", "latency", "python"] as const;
+export const deployedGroups = ["enqueue", "consume", "latency", "python", "stream"] as const;
 export type DeployedGroup = (typeof deployedGroups)[number];
 
 /** Items per run; `scale` shrinks them (at least 1,000 for throughput rows). */
@@ -34,6 +34,12 @@ export function deployedSizes(scale: number) {
     ],
     latencyConcurrency: 10,
     python: { c: 10, items: n(10_000) },
+    stream: [
+      { key: "c10", c: 10, items: n(15_000), label: "c = 10" },
+      { key: "c100", c: 100, items: n(30_000), label: "c = 100" },
+    ],
+    /** The memory row: entries appended through Switchyard to a stream trimmed at MAXLEN ~ maxLen. */
+    streamMemory: { entries: Math.round(1_200_000 * Math.min(1, scale)), maxLen: Math.round(1_000_000 * Math.min(1, scale)) },
   };
 }
 
@@ -102,6 +108,22 @@ export async function runDeployed(
         ]);
       }
     }
+    if (want("stream")) {
+      for (const s of sizes.stream) {
+        await rounds.interleaved(`stream consume ${s.label}`, [
+          ["switchyard stream", () => rec(`d.st.${s.key}.sy`)(d.consumeStream("switchyard", s.c, s.items))],
+          ["raw ioredis XREADGROUP/XACK", () => rec(`d.st.${s.key}.raw`)(d.consumeStream("raw", s.c, s.items))],
+          ["bullmq worker", () => rec(`d.st.${s.key}.bull`)(d.consume("bullmq", "reliable", 1, s.c, s.items))],
+        ]);
+      }
+      await rounds.interleaved("stream memory", [
+        ["switchyard stream memory", async () => {
+          const m = await d.streamMemory(sizes.streamMemory.entries, sizes.streamMemory.maxLen);
+          rounds.record("d.st.mem.len", m.length);
+          rounds.record("d.st.mem.bytes", m.bytes);
+        }],
+      ]);
+    }
     if (want("python")) {
       await rounds.interleaved("python worker", [
         ["python worker (switchyard reliable)", () => rec("d.py.sy")(d.python(sizes.python.c, sizes.python.items))],
@@ -168,6 +190,20 @@ export function deployedTable(r: Rounds, sizes: DeployedSizes): string | undefin
   if (r.has("d.py.sy")) {
     const node = r.has("d.rel.c10.sy") ? `; the Node worker: ${fmtRate(r.med("d.rel.c10.sy"))}` : "";
     rows.push([`Python worker (grpcio, ack_batch per batch), reliable, c = ${sizes.python.c}${node}`, fmtRate(r.med("d.py.sy")), fmtRate(r.med("d.py.bull")), fmtRatio(r.med("d.py.sy") / r.med("d.py.bull")), "report", "—"]);
+  }
+  for (const s of sizes.stream) {
+    const sy = `d.st.${s.key}.sy`;
+    if (!r.has(sy)) continue;
+    rate(`stream (consumer group) lease→ack, ${s.label}`, sy, `d.st.${s.key}.bull`, 1.5);
+    rows.push([`… raw ioredis XREADGROUP COUNT c / XACK, ${s.label} (Switchyard / raw in the ratio column)`, fmtRate(r.med(`d.st.${s.key}.raw`)), "—", fmtRatio(r.med(sy) / r.med(`d.st.${s.key}.raw`)), "report", "—"]);
+  }
+  if (r.has("d.st.mem.bytes")) {
+    const len = r.med("d.st.mem.len");
+    const bytes = r.med("d.st.mem.bytes");
+    rows.push([
+      `stream memory: ${sizes.streamMemory.entries.toLocaleString("en-US")} entries of ~100 B appended (Enqueue) under MAXLEN ~ ${sizes.streamMemory.maxLen.toLocaleString("en-US")}: XLEN, MEMORY USAGE`,
+      `${len.toLocaleString("en-US")} entries, ${(bytes / 1048576).toFixed(1)} MiB (${(bytes / len).toFixed(0)} B/entry)`, "—", "—", "report", "—",
+    ]);
   }
   if (rows.length === 0) return undefined;
   return markdownTable(["shape (median of rounds)", "Switchyard", "BullMQ", "ratio", "target", "verdict"], rows);

@@ -181,6 +181,59 @@ export class Deployed {
     return { t0, endUs, consumed };
   }
 
+  // ------------------------------------------------------------ stream queues
+
+  /** Appends `items` JSON items to stream `key` with plain pipelined XADDs (the prefill, not timed). */
+  private async prefillStream(key: string, items: number): Promise<void> {
+    const value = JSON.stringify(jsonItem(0));
+    await pool(Math.ceil(items / 1000), 4, async () => {
+      const p = this.redis.plain.pipeline();
+      for (let i = 0; i < 1000; i++) p.xadd(key, "*", "payload", value);
+      await p.exec();
+    });
+  }
+
+  /**
+   * One worker process at concurrency `c` consumes `items` prefilled stream
+   * entries in a consumer group: Switchyard's runWorker on a STREAM queue, or
+   * plain ioredis XREADGROUP/XACK (`raw`); resolves to items per second, timed
+   * until the group has nothing pending (the last XACK applied).
+   */
+  async consumeStream(system: "switchyard" | "raw", c: number, items: number): Promise<number> {
+    const name = fresh(system === "switchyard" ? "st" : "rs");
+    if (system === "switchyard") {
+      await this.admin.createQueue({ name, mode: QueueMode.STREAM, groups: [{ name: "g", startId: "0" }] });
+    } else {
+      await this.redis.plain.xgroup("CREATE", name, "g", "0", "MKSTREAM");
+    }
+    await this.prefillStream(name, items);
+    const agent = this.workers[system === "switchyard" ? "switchyard" : "bullmq"][0];
+    const args = { queue: name, group: "g", rawStream: system === "raw", concurrency: c, latencyItems: 0, progressMs: PROGRESS_MS };
+    const result = await this.run([agent], args, items, async (_t0, lastAt) => {
+      await waitFor(async () => ((await this.redis.plain.xpending(name, "g")) as [number])[0] === 0, 60_000, "the last XACKs to be applied", 1);
+      return Math.max(lastAt, monoUs());
+    });
+    if (system === "switchyard") await this.admin.deleteQueue(name, { purge: true });
+    else await this.redis.plain.unlink(name);
+    return (items / (result.endUs - result.t0)) * 1e6;
+  }
+
+  /**
+   * Appends `entries` JSON items through Switchyard (1000 per Enqueue) to a
+   * STREAM queue trimmed at MAXLEN ~ `maxLen`; resolves to the stream's
+   * length and its MEMORY USAGE (bytes, every node sampled).
+   */
+  async streamMemory(entries: number, maxLen: number): Promise<{ length: number; bytes: number }> {
+    const name = fresh("mem");
+    await this.admin.createQueue({ name, mode: QueueMode.STREAM, groups: [{ name: "g" }], streamTrim: { maxLen: BigInt(maxLen) } });
+    const batch = Array.from({ length: 1000 }, () => JSON.stringify(jsonItem(0)));
+    await pool(Math.ceil(entries / 1000), 4, () => this.admin.enqueue(name, batch));
+    const length = await this.redis.plain.xlen(name);
+    const bytes = Number(await this.redis.plain.call("MEMORY", "USAGE", name, "SAMPLES", "0"));
+    await this.admin.deleteQueue(name, { purge: true });
+    return { length, bytes };
+  }
+
   // ------------------------------------------------------------ enqueue
 
   /** One producer process enqueues `items` in calls of `perCall`, `inFlight` at once; resolves to items per second. */

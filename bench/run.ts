@@ -3,7 +3,7 @@
  * Redis, interleaved, 3 rounds; prints one table of medians and writes it to
  * bench/RESULTS.md. See bench/README.md.
  *
- *   node dist-bench/run.js [--rows deployed|in-process|enqueue,consume,latency,python,1,2,5…]
+ *   node dist-bench/run.js [--rows deployed|in-process|enqueue,consume,latency,python,stream,1,2,5…]
  *                          [--rounds 3] [--scale 1] [--quick] [--out FILE]
  *                          [--server child] [--server-node-args "--cpu-prof --cpu-prof-dir=DIR"]
  *                          [--only switchyard] [--redis-stats] [--profile-ticks FILE]

@@ -9,7 +9,7 @@ Two modes:
               the lease token. Prints one JSON summary line on stdout and exits 0.
               Expects a fresh, already declared RELIABLE queue.
 
-  --hold N    Leases N items with credit N, prints "HOLDING <n> <id,id,...>"
+  --hold N    Leases N items with credit N, prints "HOLDING <n> <id,id,...> <token,token,...>"
               once it holds them all, then sleeps until killed without settling
               anything (to show what happens to a crashed worker's items).
 
@@ -17,6 +17,13 @@ Two modes:
               retry or drop; unary RPCs, so each outcome is known), closes the
               stream, and prints one JSON line: the deliveries (headers too,
               so a traceparent from the producer shows) and each settle's outcome.
+
+  --group G   STREAM queues: the consumer group --hold and --work read as
+              (e.g. --queue uploads --group thumbnailer).
+  --reply-queue Q [--reply-ttl S]
+              --work with --settle ack: each ack replies with the delivery's
+              payload onto Q (the seed's uploads -> {thumbnails} route), with
+              a publish TTL of S seconds.
 
 Everything but the summary / HOLDING line goes to stderr.
 
@@ -60,11 +67,11 @@ class LeaseStream:
     one can time out (iterating the call directly would block without a limit).
     """
 
-    def __init__(self, stub, queue_name, credit):
+    def __init__(self, stub, queue_name, credit, group=""):
         self._requests = queue.Queue()
         self._responses = queue.Queue()
-        # The first message must be open {queue, credit}.
-        self.send(pb.LeaseRequest(open=pb.LeaseOpen(queue=queue_name, credit=credit)))
+        # The first message must be open {queue, credit} (and, for a STREAM queue, the group).
+        self.send(pb.LeaseRequest(open=pb.LeaseOpen(queue=queue_name, credit=credit, group=group)))
         self._call = stub.Lease(self._request_iterator())
         self._reader = threading.Thread(target=self._read, name="lease-reader", daemon=True)
         self._reader.start()
@@ -271,7 +278,7 @@ def lease_and_settle(stub, lease, ids, others, timeout):
 
 def hold(stub, args):
     n = args.hold
-    with LeaseStream(stub, args.queue, credit=n) as lease:
+    with LeaseStream(stub, args.queue, credit=n, group=args.group) as lease:
         hold_items(lease, n, args.timeout)
 
 
@@ -285,7 +292,7 @@ def hold_items(lease, n, timeout):
         if response.WhichOneof("kind") == "deliveries":
             held.extend(response.deliveries.deliveries)
     # Items pushed raw by another Redis client have no id: they show as "".
-    print(f"HOLDING {len(held)} {','.join(d.id for d in held)}", flush=True)
+    print(f"HOLDING {len(held)} {','.join(d.id for d in held)} {','.join(d.lease_token for d in held)}", flush=True)
     log(f"holding {len(held)} items without settling them; kill me")
     # Sleep with the stream open (the request iterator stays blocked, so the
     # stream is not half-closed) until killed. The reader thread keeps taking
@@ -296,7 +303,7 @@ def hold_items(lease, n, timeout):
 def work(stub, args):
     n = args.work
     out = {"queue": args.queue, "settle": args.settle}
-    with LeaseStream(stub, args.queue, credit=n) as lease:
+    with LeaseStream(stub, args.queue, credit=n, group=args.group) as lease:
         wait_for_opened(lease, args.timeout)
         deliveries = []
         while len(deliveries) < n:
@@ -310,7 +317,12 @@ def work(stub, args):
         settled = []
         for d in deliveries:
             entry = delivery_json(d)
-            if args.settle == "ack":
+            if args.settle == "ack" and args.reply_queue:
+                ack = pb.AckRequest(lease_token=d.lease_token, replies=[pb.EnqueueItem(payload=d.payload)], reply_queue=args.reply_queue)
+                if args.reply_ttl:
+                    ack.reply_ttl.FromMilliseconds(int(args.reply_ttl * 1000))
+                entry["reply_ids"] = list(stub.Ack(ack, timeout=args.timeout).reply_ids)
+            elif args.settle == "ack":
                 stub.Ack(pb.AckRequest(lease_token=d.lease_token), timeout=args.timeout)
             elif args.settle == "retry":
                 entry["dead_lettered"] = stub.Retry(pb.RetryRequest(lease_token=d.lease_token), timeout=args.timeout).dead_lettered
@@ -335,6 +347,9 @@ def main():
     mode.add_argument("--hold", type=int, metavar="N", help="lease N items, print HOLDING, then sleep until killed")
     mode.add_argument("--work", type=int, metavar="N", help="lease N items, settle each with --settle, print a JSON summary")
     parser.add_argument("--settle", choices=["ack", "retry", "drop"], default="ack", help="how --work settles (default ack)")
+    parser.add_argument("--group", default="", help="STREAM queues: the consumer group to read as")
+    parser.add_argument("--reply-queue", default="", help="--work --settle ack: reply with each payload onto this queue")
+    parser.add_argument("--reply-ttl", type=float, default=0, help="publish TTL of the replies, in seconds")
     args = parser.parse_args()
     for flag, value in (("--hold", args.hold), ("--work", args.work)):
         if value is not None and not 1 <= value <= 10000:

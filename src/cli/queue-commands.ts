@@ -1,4 +1,4 @@
-/** `switchyard queue declare|list|stats|enqueue|peek|peek-dead|requeue-dead|delete-dead|purge|pause|resume`. */
+/** `switchyard queue declare|list|stats|enqueue|peek|peek-dead|requeue-dead|delete-dead|purge|pause|resume|group-create|group-move|group-delete`. */
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import {
   type PeekedItem,
@@ -32,8 +32,9 @@ async function allQueues(client: SwitchyardClient): Promise<Queue[]> {
 
 const declare: Command = {
   usage:
-    "queue declare NAME --mode simple|reliable [--recovery-set KEY --min-idle 60s] [--recovery-ttl D] " +
-    "[--max-deliveries N] [--processing-list KEY] [--dead-letter-list KEY]",
+    "queue declare NAME --mode simple|reliable|stream [--recovery-set KEY --min-idle 60s] [--recovery-ttl D] " +
+    "[--max-deliveries N] [--processing-list KEY] [--dead-letter-list KEY] " +
+    "[--group NAME[=START]]... [--max-len N | --max-age D]   (groups and trimming: stream queues)",
   options: {
     mode: { type: "string" },
     "processing-list": { type: "string" },
@@ -42,22 +43,34 @@ const declare: Command = {
     "recovery-ttl": { type: "string" },
     "max-deliveries": { type: "string" },
     "dead-letter-list": { type: "string" },
+    group: { type: "string", multiple: true },
+    "max-len": { type: "string" },
+    "max-age": { type: "string" },
   },
   async run({ argv, globals, connect, io }) {
     const client = connect();
     const { values, positionals } = parse(argv, this.options);
     const [name] = need(positionals, ["NAME"]);
     const modeText = str(values, "mode");
-    if (!modeText) throw new UsageError("--mode simple|reliable is required");
-    const m = choice("--mode", modeText, ["simple", "reliable"] as const);
+    if (!modeText) throw new UsageError("--mode simple|reliable|stream is required");
+    const m = choice("--mode", modeText, ["simple", "reliable", "stream"] as const);
     const ms = (flag: string) => {
       const text = str(values, flag);
       return text === undefined ? undefined : durationFromMs(durationArg(`--${flag}`, text));
     };
     const maxDeliveries = str(values, "max-deliveries");
+    const maxLen = str(values, "max-len");
+    const groups = list(values, "group").map((g) => {
+      const at = g.indexOf("=");
+      return at < 0 ? { name: g } : { name: g.slice(0, at), startId: g.slice(at + 1) };
+    });
     const queue = await client.createQueue({
       name,
-      mode: m === "simple" ? QueueMode.SIMPLE : QueueMode.RELIABLE,
+      mode: m === "simple" ? QueueMode.SIMPLE : m === "reliable" ? QueueMode.RELIABLE : QueueMode.STREAM,
+      groups,
+      streamTrim: maxLen !== undefined || values["max-age"] !== undefined
+        ? { maxLen: BigInt(maxLen === undefined ? 0 : intArg("--max-len", maxLen)), maxAge: ms("max-age") }
+        : undefined,
       processingList: str(values, "processing-list") ?? "",
       recoverySet: str(values, "recovery-set") ?? "",
       minIdle: ms("min-idle"),
@@ -85,6 +98,15 @@ function describeQueue(q: Queue): string {
       ["min idle", duration(q.minIdle)],
     );
   }
+  if (q.mode === QueueMode.STREAM) {
+    pairs.push(
+      ["groups", q.groups.map((g) => g.name).join(", ") || "-"],
+      ["dead-letter list", q.deadLetterList],
+      ["max deliveries", String(q.maxDeliveries)],
+      ["min idle", duration(q.minIdle)],
+      ["trim", q.streamTrim?.maxLen ? `max len ~${q.streamTrim.maxLen}` : q.streamTrim?.maxAge ? `max age ~${duration(q.streamTrim.maxAge)}` : "-"],
+    );
+  }
   pairs.push(["paused", q.paused ? "yes" : "no"], ["created", time(q.createTime)]);
   return fields(pairs);
 }
@@ -100,7 +122,7 @@ const listQueues: Command = {
     const rows = queues.map((q) => [
       q.name,
       mode(q),
-      q.mode === QueueMode.RELIABLE ? String(q.maxDeliveries) : "-",
+      q.mode !== QueueMode.SIMPLE ? String(q.maxDeliveries) : "-",
       q.recoverySet || "-",
       duration(q.minIdle),
       time(q.createTime),
@@ -130,6 +152,44 @@ const stats: Command = {
       s.paused ? "yes" : "no",
     ]);
     io.out(table(["QUEUE", "READY", "PROCESSING", "DEAD-LETTER", "OLDEST-CLAIM", "STREAMS", "DELAYED", "PAUSED"], rows));
+    const groups = all.flatMap((s) => s.groups.map((g) => [
+      s.queue, g.name, String(g.pending), g.lag < 0n ? "?" : String(g.lag), duration(g.oldestPendingIdle), String(g.consumers), g.lastDeliveredId,
+    ]));
+    if (groups.length > 0) io.out("\n" + table(["STREAM", "GROUP", "PENDING", "LAG", "OLDEST-PENDING-IDLE", "CONSUMERS", "LAST-DELIVERED"], groups));
+  },
+};
+
+const groupCreate: Command = {
+  usage: "queue group-create NAME GROUP [--start $|0|ID]   (stream queues; --start 0 replays the stream)",
+  options: { start: { type: "string" } },
+  async run({ argv, globals, connect, io }) {
+    const { values, positionals } = parse(argv, this.options);
+    const [name, group] = need(positionals, ["NAME", "GROUP"]);
+    const queue = await connect().createConsumerGroup(name, group, str(values, "start") ?? "");
+    if (globals.json) return io.out(json({ queue: pj(QueueSchema, queue) }));
+    io.out(`created group ${group} of ${name}\n`);
+  },
+};
+
+const groupMove: Command = {
+  usage: "queue group-move NAME GROUP ID   (stream queues; entries after ID are delivered to the group again; 0: all, $: none)",
+  options: {},
+  async run({ argv, globals, connect, io }) {
+    const [name, group, id] = need(parse(argv, this.options).positionals, ["NAME", "GROUP", "ID"]);
+    await connect().setConsumerGroupPosition(name, group, id);
+    if (globals.json) return io.out(json({ queue: name, group, id }));
+    io.out(`moved group ${group} of ${name} to ${id}\n`);
+  },
+};
+
+const groupDelete: Command = {
+  usage: "queue group-delete NAME GROUP   (stream queues; its pending entries are forgotten)",
+  options: {},
+  async run({ argv, globals, connect, io }) {
+    const [name, group] = need(parse(argv, this.options).positionals, ["NAME", "GROUP"]);
+    const queue = await connect().deleteConsumerGroup(name, group);
+    if (globals.json) return io.out(json({ queue: pj(QueueSchema, queue) }));
+    io.out(`deleted group ${group} of ${name}\n`);
   },
 };
 
@@ -266,4 +326,7 @@ export const queueCommands: Record<string, Command> = {
   purge,
   pause: pauseCommand("pause"),
   resume: pauseCommand("resume"),
+  "group-create": groupCreate,
+  "group-move": groupMove,
+  "group-delete": groupDelete,
 };

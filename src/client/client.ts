@@ -291,6 +291,21 @@ export class SwitchyardClient {
     return Number((await this.call<{ deleted: bigint }>("deleteDeadLetters", request, call)).deleted);
   }
 
+  /** STREAM queues: creates consumer group `group` at `startId` ("$" by default, "0" replays the stream). */
+  async createConsumerGroup(name: string, group: string, startId = "", call: CallOptions = {}): Promise<Queue> {
+    return (await this.call<{ queue: Queue }>("createConsumerGroup", { name, group: { name: group, startId } }, call)).queue;
+  }
+
+  /** STREAM queues: moves a consumer group to entry `id` ("0": replay everything, "$": skip to the end). */
+  async setConsumerGroupPosition(name: string, group: string, id: string, call: CallOptions = {}): Promise<void> {
+    await this.call("setConsumerGroupPosition", { name, group, id }, call);
+  }
+
+  /** STREAM queues: deletes a consumer group and its pending entries. */
+  async deleteConsumerGroup(name: string, group: string, call: CallOptions = {}): Promise<Queue> {
+    return (await this.call<{ queue: Queue }>("deleteConsumerGroup", { name, group }, call)).queue;
+  }
+
   async getQueueStats(name: string, call: CallOptions = {}): Promise<QueueStats> {
     return (await this.call<{ stats: QueueStats }>("getQueueStats", { name }, call)).stats;
   }
@@ -334,13 +349,14 @@ export class SwitchyardClient {
   }
 
   /**
-   * Opens a lease stream on `queue` with `credit` items in flight at most. The
-   * server keeps each delivery message within the channel's receive limit
-   * (`grpc.max_receive_message_length`, 4 MiB by default), which the open announces.
+   * Opens a lease stream on `queue` with `credit` items in flight at most; a
+   * STREAM queue's names the consumer `group`. The server keeps each delivery
+   * message within the channel's receive limit (`grpc.max_receive_message_length`,
+   * 4 MiB by default), which the open announces.
    */
-  lease(queue: string, credit: number): LeaseSession {
+  lease(queue: string, credit: number, options: { group?: string } = {}): LeaseSession {
     const stream = (this.grpc as unknown as { lease(): grpc.ClientDuplexStream<LeaseRequest, LeaseResponse> }).lease();
-    return new LeaseSession(stream, queue, credit, this.receiveLimit);
+    return new LeaseSession(stream, queue, credit, this.receiveLimit, options.group ?? "");
   }
 
   /** Creates a job (always UNPUBLISHED); resolves to it with its normalised schedule and next fire times. */
@@ -434,6 +450,7 @@ export class LeaseSession implements AsyncIterable<Delivery> {
     queue: string,
     credit: number,
     maxMessageBytes = 0,
+    group = "",
   ) {
     let opened!: (o: LeaseOpened) => void;
     let failed!: (e: unknown) => void;
@@ -465,7 +482,7 @@ export class LeaseSession implements AsyncIterable<Delivery> {
         ok(undefined);
       });
     });
-    this.send({ case: "open", value: { queue, credit, maxMessageBytes } });
+    this.send({ case: "open", value: { queue, credit, maxMessageBytes, group } });
   }
 
   /** Heartbeats received so far. */

@@ -36,6 +36,8 @@ export interface WorkerOptions {
   /** A client, or the server's address. */
   client: SwitchyardClient | string;
   queue: string;
+  /** STREAM queues: the consumer group to read as. */
+  group?: string;
   /** Items processed at once (the stream's credit). */
   concurrency: number;
   handler: (delivery: Delivery, context: HandlerContext) => Promise<HandlerResult> | HandlerResult;
@@ -189,7 +191,7 @@ export function runWorker(options: WorkerOptions): Worker {
 
   const loop = async () => {
     for (let attempt = 0; !stopping; ) {
-      const s = new Stream((session = client.lease(options.queue, options.concurrency)));
+      const s = new Stream((session = client.lease(options.queue, options.concurrency, { group: options.group })));
       try {
         const opened = await s.session.opened;
         s.minIdleMs = opened.minIdle ? durationMs(opened.minIdle) : 0;

@@ -161,6 +161,21 @@ export const accessRules: Readonly<Record<string, AccessRule>> = {
   [`${Q}PurgeQueue`]: { scopes: ["queue:admin"], needs: (r: { name: string }) => admin(r.name), audit: name },
   [`${Q}RequeueDeadLetters`]: { scopes: ["queue:admin"], needs: (r: { name: string }) => admin(r.name), audit: deadLetters },
   [`${Q}DeleteDeadLetters`]: { scopes: ["queue:admin"], needs: (r: { name: string }) => admin(r.name), audit: deadLetters },
+  [`${Q}CreateConsumerGroup`]: {
+    scopes: ["queue:admin"],
+    needs: (r: { name: string }) => admin(r.name),
+    audit: (r: { name: string; group?: { name: string; startId: string } }) => ({ target: r.name, detail: `group=${r.group?.name ?? ""} start=${r.group?.startId || "$"}` }),
+  },
+  [`${Q}SetConsumerGroupPosition`]: {
+    scopes: ["queue:admin"],
+    needs: (r: { name: string }) => admin(r.name),
+    audit: (r: { name: string; group: string; id: string }) => ({ target: r.name, detail: `group=${r.group} id=${r.id}` }),
+  },
+  [`${Q}DeleteConsumerGroup`]: {
+    scopes: ["queue:admin"],
+    needs: (r: { name: string }) => admin(r.name),
+    audit: (r: { name: string; group: string }) => ({ target: r.name, detail: `group=${r.group}` }),
+  },
   [`${Q}Enqueue`]: { scopes: ["queue:enqueue"], needs: (r: { queue: string }) => [{ scope: "queue:enqueue", queue: r.queue }] },
   // A stream of Enqueue calls: every message is checked, and a refused one is answered on the stream.
   [`${Q}EnqueueStream`]: {

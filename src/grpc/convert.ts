@@ -45,10 +45,17 @@ function retryPolicy(p: RetryPolicy | undefined): QueueSpec["retryPolicy"] {
   };
 }
 
+const modes = new Map<QueueMode, QueueConfig["mode"]>([[QueueMode.SIMPLE, "simple"], [QueueMode.RELIABLE, "reliable"], [QueueMode.STREAM, "stream"]]);
+
+/** A queue mode as the API names it. */
+export function modeMessage(mode: QueueConfig["mode"]): QueueMode {
+  return mode === "simple" ? QueueMode.SIMPLE : mode === "reliable" ? QueueMode.RELIABLE : QueueMode.STREAM;
+}
+
 /** A caller's declaration as a domain spec. */
 export function queueSpec(queue: Queue | undefined): QueueSpec {
   if (!queue) throw invalid("queue is required", "queue");
-  const mode = queue.mode === QueueMode.SIMPLE ? "simple" : queue.mode === QueueMode.RELIABLE ? "reliable" : undefined;
+  const mode = modes.get(queue.mode);
   return {
     name: queue.name,
     mode,
@@ -62,15 +69,20 @@ export function queueSpec(queue: Queue | undefined): QueueSpec {
     idempotencyWindowMs: durationMs("idempotency_window", queue.idempotencyWindow),
     publishTtlMs: durationMs("publish_ttl", queue.publishTtl),
     replyQueue: queue.replyQueue || undefined,
+    groups: queue.groups.length ? queue.groups.map((g) => ({ name: g.name, startId: g.startId || undefined })) : undefined,
+    streamTrim: queue.streamTrim
+      ? { maxLen: Number(queue.streamTrim.maxLen), maxAgeMs: durationMs("stream_trim.max_age", queue.streamTrim.maxAge) }
+      : undefined,
   };
 }
 
 /** A stored declaration as the API shows it. */
 export function queueMessage(config: QueueConfig): Queue {
-  const reliable = config.mode === "reliable";
+  const reliable = config.mode !== "simple";
+  const trim = config.streamTrim;
   return create(QueueSchema, {
     name: config.name,
-    mode: config.mode === "simple" ? QueueMode.SIMPLE : QueueMode.RELIABLE,
+    mode: modeMessage(config.mode),
     processingList: config.processingList,
     recoverySet: config.recoverySet,
     minIdle: config.minIdleMs ? msDuration(config.minIdleMs) : undefined,
@@ -90,5 +102,7 @@ export function queueMessage(config: QueueConfig): Queue {
     paused: config.paused,
     publishTtl: config.publishTtlMs ? msDuration(config.publishTtlMs) : undefined,
     replyQueue: config.replyQueue,
+    groups: config.groups.map((g) => ({ name: g.name })),
+    streamTrim: trim.maxLen || trim.maxAgeMs ? { maxLen: BigInt(trim.maxLen), maxAge: trim.maxAgeMs ? msDuration(trim.maxAgeMs) : undefined } : undefined,
   });
 }

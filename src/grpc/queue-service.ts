@@ -25,7 +25,6 @@ import {
   RequeueDeadLettersResponseSchema,
   DeleteDeadLettersResponseSchema,
   QueueList,
-  QueueMode,
   QueueStatsSchema,
   RetryResponseSchema,
   type RetryRequest,
@@ -34,18 +33,24 @@ import {
   UpdateQueueResponseSchema,
   PauseQueueResponseSchema,
   ResumeQueueResponseSchema,
+  type CreateConsumerGroupRequest,
+  CreateConsumerGroupResponseSchema,
+  type SetConsumerGroupPositionRequest,
+  SetConsumerGroupPositionResponseSchema,
+  type DeleteConsumerGroupRequest,
+  DeleteConsumerGroupResponseSchema,
 } from "../gen/switchyard/v1/queue_pb.js";
 import type { Logger } from "../log.js";
 import type { Clock } from "../clock.js";
 import type { Delivery, LeaseStream } from "../queue/lease-stream.js";
 import { ScheduledEnqueue, type NewItem, type Queues, type SettleOptions, type WorkerSettle } from "../queue/queues.js";
-import { applyUpdate, type QueueConfig } from "../queue/declaration.js";
+import { applyUpdate } from "../queue/declaration.js";
 import { checkSelection } from "../queue/admin.js";
 import { MalformedMessage, PreEncoded } from "./adapter.js";
 import { encodeDeliveryMessages } from "./delivery-wire.js";
 import { encodeEnqueueResponse, encodeEnqueueResponseIds, type EnqueueCall } from "./enqueue-wire.js";
 import { ItemIds } from "../queue/item-ids.js";
-import { durationMs, msDuration, msTimestamp, queueMessage, queueSpec } from "./convert.js";
+import { durationMs, modeMessage, msDuration, msTimestamp, queueMessage, queueSpec } from "./convert.js";
 import { assertWellFormed, callLogger, toStatus, unary, type SwitchyardStatus } from "./status.js";
 import { traceOf } from "./trace.js";
 import { enqueueStreamHandler, runEnqueue } from "./enqueue-stream.js";
@@ -98,10 +103,6 @@ function retryOptions(req: RetryRequest): SettleOptions {
   return { reason: req.reason, delayMs: durationMs("delay", req.delay) };
 }
 
-/** A queue as LeaseOpened announces it. */
-function queueMode(config: QueueConfig): QueueMode {
-  return config.mode === "simple" ? QueueMode.SIMPLE : QueueMode.RELIABLE;
-}
 
 type Duplex = grpc.ServerDuplexStream<LeaseRequest | MalformedMessage, LeaseResponse | PreEncoded>;
 
@@ -193,7 +194,7 @@ function leaseHandler(queues: Queues, baseLog: Logger, settings: LeaseSettings) 
             fail: (err) => finish(err),
             drain: (graceMs) => write({ case: "drain", value: { grace: msDuration(graceMs) } }),
             end: () => finish(),
-          });
+          }, kind.value.group);
           stream.then(
             async (s) => {
               opened = s;
@@ -202,7 +203,7 @@ function leaseHandler(queues: Queues, baseLog: Logger, settings: LeaseSettings) 
                 case: "opened",
                 value: {
                   queue: s.queue,
-                  mode: queueMode(config),
+                  mode: modeMessage(config.mode),
                   heartbeatInterval: msDuration(settings.heartbeatIntervalMs),
                   ackBatches: true,
                   minIdle: config.minIdleMs ? msDuration(config.minIdleMs) : undefined,
@@ -295,6 +296,14 @@ export function queueServiceHandlers(queues: Queues, log: Logger, lease: LeaseSe
           completedTotal: BigInt(s.completed),
           delayed: BigInt(s.delayed),
           paused: s.paused,
+          groups: s.groups.map((g) => ({
+            name: g.name,
+            pending: BigInt(g.pending),
+            lag: BigInt(g.lag ?? -1),
+            oldestPendingIdle: g.oldestPendingIdleMs === undefined ? undefined : msDuration(g.oldestPendingIdleMs),
+            consumers: g.consumers,
+            lastDeliveredId: g.lastDeliveredId,
+          })),
         }),
       });
     }),
@@ -324,6 +333,19 @@ export function queueServiceHandlers(queues: Queues, log: Logger, lease: LeaseSe
     deleteDeadLetters: unary(log, "DeleteDeadLetters", async (req: { name: string; ids: string[]; all: boolean }) => {
       const n = await queues.settleDeadLetters(req.name, "delete", checkSelection(req.ids, req.all));
       return create(DeleteDeadLettersResponseSchema, { deleted: BigInt(n) });
+    }),
+    createConsumerGroup: unary(log, "CreateConsumerGroup", async (req: CreateConsumerGroupRequest) => {
+      if (!req.group) throw invalid("group is required: {name, start_id}", "group");
+      const config = await queues.createGroup(req.name, req.group);
+      return create(CreateConsumerGroupResponseSchema, { queue: queueMessage(config) });
+    }),
+    setConsumerGroupPosition: unary(log, "SetConsumerGroupPosition", async (req: SetConsumerGroupPositionRequest) => {
+      await queues.moveGroup(req.name, req.group, req.id);
+      return create(SetConsumerGroupPositionResponseSchema, {});
+    }),
+    deleteConsumerGroup: unary(log, "DeleteConsumerGroup", async (req: DeleteConsumerGroupRequest) => {
+      const config = await queues.deleteGroup(req.name, req.group);
+      return create(DeleteConsumerGroupResponseSchema, { queue: queueMessage(config) });
     }),
     // The request arrives read by readEnqueueRequest (adapter.ts): its items still in the request's bytes.
     enqueue: unary(log, "Enqueue", async (req: EnqueueCall, call) =>

@@ -55,6 +55,7 @@ export class PromMetrics implements Metrics, GrpcMetrics {
   private readonly messageChildren = new Map<string, { inc(): void }>();
   private readonly grpcSeconds: Histogram<"grpc_service" | "grpc_method" | "grpc_type">;
   private readonly queueGauges: Record<"ready" | "processing" | "deadLetter" | "claimAge" | "streams", Gauge<"queue">>;
+  private readonly groupGauges: Record<"pending" | "lag" | "idle" | "consumers", Gauge<"queue" | "group">>;
   private readonly declared: Gauge;
   private readonly redisUp: Gauge;
   private readonly scrapeErrors: Counter;
@@ -96,6 +97,13 @@ export class PromMetrics implements Metrics, GrpcMetrics {
       deadLetter: gauge("switchyard_queue_dead_letter_items", "Items in the dead-letter list (reliable queues)."),
       claimAge: gauge("switchyard_queue_oldest_claim_age_seconds", "Age of the oldest claim in the recovery set (queues with one)."),
       streams: gauge("switchyard_queue_lease_streams", "Lease streams open on this instance."),
+    };
+    const groupGauge = (name: string, help: string) => new Gauge<"queue" | "group">({ name, help, labelNames: ["queue", "group"], registers });
+    this.groupGauges = {
+      pending: groupGauge("switchyard_stream_group_pending_entries", "Entries delivered to a consumer group of a stream queue and not yet acknowledged."),
+      lag: groupGauge("switchyard_stream_group_lag_entries", "Entries of a stream queue not yet delivered to the consumer group."),
+      idle: groupGauge("switchyard_stream_group_oldest_pending_idle_seconds", "How long the group's oldest pending entry has been idle."),
+      consumers: groupGauge("switchyard_stream_group_consumers", "Consumers a group of a stream queue knows."),
     };
     this.declared = new Gauge({ name: "switchyard_queues_declared", help: "Declared queues.", registers });
     this.redisUp = new Gauge({ name: "switchyard_redis_up", help: "1 while Redis answers, else 0.", registers });
@@ -172,6 +180,7 @@ export class PromMetrics implements Metrics, GrpcMetrics {
 
   private async readQueues(source: QueueSource, log: Logger): Promise<void> {
     for (const g of Object.values(this.queueGauges)) g.reset();
+    for (const g of Object.values(this.groupGauges)) g.reset();
     const up = source.redisReady();
     this.redisUp.set(up ? 1 : 0);
     const names = source.names().sort().slice(0, MAX_SCRAPED_QUEUES);
@@ -199,5 +208,12 @@ export class PromMetrics implements Metrics, GrpcMetrics {
     g.deadLetter.set(labels, s.deadLetter);
     if (s.oldestClaimAgeMs !== undefined) g.claimAge.set(labels, s.oldestClaimAgeMs / 1000);
     g.streams.set(labels, s.leaseStreams);
+    for (const group of s.groups) {
+      const l = { queue: s.queue, group: group.name };
+      this.groupGauges.pending.set(l, group.pending);
+      if (group.lag !== undefined) this.groupGauges.lag.set(l, group.lag);
+      if (group.oldestPendingIdleMs !== undefined) this.groupGauges.idle.set(l, group.oldestPendingIdleMs / 1000);
+      this.groupGauges.consumers.set(l, group.consumers);
+    }
   }
 }

@@ -55,7 +55,7 @@ async function valuesOf(client: RedisClient, list: string, ids: readonly string[
 export async function settleDeadLetterSelection(
   client: RedisClient, config: QueueConfig, action: DeadLetterAction, selection: DeadLetterSelection,
 ): Promise<number> {
-  if (config.mode !== "reliable") {
+  if (config.mode === "simple") {
     throw new SwitchyardError("failed_precondition", `queue "${config.name}" is SIMPLE and has no dead-letter list`, {
       reason: "WRONG_QUEUE_MODE",
       metadata: { queue: config.name },
@@ -64,11 +64,11 @@ export async function settleDeadLetterSelection(
   const keys = keysOf(config);
   if ("ids" in selection) {
     const values = await valuesOf(client, keys.deadLetter, selection.ids);
-    return values.length === 0 ? 0 : settleDeadLetters(client, keys, action, { values });
+    return values.length === 0 ? 0 : settleDeadLetters(client, keys, action, { values }, config.mode === "stream");
   }
   let total = 0;
   for (;;) {
-    const n = await settleDeadLetters(client, keys, action, { all: CHUNK });
+    const n = await settleDeadLetters(client, keys, action, { all: CHUNK }, config.mode === "stream");
     total += n;
     if (n < CHUNK) return total;
   }

@@ -8,7 +8,19 @@ import { SwitchyardError, invalid } from "../errors.js";
 import { defaultDeadLetter, defaultProcessing, hashTag, internalKey, queueKeys, allKeys, slotOf, type QueueKeys } from "../redis/keys.js";
 
 /** How items leave a queue. */
-export type QueueMode = "simple" | "reliable";
+export type QueueMode = "simple" | "reliable" | "stream";
+
+/** A consumer group of a stream queue, and where it starts when created ("$", "0" or an entry id). */
+export interface ConsumerGroupSpec {
+  readonly name: string;
+  readonly startId: string;
+}
+
+/** How a stream queue's history is trimmed on every append (approximately); 0: no limit. */
+export interface StreamTrimPolicy {
+  readonly maxLen: number;
+  readonly maxAgeMs: number;
+}
 
 /** How long a retried or recovered item waits: see RetryPolicy in queue.proto. */
 export interface RetryPolicy {
@@ -32,6 +44,10 @@ export interface QueueSpec {
   idempotencyWindowMs?: number;
   publishTtlMs?: number;
   replyQueue?: string;
+  /** Stream only. */
+  groups?: { name: string; startId?: string }[];
+  /** Stream only. */
+  streamTrim?: Partial<StreamTrimPolicy>;
 }
 
 /** A validated, stored declaration with every default filled in. */
@@ -60,6 +76,10 @@ export interface QueueConfig {
   readonly replyQueue: string;
   /** Deliveries stopped by PauseQueue. */
   readonly paused: boolean;
+  /** Stream only: the consumer groups (empty for lists). */
+  readonly groups: readonly ConsumerGroupSpec[];
+  /** Stream only: the trimming policy (zeros: never trimmed). */
+  readonly streamTrim: StreamTrimPolicy;
 }
 
 /** Deliveries after which a failing item is dead-lettered, unless the declaration says otherwise. */
@@ -67,6 +87,10 @@ export const DEFAULT_MAX_DELIVERIES = 25;
 /** The retry policy of a declaration that names none (queue.proto's RetryPolicy). */
 // Retry at once (the seed's retry moves the item back to the queue); a queue opts into backoff.
 export const DEFAULT_RETRY_POLICY: RetryPolicy = Object.freeze({ initialMs: 0, multiplier: 2, maxMs: 600_000, jitter: 0.2 });
+/** How long a stream queue's entry may stay pending before it is reclaimed, unless the declaration says otherwise. */
+export const DEFAULT_STREAM_MIN_IDLE_MS = 60_000;
+/** A stream queue that declares no trimming. */
+export const NO_TRIM: StreamTrimPolicy = Object.freeze({ maxLen: 0, maxAgeMs: 0 });
 /** How long idempotency keys are remembered unless the declaration says otherwise. */
 export const DEFAULT_IDEMPOTENCY_WINDOW_MS = 24 * 3600_000;
 const MAX_NAME_BYTES = 512;
@@ -99,13 +123,22 @@ function checkOneSlot(config: QueueConfig): void {
   const stray = allKeys(keys).find((k) => slotOf(k) !== slot);
   if (stray === undefined) return;
   const tag = suggestedTag(config.name);
+  if (config.mode === "stream") {
+    // The stream is the name itself; only the dead-letter list can be moved to its slot.
+    throw new SwitchyardError(
+      "invalid_argument",
+      `dead_letter_list "${stray}" of stream queue "${config.name}" falls in another Redis Cluster hash slot (${slotOf(stray)}, the stream's is ${slot}); ` +
+        `one script moves dead entries into it, so it must share the stream's slot: use "${streamDeadLetter(config.name)}"`,
+      { reason: "SLOT_MISMATCH", metadata: { queue: config.name, key: stray, hashTag: tag } },
+    );
+  }
   // Name the corrected key of each list the caller named, so the advice can be taken as it is.
   const fixes = [`${tag}`, `${tag}.processing`];
   if (config.recoverySet) fixes.push(`${tag}.claims`);
   if (config.deadLetterList !== defaultDeadLetter(config.name)) fixes.push(`${tag}.dead`);
   throw new SwitchyardError(
     "invalid_argument",
-    `keys of reliable queue "${config.name}" fall in different Redis Cluster hash slots ` +
+    `keys of ${config.mode} queue "${config.name}" fall in different Redis Cluster hash slots ` +
       `("${config.name}" in ${slot}, "${stray}" in ${slotOf(stray)}); one command moves items between them, ` +
       `so they must share a hash tag: use ${fixes.slice(0, -1).join(", ")} and ${fixes[fixes.length - 1]}`,
     { reason: "SLOT_MISMATCH", metadata: { queue: config.name, key: stray, hashTag: tag } },
@@ -145,7 +178,11 @@ export function validateQueueSpec(spec: QueueSpec, nowMs: number, namespace = "s
     throw invalid(`queue name "${spec.name}" has a "}" but no hash tag; name it with a hash tag such as {${spec.name.replace(/[{}]/g, "")}}`, field("name"));
   }
   const mode = spec.mode;
-  if (mode !== "simple" && mode !== "reliable") throw invalid(`queue "${spec.name}": mode must be SIMPLE or RELIABLE`, field("mode"));
+  if (mode !== "simple" && mode !== "reliable" && mode !== "stream") throw invalid(`queue "${spec.name}": mode must be SIMPLE, RELIABLE or STREAM`, field("mode"));
+  if (mode !== "stream") {
+    const streamOnly = ([["groups", spec.groups?.length], ["stream_trim", spec.streamTrim]] as const).find(([, v]) => v);
+    if (streamOnly) throw invalid(`queue "${spec.name}": ${streamOnly[0]} applies to STREAM queues only; remove it or declare the queue STREAM`, field(streamOnly[0]));
+  }
   checkDuration("min_idle", spec.minIdleMs);
   checkDuration("recovery_ttl", spec.recoveryTtlMs);
   checkDuration("idempotency_window", spec.idempotencyWindowMs, MAX_IDEMPOTENCY_WINDOW_MS);
@@ -158,6 +195,8 @@ export function validateQueueSpec(spec: QueueSpec, nowMs: number, namespace = "s
     publishTtlMs: spec.publishTtlMs ?? 0,
     replyQueue: spec.replyQueue ?? "",
     paused: false,
+    groups: [] as readonly ConsumerGroupSpec[],
+    streamTrim: NO_TRIM,
   };
   let config: QueueConfig;
   if (mode === "simple") {
@@ -179,6 +218,8 @@ export function validateQueueSpec(spec: QueueSpec, nowMs: number, namespace = "s
       ...common, mode, processingList: "", recoverySet: "", minIdleMs: 0, recoveryTtlMs: 0,
       maxDeliveries: 0, deadLetterList: "", retryPolicy: DEFAULT_RETRY_POLICY,
     };
+  } else if (mode === "stream") {
+    config = streamConfig(spec, common);
   } else {
     const recoverySet = spec.recoverySet ?? "";
     const minIdleMs = spec.minIdleMs ?? 0;
@@ -191,10 +232,7 @@ export function validateQueueSpec(spec: QueueSpec, nowMs: number, namespace = "s
     if (recoveryTtlMs > 0 && recoveryTtlMs <= minIdleMs) {
       throw invalid(`queue "${spec.name}": recovery_ttl (${recoveryTtlMs} ms) must be longer than min_idle (${minIdleMs} ms)`, field("recovery_ttl"));
     }
-    const maxDeliveries = spec.maxDeliveries || DEFAULT_MAX_DELIVERIES;
-    if (!Number.isInteger(maxDeliveries) || maxDeliveries < 1 || maxDeliveries > MAX_MAX_DELIVERIES) {
-      throw invalid(`queue "${spec.name}": max_deliveries must be between 1 and ${MAX_MAX_DELIVERIES}`, field("max_deliveries"));
-    }
+    const maxDeliveries = checkMaxDeliveries(spec);
     config = {
       ...common,
       mode,
@@ -214,7 +252,65 @@ export function validateQueueSpec(spec: QueueSpec, nowMs: number, namespace = "s
   const twice = keys.find((k, i) => keys.indexOf(k) !== i);
   if (twice) throw invalid(`queue "${spec.name}": key "${twice}" is used for two purposes; give each list its own name`);
   checkOutsideNamespace(config, namespace);
-  if (config.mode === "reliable") checkOneSlot(config);
+  if (config.mode !== "simple") checkOneSlot(config);
+  return config;
+}
+
+function checkMaxDeliveries(spec: QueueSpec): number {
+  const maxDeliveries = spec.maxDeliveries || DEFAULT_MAX_DELIVERIES;
+  if (!Number.isInteger(maxDeliveries) || maxDeliveries < 1 || maxDeliveries > MAX_MAX_DELIVERIES) {
+    throw invalid(`queue "${spec.name}": max_deliveries must be between 1 and ${MAX_MAX_DELIVERIES}`, field("max_deliveries"));
+  }
+  return maxDeliveries;
+}
+
+/** A stream queue's default dead-letter list: "<name>.dead" in the stream's slot ("{uploads}.dead" for "uploads"). */
+function streamDeadLetter(name: string): string {
+  return internalKey(name, "dead") ?? defaultDeadLetter(name);
+}
+
+/** A stream entry id as XGROUP takes it: "$", "0" or "<ms>-<seq>" (or "<ms>"). */
+const STREAM_ID = /^(\$|\d{1,20}(-\d{1,20})?)$/;
+
+/** Checks a consumer group's name and start id; `at` is the field that names it. */
+export function checkGroup(queue: string, group: { name: string; startId?: string }, at: string): ConsumerGroupSpec {
+  checkKeyName("consumer group name", group.name, `${at}.name`);
+  const startId = group.startId || "$";
+  if (!STREAM_ID.test(startId)) {
+    throw invalid(`queue "${queue}": group "${group.name}" start_id "${startId}" is not "$", "0" or an entry id such as 1700000000000-0`, field(`${at}.start_id`));
+  }
+  return Object.freeze({ name: group.name, startId });
+}
+
+/** The declaration of a STREAM queue: its groups, trimming, reclaiming and dead letters. */
+function streamConfig(spec: QueueSpec, common: Omit<QueueConfig, "mode" | "processingList" | "recoverySet" | "minIdleMs" | "recoveryTtlMs" | "maxDeliveries" | "deadLetterList" | "retryPolicy">): QueueConfig {
+  const listOnly = ([["processing_list", spec.processingList], ["recovery_set", spec.recoverySet], ["recovery_ttl", spec.recoveryTtlMs]] as const).find(([, v]) => v);
+  if (listOnly) {
+    throw invalid(`queue "${spec.name}": ${listOnly[0]} applies to RELIABLE queues only; a STREAM queue keeps its pending entries in each group's pending list`, field(listOnly[0]));
+  }
+  const groups = (spec.groups ?? []).map((g, i) => checkGroup(spec.name, g, `groups[${i}]`));
+  const twice = groups.find((g, i) => groups.findIndex((h) => h.name === g.name) !== i);
+  if (twice) throw invalid(`queue "${spec.name}": group "${twice.name}" is named twice`, field("groups"));
+  const trim = { maxLen: spec.streamTrim?.maxLen ?? 0, maxAgeMs: spec.streamTrim?.maxAgeMs ?? 0 };
+  if (!Number.isSafeInteger(trim.maxLen) || trim.maxLen < 0) throw invalid(`queue "${spec.name}": stream_trim.max_len must be a whole number`, field("stream_trim.max_len"));
+  checkDuration("stream_trim.max_age", trim.maxAgeMs);
+  if (trim.maxLen > 0 && trim.maxAgeMs > 0) {
+    throw invalid(`queue "${spec.name}": give stream_trim.max_len or stream_trim.max_age, not both (XADD trims by one of them)`, field("stream_trim"));
+  }
+  const config: QueueConfig = {
+    ...common,
+    mode: "stream",
+    processingList: "",
+    recoverySet: "",
+    minIdleMs: spec.minIdleMs || DEFAULT_STREAM_MIN_IDLE_MS,
+    recoveryTtlMs: 0,
+    maxDeliveries: checkMaxDeliveries(spec),
+    deadLetterList: spec.deadLetterList || streamDeadLetter(spec.name),
+    retryPolicy: checkRetryPolicy(spec.name, spec.retryPolicy),
+    groups,
+    streamTrim: trim.maxLen || trim.maxAgeMs ? Object.freeze(trim) : NO_TRIM,
+  };
+  checkKeyName("dead_letter_list", config.deadLetterList, "dead_letter_list");
   return config;
 }
 
@@ -231,11 +327,12 @@ export function namedKeys(spec: Pick<QueueSpec, "name" | "processingList" | "dea
 
 /** A stored declaration as the spec that declares it again. */
 export function specOf(config: QueueConfig): QueueSpec {
-  const reliable = config.mode === "reliable";
+  const reliable = config.mode !== "simple";
+  const stream = config.mode === "stream";
   return {
     name: config.name,
     mode: config.mode,
-    processingList: reliable ? config.processingList : undefined,
+    processingList: config.mode === "reliable" ? config.processingList : undefined,
     recoverySet: config.recoverySet || undefined,
     minIdleMs: config.minIdleMs || undefined,
     recoveryTtlMs: config.recoveryTtlMs || undefined,
@@ -245,6 +342,8 @@ export function specOf(config: QueueConfig): QueueSpec {
     idempotencyWindowMs: config.idempotencyWindowMs,
     publishTtlMs: config.publishTtlMs || undefined,
     replyQueue: config.replyQueue || undefined,
+    groups: stream ? [...config.groups] : undefined,
+    streamTrim: stream && (config.streamTrim.maxLen || config.streamTrim.maxAgeMs) ? config.streamTrim : undefined,
   };
 }
 
@@ -257,6 +356,7 @@ const UPDATABLE: Readonly<Record<string, readonly (keyof QueueSpec)[]>> = {
   idempotency_window: ["idempotencyWindowMs"],
   publish_ttl: ["publishTtlMs"],
   reply_queue: ["replyQueue"],
+  stream_trim: ["streamTrim"],
 };
 /** retry_policy's sub-paths → the domain policy's fields. */
 const POLICY_FIELDS: Readonly<Record<string, keyof RetryPolicy>> = {
@@ -293,7 +393,8 @@ export function applyUpdate(stored: QueueConfig, given: QueueSpec, paths: readon
     }
     for (const f of fields) (spec as unknown as Record<string, unknown>)[f] = given[f];
   }
-  return { ...validateQueueSpec(spec, stored.createTimeMs, namespace), paused: stored.paused };
+  // Groups change through their own calls (CreateConsumerGroup, DeleteConsumerGroup), never here.
+  return { ...validateQueueSpec(spec, stored.createTimeMs, namespace), paused: stored.paused, groups: stored.groups };
 }
 
 /** A stored declaration as read back, with the defaults of fields added since it was stored. */
@@ -301,6 +402,7 @@ export function normalizeConfig(stored: Partial<QueueConfig> & Pick<QueueConfig,
   return {
     processingList: "", recoverySet: "", minIdleMs: 0, recoveryTtlMs: 0, maxDeliveries: 0, deadLetterList: "", createTimeMs: 0,
     retryPolicy: DEFAULT_RETRY_POLICY, idempotencyWindowMs: DEFAULT_IDEMPOTENCY_WINDOW_MS, publishTtlMs: 0, replyQueue: "", paused: false,
+    groups: [], streamTrim: NO_TRIM,
     ...stored,
   };
 }

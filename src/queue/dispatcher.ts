@@ -21,7 +21,7 @@ import type { Logger } from "../log.js";
 import type { RedisClient, RedisConnection } from "../redis/connection.js";
 import { leaseItems, popItems } from "../redis/scripts.js";
 import { keysOf, type QueueConfig } from "./declaration.js";
-import { decodeItem } from "./envelope.js";
+import { decodeItem, type StoredItem } from "./envelope.js";
 import type { Delivery, LeaseStream } from "./lease-stream.js";
 import { deliveryField, tokenFormatter, type LeaseRef } from "./token.js";
 
@@ -51,9 +51,11 @@ export interface DispatchHost {
   reconcile(config: QueueConfig): Promise<void>;
 }
 
-interface Taken {
+/** An item taken for the streams: its stored value, or (stream queues) the item read already. */
+export interface Taken {
   ref: LeaseRef;
-  value: Buffer;
+  value?: Buffer;
+  item?: StoredItem;
 }
 
 export class QueueDispatcher {
@@ -73,7 +75,7 @@ export class QueueDispatcher {
   constructor(
     /** The queue's current declaration (replaced when it changes). */
     public config: QueueConfig,
-    private readonly host: DispatchHost,
+    protected readonly host: DispatchHost,
   ) {
     this.token = tokenFormatter(config.name);
   }
@@ -154,7 +156,7 @@ export class QueueDispatcher {
     }
   }
 
-  private async take(max: number): Promise<Taken[]> {
+  protected async take(max: number): Promise<Taken[]> {
     const { config, host } = this;
     const keys = keysOf(config);
     const { name } = config;
@@ -187,7 +189,7 @@ export class QueueDispatcher {
       this.blocker = blocker;
     }
     if (!this.blocking) {
-      const move = this.blocker.blmoveBuffer(this.config.name, this.config.name, "RIGHT", "RIGHT", this.host.options.blockTimeoutSec);
+      const move = this.wakeUp(this.blocker);
       this.blocking = move.then(() => undefined).finally(() => (this.blocking = undefined));
       this.blocking.catch(() => undefined); // a wake-up nobody waits for any more may fail unseen (the connection closed)
     }
@@ -197,6 +199,11 @@ export class QueueDispatcher {
       blocking.then(resolve, reject);
     });
     this.wake = undefined;
+  }
+
+  /** The blocking call that returns once the queue may have items; it takes none. */
+  protected wakeUp(blocker: RedisClient): Promise<unknown> {
+    return blocker.blmoveBuffer(this.config.name, this.config.name, "RIGHT", "RIGHT", this.host.options.blockTimeoutSec);
   }
 
   /**
@@ -222,8 +229,8 @@ export class QueueDispatcher {
       const from = i;
       for (const end = Math.min(taken.length, i + room); i < end; i++) {
         const t = taken[i];
-        const token = this.token(t.ref.fence, t.ref.owner);
-        const item = decodeItem(t.value);
+        const token = this.tokenOf(t.ref);
+        const item = t.item ?? decodeItem(t.value!);
         // This delivery's number: the deliveries its history records, and this one (always 1 on a simple queue).
         const deliveryCount = t.ref.owner ? item.deliveries + 1 : 1;
         batch.push({ token, fence: t.ref.fence, deliveryCount, queue: this.config.name, item, lastError: item.lastError });
@@ -257,19 +264,24 @@ export class QueueDispatcher {
   /** An item that can never be delivered: to the dead letters with `reason` (a simple queue has none: it is dropped). */
   private deadLetter(t: Taken, reason: string): void {
     const { name, mode } = this.config;
-    if (mode === "reliable") {
+    if (mode !== "simple") {
       this.host.log.warn("dead-lettering an item that fits no delivery message", { queue: name, fence: t.ref.fence, reason });
       this.host.kill(this.config, t.ref, reason);
       return;
     }
-    this.host.log.error("dropping an item of a simple queue that fits no delivery message", { queue: name, bytes: t.value.length, reason });
+    this.host.log.error("dropping an item of a simple queue that fits no delivery message", { queue: name, bytes: t.value?.length ?? 0, reason });
+  }
+
+  /** The lease token of a delivery. */
+  protected tokenOf(ref: LeaseRef): string {
+    return this.token(ref.fence, ref.owner);
   }
 
   /** Returns items that no stream could take to the front of the queue, uncounted and in their order. */
   private giveBack(taken: Taken[]): void {
     if (this.config.mode === "simple") {
       // Popped items: pushed back to the front, last first (at most once: a push Redis refuses loses them, as a pop whose answer is lost would).
-      this.host.redis.client.rpush(this.config.name, ...taken.map((t) => t.value).reverse()).catch((err: unknown) =>
+      this.host.redis.client.rpush(this.config.name, ...taken.map((t) => t.value!).reverse()).catch((err: unknown) =>
         this.host.log.error("could not push back popped items of a simple queue", { queue: this.config.name, items: taken.length, err }),
       );
       return;

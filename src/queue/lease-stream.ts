@@ -58,6 +58,8 @@ export class LeaseStream {
     public credit: number,
     readonly sink: LeaseSink,
     nowMs: number,
+    /** Stream queues: the consumer group the stream reads as ("" for lists). */
+    readonly group = "",
   ) {
     this.lastSendMs = nowMs;
   }

@@ -50,7 +50,7 @@ export async function peekItems(
     for (let i = 0; i < flat.length; i += 2) items.push(peeked(flat[i], Number(flat[i + 1].toString())));
     return { items, total };
   }
-  if (list === "dead_letter" && config.mode !== "reliable") {
+  if (list === "dead_letter" && config.mode === "simple") {
     throw new SwitchyardError("failed_precondition", `queue "${config.name}" is SIMPLE and has no dead-letter list`, {
       reason: "WRONG_QUEUE_MODE",
       metadata: { queue: config.name },

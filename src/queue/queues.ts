@@ -24,7 +24,10 @@ import type { QueueRegistry } from "./registry.js";
 import { Returns } from "./returns.js";
 import { Settler } from "./settler.js";
 import { Instances } from "./instances.js";
-import { deliveryField, parseToken, tokenFormatter, type LeaseRef } from "./token.js";
+import { deliveryField, parseToken, tokenFormatter, tokenMode, type LeaseRef } from "./token.js";
+import { StreamDispatcher } from "./stream/dispatcher.js";
+import { appendEntries, groupNotFound, groupStats, type GroupStats } from "./stream/entries.js";
+import { createConsumerGroup, deleteConsumerGroup, setConsumerGroupPosition } from "./stream/groups.js";
 import { Watchdog } from "./watchdog.js";
 import { ByteBudget } from "./byte-budget.js";
 
@@ -130,8 +133,22 @@ export interface QueueStatsView {
   /** Items waiting for their time. */
   delayed: number;
   paused: boolean;
-  /** Items acked or dropped (reliable); for a simple queue, every lease. */
+  /** Items acked or dropped (reliable, stream); for a simple queue, every lease. */
   completed: number;
+  /** Stream queues: each consumer group. */
+  groups: GroupStats[];
+}
+
+/** A prepared enqueue onto a stream queue: validated, not yet appended. */
+interface PreparedAppend {
+  config: QueueConfig;
+  entries: NewItems;
+  ttlMs: number;
+}
+
+/** The key of the dispatcher serving a queue's streams (for a stream queue, those of one group). */
+function dispatcherKey(queue: string, group: string): string {
+  return group ? `${queue}\n${group}` : queue;
 }
 
 /** A prepared enqueue: validated and encoded, not yet written. */
@@ -186,6 +203,32 @@ function scheduleOf(items: NewItems, now: number): { dueMs: number; idempotencyK
     out.push({ dueMs, idempotencyKey: key });
   }
   return out;
+}
+
+/** Bytes of the payloads appended to a stream queue, held against the pending-enqueue budget meanwhile. */
+function appendSize(items: NewItems): number {
+  let n = 0;
+  for (let i = 0; i < items.count; i++) n += items.payloadSize(i);
+  return n;
+}
+
+/** UNAVAILABLE when fewer replicas than asked acknowledged an enqueue's writes. */
+function checkReplicas(queue: string, acked: number, wait: ReplicaWait): void {
+  if (acked >= wait.replicas) return;
+  throw new SwitchyardError(
+    "unavailable",
+    `the items reached the master of "${queue}" but only ${acked} of ${wait.replicas} replica(s) acknowledged them ` +
+      `within ${wait.timeoutMs} ms, so a failover could lose them; retrying may enqueue them twice`,
+    { reason: "REDIS_UNAVAILABLE" },
+  );
+}
+
+/** FAILED_PRECONDITION for a list operation asked of a stream queue. */
+function notOnStreams(config: QueueConfig, what: string): SwitchyardError | undefined {
+  if (config.mode !== "stream") return undefined;
+  return new SwitchyardError("failed_precondition", `${what} works on list queues; "${config.name}" is a STREAM queue (its entries stay as history until trimmed)`, {
+    reason: "WRONG_QUEUE_MODE", metadata: { queue: config.name },
+  });
 }
 
 export class Queues {
@@ -291,6 +334,27 @@ export class Queues {
     for (const stream of open) stream.sink.end();
   }
 
+  /** Entries were added or a group moved (SetConsumerGroupPosition, RequeueDeadLetters): this instance's pumps of the queue read again now. */
+  private wakeStreams(name: string): void {
+    for (const d of this.dispatchersOf(name)) d.pushed();
+  }
+
+  /** Creates a consumer group of a stream queue (see stream/groups.ts); resolves to the declaration with it. */
+  createGroup(name: string, group: { name: string; startId?: string }): Promise<QueueConfig> {
+    return createConsumerGroup(this.registry, this.redis.client, name, group);
+  }
+
+  /** Moves a stream queue's consumer group to entry `id`; this instance's pump of it reads again at once. */
+  async moveGroup(name: string, group: string, id: string): Promise<void> {
+    await setConsumerGroupPosition(this.registry, this.redis.client, name, group, id);
+    this.wakeStreams(name);
+  }
+
+  /** Deletes a stream queue's consumer group; resolves to the declaration without it (its streams end). */
+  deleteGroup(name: string, group: string): Promise<QueueConfig> {
+    return deleteConsumerGroup(this.registry, this.redis.client, name, group);
+  }
+
   /** Bytes of enqueued items written to Redis and not yet answered. */
   get pendingEnqueueBytes(): number {
     return this.pending.used;
@@ -321,17 +385,43 @@ export class Queues {
     this.watchdog.stop();
     this.delayed.stop();
     this.redis.client.off("ready", this.onReconnect);
-    for (const name of [...this.dispatchers.keys()]) this.closeDispatcher(name);
+    const groups = [...this.dispatchers.values()].filter((d): d is StreamDispatcher => d instanceof StreamDispatcher);
+    for (const d of this.dispatchers.values()) d.close();
+    this.dispatchers.clear();
     await Promise.all([...this.streams].map((s) => this.closeStream(s)));
     const returned = await this.returns.idle(returnWithinMs);
     this.returns.stop();
+    // Stream queues: this instance's consumers leave their groups, once they hold nothing.
+    if (returned) {
+      await Promise.all(groups.map((g) => g.retire())).catch((err: unknown) => this.log.warn("could not retire a stream consumer", { err }));
+    }
     if (returned) await this.instances.leave().catch((err: unknown) => this.log.warn("could not leave the live instances", { err }));
     else this.log.warn("some items could not be returned to their queues; another instance will return them", { items: this.returns.size });
   }
 
+  /** Closes the dispatchers of queue `name` (for a stream queue, one per group). */
   private closeDispatcher(name: string): void {
-    this.dispatchers.get(name)?.close();
-    this.dispatchers.delete(name);
+    for (const [key, d] of this.dispatchers) {
+      if (d.config.name !== name) continue;
+      d.close();
+      this.dispatchers.delete(key);
+    }
+  }
+
+  /** The dispatchers of queue `name`. */
+  private dispatchersOf(name: string): QueueDispatcher[] {
+    return [...this.dispatchers.values()].filter((d) => d.config.name === name);
+  }
+
+  /** Tells the pump of a stream queue's group (by dispatcher key) that entries were handed back. */
+  private rescan(key: string): void {
+    const d = this.dispatchers.get(key);
+    if (d instanceof StreamDispatcher) d.rescan();
+  }
+
+  /** The dispatcher serving `stream`. */
+  private dispatcherOf(stream: LeaseStream): QueueDispatcher | undefined {
+    return this.dispatchers.get(dispatcherKey(stream.queue, stream.group));
   }
 
   private onQueueDeleted(name: string): void {
@@ -342,13 +432,18 @@ export class Queues {
 
   /** A declaration changed (UpdateQueue, PauseQueue, a config file): dispatchers and streams use it from now on. */
   private onQueueChanged(config: QueueConfig): void {
-    for (const stream of this.streams) if (stream.queue === config.name) stream.config = config;
-    const dispatcher = this.dispatchers.get(config.name);
-    if (!dispatcher) return;
-    const wasPaused = dispatcher.config.paused;
-    dispatcher.config = config;
-    if (config.paused) dispatcher.interrupt();
-    else if (wasPaused) dispatcher.kick();
+    for (const stream of this.streams) {
+      if (stream.queue !== config.name) continue;
+      stream.config = config;
+      // A group deleted (DeleteConsumerGroup): its streams end.
+      if (stream.group && !config.groups.some((g) => g.name === stream.group)) stream.sink.fail(groupNotFound(config.name, stream.group));
+    }
+    for (const dispatcher of this.dispatchersOf(config.name)) {
+      const wasPaused = dispatcher.config.paused;
+      dispatcher.config = config;
+      if (config.paused) dispatcher.interrupt();
+      else if (wasPaused) dispatcher.kick();
+    }
   }
 
   /** Returns (counted) every delivery of this instance on the queue that no stream holds and none is returning. */
@@ -367,7 +462,7 @@ export class Queues {
     }
   }
 
-  private async prepare(queue: string, given: readonly NewItem[] | NewItems, ttlMs: number): Promise<PreparedEnqueue> {
+  private async prepare(queue: string, given: readonly NewItem[] | NewItems, ttlMs: number): Promise<PreparedEnqueue | PreparedAppend> {
     const items = itemsOf(given);
     if (items.count === 0) throw invalid("items must not be empty", "items");
     if (items.count > this.options.maxItemsPerEnqueue) {
@@ -385,6 +480,7 @@ export class Queues {
       }
     }
     const config = await this.registry.get(queue);
+    if (config.mode === "stream") return { config, entries: items, ttlMs: ttlMs || config.publishTtlMs };
     const now = this.clock.now();
     const options = items.hasOptions ? scheduleOf(items, now) : undefined;
     const ids = ItemIds.next(items.count);
@@ -394,12 +490,12 @@ export class Queues {
     };
   }
 
-  private async write(p: PreparedEnqueue, wait?: ReplicaWait): Promise<ItemIds | ScheduledEnqueue> {
+  private async write(p: PreparedEnqueue | PreparedAppend, wait?: ReplicaWait): Promise<ItemIds | ScheduledEnqueue> {
     // Redis unreachable: fail now, as a lone push would (ioredis keeps no offline queue here),
     // rather than wait behind a push that ioredis holds to send again once it has reconnected,
     // which can take as long as a restarted Redis takes to load its data.
     if (!this.redis.ready()) throw new SwitchyardError("unavailable", "redis is unavailable; retry later", { reason: "REDIS_UNAVAILABLE" });
-    const bytes = p.values.buffer.length;
+    const bytes = "entries" in p ? appendSize(p.entries) : p.values.buffer.length;
     if (!this.pending.take(bytes)) {
       throw new SwitchyardError(
         "resource_exhausted",
@@ -409,10 +505,24 @@ export class Queues {
       );
     }
     try {
-      return await this.pushNow(p, wait);
+      return "entries" in p ? await this.append(p, wait) : await this.pushNow(p, wait);
     } finally {
       this.pending.give(bytes);
     }
+  }
+
+  /**
+   * Appends items to a stream queue (XADD); the answer's ids are the entry ids.
+   * With `wait`, on the waiter connection followed by WAIT (as a list push).
+   */
+  private async append(p: PreparedAppend, wait?: ReplicaWait): Promise<ScheduledEnqueue> {
+    const client = wait ? await this.redis.waiter() : this.redis.client;
+    const waitFor = wait && { ...wait, replyMs: this.redis.commandTimeoutMs };
+    const { ids, acked } = await appendEntries(client, this.clock, p.config, p.entries, p.ttlMs, waitFor);
+    for (const d of this.dispatchersOf(p.config.name)) d.pushed();
+    this.metrics.items(p.config.name, "enqueued", ids.length);
+    if (wait) checkReplicas(p.config.name, acked, wait);
+    return new ScheduledEnqueue(ids, []);
   }
 
   /** Enqueues items with a time or an idempotency key, in the queue's turn (one script call). */
@@ -453,14 +563,7 @@ export class Queues {
     }
     const acked = await this.pushes.alone(p.config.name, () => this.push(p.config.name, Math.ceil(p.ttlMs), [p.values], wait));
     this.metrics.items(p.config.name, "enqueued", p.ids.count);
-    if (acked < wait.replicas) {
-      throw new SwitchyardError(
-        "unavailable",
-        `the items reached the master of "${p.config.name}" but only ${acked} of ${wait.replicas} replica(s) acknowledged them ` +
-          `within ${wait.timeoutMs} ms, so a failover could lose them; retrying may enqueue them twice`,
-        { reason: "REDIS_UNAVAILABLE" },
-      );
-    }
+    checkReplicas(p.config.name, acked, wait);
     return p.ids;
   }
 
@@ -489,18 +592,24 @@ export class Queues {
     return this.write(await this.prepare(queue, items, ttlMs), wait && wait.replicas > 0 ? wait : undefined);
   }
 
-  /** Opens a lease stream on a declared queue. */
-  async openStream(queue: string, credit: number, sink: LeaseSink): Promise<LeaseStream> {
+  /** Opens a lease stream on a declared queue; a stream queue's names the consumer group it reads as. */
+  async openStream(queue: string, credit: number, sink: LeaseSink, group = ""): Promise<LeaseStream> {
     if (this.draining) {
       throw new SwitchyardError("unavailable", "this instance is shutting down; open the lease stream on another instance", { reason: "SHUTTING_DOWN" });
     }
     this.checkCredit(credit, true);
     const config = await this.registry.get(queue);
-    const stream = new LeaseStream(config, credit, sink, this.clock.now());
-    let dispatcher = this.dispatchers.get(queue);
+    if (config.mode === "stream" && !group) throw invalid(`"${queue}" is a STREAM queue: open names the consumer group to read as`, "open.group");
+    if (config.mode !== "stream" && group) throw invalid(`open.group applies to STREAM queues; "${queue}" is ${config.mode.toUpperCase()}`, "open.group");
+    if (group && !config.groups.some((g) => g.name === group)) throw groupNotFound(queue, group);
+    const stream = new LeaseStream(config, credit, sink, this.clock.now(), group);
+    const key = dispatcherKey(queue, group);
+    let dispatcher = this.dispatchers.get(key);
     if (!dispatcher) {
-      dispatcher = new QueueDispatcher(config, this.dispatchHost);
-      this.dispatchers.set(queue, dispatcher);
+      dispatcher = group
+        ? new StreamDispatcher(config, this.dispatchHost, group, (n) => this.metrics.items(queue, "dead_lettered", n))
+        : new QueueDispatcher(config, this.dispatchHost);
+      this.dispatchers.set(key, dispatcher);
     }
     dispatcher.add(stream);
     this.streams.add(stream);
@@ -517,7 +626,7 @@ export class Queues {
 
   /** Lets a stream take deliveries again once its transport drained (see LeaseSink.backlogged). */
   resume(stream: LeaseStream): void {
-    if (!stream.closed) this.dispatchers.get(stream.queue)?.kick();
+    if (!stream.closed) this.dispatcherOf(stream)?.kick();
   }
 
   /** Changes a stream's credit (max in flight). */
@@ -525,7 +634,7 @@ export class Queues {
     this.checkCredit(credit, false);
     if (this.draining) return; // a draining stream takes nothing more
     stream.credit = credit;
-    this.dispatchers.get(stream.queue)?.kick();
+    this.dispatcherOf(stream)?.kick();
   }
 
   /**
@@ -562,7 +671,7 @@ export class Queues {
     const stream = ownStream?.held.has(token) ? ownStream : this.holders.get(token);
     if (!stream || !stream.held.delete(token)) return;
     this.holders.delete(token);
-    this.dispatchers.get(stream.queue)?.kick();
+    this.dispatcherOf(stream)?.kick();
     this.onRelease?.();
   }
 
@@ -576,7 +685,7 @@ export class Queues {
     stream.closed = true;
     stream.heartbeat?.cancel();
     this.streams.delete(stream);
-    this.dispatchers.get(stream.queue)?.remove(stream);
+    this.dispatcherOf(stream)?.remove(stream);
     const held = [...stream.held.values()];
     // On their way back before they stop counting as held: the pump's reconcile must never see them as nobody's.
     const returning = this.returns.give(stream.config, fieldsOf(held.reverse()), "return");
@@ -584,15 +693,17 @@ export class Queues {
     stream.held.clear();
     // Each return goes to the front: the last delivered went first (reversed above), so the queue keeps its order.
     await returning;
+    // A stream queue's entries handed back wait to be reclaimed: the group's pump takes them now.
+    if (stream.group && held.length > 0) this.rescan(dispatcherKey(stream.queue, stream.group));
   }
 
   /** The declaration a token's queue has now, refusing a token of the other mode. */
   private async configFor(ref: LeaseRef, action: WorkerSettle): Promise<QueueConfig> {
     const config = await this.registry.get(ref.queue);
-    if ((config.mode === "reliable") !== (ref.owner !== "")) {
+    if (config.mode !== tokenMode(ref)) {
       throw new SwitchyardError(
         "failed_precondition",
-        `cannot ${action}: the lease token names a delivery of a ${ref.owner ? "RELIABLE" : "SIMPLE"} queue, ` +
+        `cannot ${action}: the lease token names a delivery of a ${tokenMode(ref).toUpperCase()} queue, ` +
           `but "${ref.queue}" is ${config.mode.toUpperCase()} now (it was declared again); the delivery is gone`,
         { reason: "LEASE_NOT_HELD", metadata: { queue: ref.queue } },
       );
@@ -619,10 +730,12 @@ export class Queues {
     if (frees || result.code !== "done") this.release(token, fromStream);
     if (result.code !== "done" && result.code !== "dead_lettered") throw settleError(result.code, action, ref);
     if (action === "drop" && opts.reason) this.log.info("item dropped", { queue: config.name, fence: ref.fence, reason: op.reason });
-    if (action === "retry" && result.dueMs > 0) this.delayed.note(config.name, result.dueMs);
+    if (action === "retry" && config.mode === "reliable" && result.dueMs > 0) this.delayed.note(config.name, result.dueMs);
+    // A stream entry retried waits to be reclaimed: this instance's pump of its group looks at once.
+    if (action === "retry" && ref.entry) this.rescan(dispatcherKey(config.name, ref.entry.group));
     return {
       deadLettered: result.code === "dead_lettered",
-      expireTimeMs: action === "extend" && config.recoverySet ? this.clock.now() + config.minIdleMs : undefined,
+      expireTimeMs: action === "extend" && (config.recoverySet || config.mode === "stream") ? this.clock.now() + config.minIdleMs : undefined,
       dueMs: action === "retry" && result.code === "done" ? result.dueMs || this.clock.now() : undefined,
     };
   }
@@ -660,9 +773,9 @@ export class Queues {
       const settles: typeof group = [];
       let popped = 0;
       for (const g of group) {
-        if ((config.mode === "reliable") !== (g.ref.owner !== "")) {
+        if (config.mode !== tokenMode(g.ref)) {
           failures.push({ token: g.token, error: await this.configFor(g.ref, "ack").then(() => undefined, (e: unknown) => e) });
-        } else if (config.mode === "reliable") {
+        } else if (config.mode !== "simple") {
           settles.push(g);
         } else {
           // A simple queue's item left Redis when it was popped: nothing to settle.
@@ -703,7 +816,12 @@ export class Queues {
 
   /** Items of a declared queue's ready, dead-letter or delayed list, next to leave first, without moving them. */
   async peek(name: string, list: PeekList, limit: number): Promise<{ items: PeekedItem[]; total: number }> {
-    return peekItems(this.redis.client, await this.registry.get(name), list, limit);
+    const config = await this.registry.get(name);
+    if (list !== "dead_letter") {
+      const refused = notOnStreams(config, `PeekQueue of the ${list} list`);
+      if (refused) throw refused;
+    }
+    return peekItems(this.redis.client, config, list, limit);
   }
 
   /**
@@ -724,12 +842,18 @@ export class Queues {
 
   /** Deletes the items waiting in a declared queue (ready and delayed); resolves to how many. */
   async purge(name: string): Promise<number> {
-    return purgeReady(this.redis.client, await this.registry.get(name));
+    const config = await this.registry.get(name);
+    const refused = notOnStreams(config, "PurgeQueue");
+    if (refused) throw refused;
+    return purgeReady(this.redis.client, config);
   }
 
   /** Requeues or deletes dead letters of a declared reliable queue; resolves to how many. */
   async settleDeadLetters(name: string, action: DeadLetterAction, selection: DeadLetterSelection): Promise<number> {
-    return settleDeadLetterSelection(this.redis.client, await this.registry.get(name), action, selection);
+    const config = await this.registry.get(name);
+    const n = await settleDeadLetterSelection(this.redis.client, config, action, selection);
+    if (action === "requeue" && n > 0) this.wakeStreams(name);
+    return n;
   }
 
   /** Depth, processing, dead letters and oldest claim age of a declared queue. */
@@ -737,6 +861,21 @@ export class Queues {
     const config = await this.registry.get(name);
     const { client } = this.redis;
     const keys = keysOf(config);
+    const leaseStreams = this.dispatchersOf(name).reduce((n, d) => n + d.streamCount, 0);
+    if (config.mode === "stream") {
+      const [entries, deadLetter, leased, completed, groups] = await Promise.all([
+        client.xlen(keys.queue),
+        client.llen(keys.deadLetter),
+        client.get(keys.fence),
+        client.hget(keys.leases, "completed"),
+        groupStats(client, keys.queue),
+      ]);
+      return {
+        queue: name, ready: entries, processing: groups.reduce((n, g) => n + g.pending, 0), deadLetter,
+        oldestClaimAgeMs: undefined, leaseStreams, leased: Number(leased ?? 0), completed: Number(completed ?? 0), delayed: 0,
+        paused: config.paused, groups,
+      };
+    }
     const reliable = config.mode === "reliable";
     const [ready, processing, deadLetter, oldest, leased, completed, delayed] = await Promise.all([
       client.llen(keys.queue),
@@ -753,11 +892,12 @@ export class Queues {
       processing,
       deadLetter,
       oldestClaimAgeMs: oldest.length === 2 ? Math.max(0, this.clock.now() - Number(oldest[1])) : undefined,
-      leaseStreams: this.dispatchers.get(name)?.streamCount ?? 0,
+      leaseStreams,
       leased: Number(leased ?? 0),
       completed: Number((reliable ? completed : leased) ?? 0),
       delayed,
       paused: config.paused,
+      groups: [],
     };
   }
 }

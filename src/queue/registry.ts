@@ -11,6 +11,7 @@ import type { Logger } from "../log.js";
 import type { RedisConnection } from "../redis/connection.js";
 import { allKeys, type SystemKeys } from "../redis/keys.js";
 import { declareQueue, undeclareQueue } from "../redis/scripts.js";
+import { ensureGroups } from "./stream/entries.js";
 import {
   keysOf, normalizeConfig, sameDeclaration, shapeOf, validateQueueSpec, type QueueConfig, type QueueSpec,
 } from "./declaration.js";
@@ -25,9 +26,13 @@ export interface QueuePage {
 function expectedTypes(config: QueueConfig): Map<string, string> {
   const keys = keysOf(config);
   const types = new Map<string, string>([
-    [keys.queue, "list"], [keys.fence, "string"], [keys.delayed, "zset"],
+    [keys.queue, config.mode === "stream" ? "stream" : "list"], [keys.fence, "string"], [keys.delayed, "zset"],
     [keys.idempotency, "hash"], [keys.idempotencyTime, "zset"],
   ]);
+  if (config.mode === "stream") {
+    types.set(keys.deadLetter, "list");
+    types.set(keys.leases, "hash");
+  }
   if (config.mode === "reliable") {
     for (const k of [keys.processing, keys.deadLetter]) types.set(k, "list");
     for (const k of [keys.returned, keys.recovery]) if (k) types.set(k, "zset");
@@ -197,9 +202,17 @@ export class QueueRegistry {
    * Declares a queue. The same declaration again is a no-op; a different one
    * for an existing name is ALREADY_EXISTS, unless `replace` (the config file),
    * which applies new settings but refuses new key names or a new mode: items
-   * in flight sit under the old keys.
+   * in flight sit under the old keys. A stream queue's declared groups are
+   * created in Redis (XGROUP CREATE … MKSTREAM) once it is stored, and again
+   * on every declaration of it (a group that exists keeps its position).
    */
   async create(spec: QueueSpec, options: { replace?: boolean } = {}): Promise<QueueConfig> {
+    const config = await this.store(spec, options);
+    if (config.mode === "stream") await ensureGroups(this.redis.client, config);
+    return config;
+  }
+
+  private async store(spec: QueueSpec, options: { replace?: boolean }): Promise<QueueConfig> {
     const config = validateQueueSpec(spec, this.clock.now(), this.namespace);
     for (;;) {
       const storedJson = await this.redis.client.hget(this.keys.queues, config.name);

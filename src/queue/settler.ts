@@ -6,7 +6,7 @@
 import type { Clock } from "../clock.js";
 import { noMetrics, type ItemEvent, type Metrics } from "../metrics/hooks.js";
 import type { RedisClient } from "../redis/connection.js";
-import { policyArg, settleItems, type SettleAction, type SettleOp, type SettleResult } from "../redis/scripts.js";
+import { policyArg, settleItems, settleStreamItems, type SettleAction, type SettleOp, type SettleResult } from "../redis/scripts.js";
 import { keysOf, type QueueConfig } from "./declaration.js";
 
 /** A caller waiting for the results of its ops: `count` of them from `from` in its batch. */
@@ -89,12 +89,14 @@ export class Settler {
       maxDeliveries: config.maxDeliveries,
       retryPolicy: policyArg(config.retryPolicy),
       publishTtlMs: config.publishTtlMs,
+      minIdleMs: config.minIdleMs,
     };
+    const settle = config.mode === "stream" ? settleStreamItems : settleItems;
     const calls: Promise<SettleResult[]>[] = [];
     for (let i = 0; i < ops.length; i += CHUNK) {
       const chunk = ops.slice(i, i + CHUNK);
       calls.push(
-        settleItems(this.client, keysOf(config), ctx, chunk).then((results) => {
+        settle(this.client, keysOf(config), ctx, chunk).then((results) => {
           count(this.metrics, config.name, chunk, results);
           return results;
         }),

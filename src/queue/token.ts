@@ -5,18 +5,40 @@
  * instance can find.
  */
 import { SwitchyardError } from "../errors.js";
+import { streamDeliveryField } from "../redis/scripts.js";
+
+/** A stream queue's delivery: the entry, its group, and its delivery count (the fence of the pending entry). */
+export interface EntryRef {
+  group: string;
+  id: string;
+  count: number;
+}
 
 /** What a lease token names. */
 export interface LeaseRef {
   queue: string;
   fence: number;
-  /** The leasing instance's id; "" for a simple queue's delivery (nothing to settle). */
+  /** The leasing instance's id (for a stream, its consumer); "" for a simple queue's delivery (nothing to settle). */
   owner: string;
+  /** Stream queues only. */
+  entry?: EntryRef;
 }
 
-/** The field of a reliable delivery's record in its queue's leases hash. */
+/** The mode of the queue a token's delivery came from. */
+export function tokenMode(ref: LeaseRef): "simple" | "reliable" | "stream" {
+  return ref.entry ? "stream" : ref.owner ? "reliable" : "simple";
+}
+
+/** The field of a reliable delivery's record in its queue's leases hash; of a stream's, what stream-settle.lua checks. */
 export function deliveryField(ref: LeaseRef): string {
+  if (ref.entry) return streamDeliveryField(ref.entry.id, ref.entry.count, ref.owner, ref.entry.group);
   return `${ref.fence}@${ref.owner}`;
+}
+
+/** The token of a stream delivery. Format: `x.<fence>.<consumer>.<count>.<entry id>.<group b64url>.<queue b64url>`. */
+export function streamTokenFormatter(queue: string, group: string): (fence: number, owner: string, id: string, count: number) => string {
+  const tail = `${Buffer.from(group).toString("base64url")}.${Buffer.from(queue).toString("base64url")}`;
+  return (fence, owner, id, count) => `x.${fence}.${owner}.${count}.${id}.${tail}`;
 }
 
 /** The token for a delivery. Format: `r.<fence>.<owner>.<queue b64url>` or `s.<fence>.<queue b64url>`. */
@@ -32,11 +54,17 @@ export function tokenFormatter(queue: string): (fence: number, owner: string) =>
 
 const reliable = /^r\.(\d{1,16})\.([0-9a-z]{10})\.([A-Za-z0-9_-]+)$/;
 const simple = /^s\.(\d{1,16})\.([A-Za-z0-9_-]+)$/;
+const stream = /^x\.(\d{1,16})\.([0-9a-z]{10})\.(\d{1,10})\.(\d{1,20}-\d{1,20})\.([A-Za-z0-9_-]+)\.([A-Za-z0-9_-]+)$/;
 
 /** Parses a token; INVALID_ARGUMENT when it is not one Switchyard issued. */
 export function parseToken(token: string): LeaseRef {
   let m = reliable.exec(token);
   if (m) return { fence: Number(m[1]), owner: m[2], queue: Buffer.from(m[3], "base64url").toString() };
+  m = stream.exec(token);
+  if (m) {
+    const entry = { count: Number(m[3]), id: m[4], group: Buffer.from(m[5], "base64url").toString() };
+    return { fence: Number(m[1]), owner: m[2], queue: Buffer.from(m[6], "base64url").toString(), entry };
+  }
   m = simple.exec(token);
   if (m) return { fence: Number(m[1]), owner: "", queue: Buffer.from(m[2], "base64url").toString() };
   throw new SwitchyardError(

@@ -36,6 +36,9 @@ const definitions = {
   syJobLock: { numberOfKeys: 2, lua: load("job-lock") },
   syJobPut: { numberOfKeys: 1, lua: load("job-put") },
   syDeadLetters: { numberOfKeys: 2, lua: withLib("dead-letters") },
+  syStreamLease: { numberOfKeys: 4, lua: withLib("stream-lease") },
+  syStreamSettle: { numberOfKeys: 3, lua: withLib("stream-settle") },
+  syStreamRetire: { numberOfKeys: 1, lua: load("stream-retire") },
   syDeclare: { numberOfKeys: 2, lua: load("declare") },
   syUndeclare: { numberOfKeys: 2, lua: load("undeclare") },
 } as const;
@@ -142,10 +145,10 @@ export type DeadLetterAction = "requeue" | "delete";
  * oldest first; resolves to how many moved or went.
  */
 export async function settleDeadLetters(
-  client: RedisClient, keys: QueueKeys, action: DeadLetterAction, which: { all: number } | { values: Buffer[] },
+  client: RedisClient, keys: QueueKeys, action: DeadLetterAction, which: { all: number } | { values: Buffer[] }, stream = false,
 ): Promise<number> {
   const args = "all" in which ? ["all", which.all] : ["values", ...which.values];
-  return (await call(client, "syDeadLetters", [keys.deadLetter, keys.queue, action, ...args])) as number;
+  return (await call(client, "syDeadLetters", [keys.deadLetter, keys.queue, stream && action === "requeue" ? "requeue-stream" : action, ...args])) as number;
 }
 
 /** How declare.lua answered. */
@@ -242,6 +245,8 @@ export interface SettleContext {
   maxDeliveries: number;
   retryPolicy: string;
   publishTtlMs: number;
+  /** Stream queues: how long an entry stays pending before it is reclaimed. */
+  minIdleMs?: number;
 }
 
 /** settle.lua: applies settles whose deliveries are live; one result per settle, in order. */
@@ -255,6 +260,80 @@ export async function settleItems(client: RedisClient, keys: QueueKeys, ctx: Set
   const results: SettleResult[] = [];
   for (let i = 0; i < flat.length; i += 2) results.push({ code: settleCodes[flat[i]], dueMs: flat[i + 1] });
   return results;
+}
+
+/** The consumer that entries handed back wait under until a pump reclaims them (stream-settle.lua). */
+export const PARKING_CONSUMER = "switchyard.parked";
+
+/** A stream delivery's settle field: "<entry id>@<delivery count>@<consumer>@<group>" (the group last: it may hold "@"). */
+export function streamDeliveryField(id: string, count: number, consumer: string, group: string): string {
+  return `${id}@${count}@${consumer}@${group}`;
+}
+
+/**
+ * stream-settle.lua: applies settles of a stream queue's deliveries that are
+ * still live; one result per settle, in order (a retry's dueMs is when it is
+ * reclaimed at the earliest).
+ */
+export async function settleStreamItems(client: RedisClient, keys: QueueKeys, ctx: SettleContext, ops: readonly SettleOp[]): Promise<SettleResult[]> {
+  const args: (string | number)[] = [
+    keys.queue, keys.deadLetter, keys.leases, ctx.maxDeliveries, ctx.minIdleMs ?? 0, ctx.retryPolicy, Math.random(), PARKING_CONSUMER,
+  ];
+  for (const op of ops) {
+    const [id, count, consumer] = op.delivery.split("@", 3);
+    const group = op.delivery.slice(id.length + count.length + consumer.length + 3);
+    args.push(actionLetters[op.action], group, id, count, consumer, op.reason ?? "", op.delayMs === undefined ? "" : Math.max(0, Math.round(op.delayMs)));
+  }
+  const flat = (await call(client, "syStreamSettle", args)) as number[];
+  const results: SettleResult[] = [];
+  for (let i = 0; i < flat.length; i += 2) {
+    const code = settleCodes[flat[i]];
+    results.push({ code, dueMs: code === "done" && ops[i / 2].action === "retry" ? ctx.now + flat[i + 1] : 0 });
+  }
+  return results;
+}
+
+/** stream-retire.lua: deletes `consumer` of `group` if it holds no pending entry; true when deleted. */
+export async function retireConsumer(client: RedisClient, stream: string, group: string, consumer: string): Promise<boolean> {
+  return (await call(client, "syStreamRetire", [stream, group, consumer])) === 1;
+}
+
+/** One entry stream-lease.lua delivered. */
+export interface StreamEntry {
+  id: string;
+  /** This delivery's number (the group's delivery count). */
+  count: number;
+  /** Why its previous delivery failed ("" for none). */
+  lastError: string;
+  /** Field, value, field, value, ... */
+  fields: Buffer[];
+}
+
+/** What one stream-lease.lua call answered. */
+export interface StreamLease {
+  cursor: string;
+  firstFence: number;
+  deadLettered: number;
+  /** The id to wait after for more entries ("" : the group may have more now). */
+  wakeId: string;
+  entries: StreamEntry[];
+}
+
+/** stream-lease.lua: reclaims idle entries of `group` (dead-lettering those past max deliveries), then reads new ones, up to `max`. */
+export async function leaseStreamEntries(
+  client: RedisClient, keys: QueueKeys, lease: { group: string; consumer: string; max: number; minIdleMs: number; maxDeliveries: number; cursor: string },
+): Promise<StreamLease> {
+  const [cursor, first, dead, wake, ...entries] = (await call(client, "syStreamLeaseBuffer", [
+    keys.queue, keys.fence, keys.deadLetter, keys.leases,
+    lease.group, lease.consumer, lease.max, lease.minIdleMs, lease.maxDeliveries, lease.cursor,
+  ])) as [Buffer, number, number, Buffer, ...[Buffer, number, Buffer, Buffer[]][]];
+  return {
+    cursor: cursor.toString(),
+    firstFence: Number(first),
+    deadLettered: Number(dead),
+    wakeId: wake.toString(),
+    entries: entries.map(([id, count, err, fields]) => ({ id: id.toString(), count: Number(count), lastError: err.toString(), fields })),
+  };
 }
 
 /** What one recover.lua call did. */

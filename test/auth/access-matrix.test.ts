@@ -29,6 +29,9 @@ import { startSwitchyard, type TestSwitchyard } from "../helpers/switchyard.js";
 
 const Q = "{thumbnails}";
 const QUEUE = { name: Q, mode: QueueMode.RELIABLE, recoverySet: `${Q}.claims`, minIdle: { seconds: 60n } };
+/** A STREAM queue for the consumer-group calls. */
+const STREAM = `${Q}.uploads`;
+let groups = 0;
 /** A pattern that covers other queues, never {thumbnails}. */
 const OTHER = "cache.*";
 const ALL_SCOPES: ScopeName[] = [...SYSTEM_SCOPES, ...QUEUE_SCOPES];
@@ -118,6 +121,18 @@ const rows: Row[] = [
   { method: "QueueService/PurgeQueue", scope: "queue:admin", grant: `queue:admin:${Q}`, run: (c) => c.purgeQueue(Q) },
   { method: "QueueService/RequeueDeadLetters", scope: "queue:admin", grant: `queue:admin:${Q}`, run: (c) => c.requeueDeadLetters(Q, "all") },
   { method: "QueueService/DeleteDeadLetters", scope: "queue:admin", grant: `queue:admin:${Q}`, run: (c) => c.deleteDeadLetters(Q, "all") },
+  { method: "QueueService/CreateConsumerGroup", scope: "queue:admin", grant: `queue:admin:${STREAM}`, run: (c) => c.createConsumerGroup(STREAM, `g${groups++}`) },
+  { method: "QueueService/SetConsumerGroupPosition", scope: "queue:admin", grant: `queue:admin:${STREAM}`, run: (c) => c.setConsumerGroupPosition(STREAM, "g", "0") },
+  {
+    method: "QueueService/DeleteConsumerGroup",
+    scope: "queue:admin",
+    grant: `queue:admin:${STREAM}`,
+    run: async (c) => {
+      const group = `g${groups++}`;
+      await admin.createConsumerGroup(STREAM, group);
+      return c.deleteConsumerGroup(STREAM, group);
+    },
+  },
   { method: "QueueService/Enqueue", scope: "queue:enqueue", grant: `queue:enqueue:${Q}`, run: (c) => unaryEnqueue(c, Q) },
   // The client's enqueue() goes by EnqueueStream: a refused request fails alone, with the same status.
   { method: "QueueService/EnqueueStream", scope: "queue:enqueue", grant: `queue:enqueue:${Q}`, run: (c) => c.enqueue(Q, ["m"]) },
@@ -205,6 +220,7 @@ beforeAll(async () => {
   await admin.createQueue(QUEUE);
   await admin.createQueue({ name: `${Q}.replies`, mode: QueueMode.RELIABLE });
   await admin.createQueue({ name: "cache.warmups", mode: QueueMode.SIMPLE });
+  await admin.createQueue({ name: STREAM, mode: QueueMode.STREAM, groups: [{ name: "g" }] });
   baseJobId = (await newJob("base")).id;
 });
 afterAll(async () => {

@@ -226,7 +226,7 @@ describe("switchyard CLI", () => {
     expect(missing.stderr).toMatch(/^switchyard: NOT_FOUND: queue "nope" is not declared/);
     const usage = await sy(a, ["queue", "declare", "x"]);
     expect(usage.code).toBe(2);
-    expect(usage.stderr).toContain("--mode simple|reliable is required");
+    expect(usage.stderr).toContain("--mode simple|reliable|stream is required");
     const unknown = await sy(a, ["queue", "frobnicate"]);
     expect(unknown.code).toBe(2);
     expect(unknown.stderr).toContain('unknown command "queue frobnicate"');

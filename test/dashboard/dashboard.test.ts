@@ -205,6 +205,23 @@ describe("dashboard", () => {
     expect(await page.evaluate(() => (window as unknown as { __sameDocument?: boolean }).__sameDocument)).toBe(true);
   });
 
+  it("shows a stream queue's consumer groups: pending, lag and consumers", async () => {
+    await sy.client.createQueue({ name: "{clicks}", mode: QueueMode.STREAM, groups: [{ name: "counter" }, { name: "archiver", startId: "0" }] });
+    await sy.client.enqueue("{clicks}", ["a", "b", "c"]);
+    const lease = sy.client.lease("{clicks}", 1, { group: "counter" });
+    await lease.take(1);
+    try {
+      const page = await open(`#/queues/${encodeURIComponent("{clicks}")}`, ADMIN);
+      await ready(page, "queue-page");
+      expect(await card(page, "mode")).toBe("stream");
+      const cells = (group: string) => page.evaluate((g) => Array.from(document.querySelectorAll(`[data-testid=groups] tr[data-group="${g}"] td`)).map((td) => td.textContent), group);
+      await expect.poll(() => cells("counter"), SEEN).toEqual(["counter", "1", "2", expect.any(String), "1", expect.stringMatching(/^\d+-\d+$/)]);
+      expect(await cells("archiver")).toEqual(["archiver", "0", "3", "—", "0", "0-0"]);
+    } finally {
+      await lease.close();
+    }
+  });
+
   it("shows a payload holding markup as text and runs none of it", async () => {
     await reliableQueue("{xss}");
     const [id] = await sy.client.enqueue("{xss}", [XSS]);

@@ -89,6 +89,7 @@ describe("server reflection with buf curl", () => {
       [
         "CreateQueue", "GetQueue", "UpdateQueue", "PauseQueue", "ResumeQueue", "ListQueues", "DeleteQueue", "GetQueueStats", "PeekQueue",
         "PurgeQueue", "RequeueDeadLetters", "DeleteDeadLetters",
+        "CreateConsumerGroup", "SetConsumerGroupPosition", "DeleteConsumerGroup",
         "Enqueue", "EnqueueStream", "Lease", "Ack", "Retry", "Drop", "ExtendLease",
       ].sort(),
     );

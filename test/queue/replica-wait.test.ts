@@ -78,4 +78,20 @@ describe("enqueue with min_replicas", () => {
       await quick.stop();
     }
   });
+
+  it("waits for replicas on a STREAM queue too: the entries are on the replica when it answers", async () => {
+    await sy.client.createQueue({ name: "{ws}", mode: QueueMode.STREAM, groups: [{ name: "g" }] });
+    const ids = await sy.client.enqueue("{ws}", ["a", "b"], { minReplicas: 1, replicaTimeoutMs: 5000 });
+    expect(ids).toHaveLength(2);
+    const onReplica = new Redis({ path: replica.socketPath });
+    try {
+      expect((await onReplica.xrange("{ws}", "-", "+")).map(([id]) => id)).toEqual(ids);
+    } finally {
+      onReplica.disconnect();
+    }
+    await expect(sy.client.enqueue("{ws}", ["c"], { minReplicas: 2, replicaTimeoutMs: 100 })).rejects.toMatchObject({
+      code: 14,
+      details: expect.stringContaining("only 1 of 2 replica(s)"),
+    });
+  });
 });

@@ -53,6 +53,16 @@ type QueueServiceClient interface {
 	RequeueDeadLetters(ctx context.Context, in *RequeueDeadLettersRequest, opts ...grpc.CallOption) (*RequeueDeadLettersResponse, error)
 	// Deletes dead letters.
 	DeleteDeadLetters(ctx context.Context, in *DeleteDeadLettersRequest, opts ...grpc.CallOption) (*DeleteDeadLettersResponse, error)
+	// STREAM queues: creates a consumer group at a start position ("$": new
+	// entries only, "0": replay the whole stream, or an entry id) and adds it
+	// to the declaration. ALREADY_EXISTS (GROUP_EXISTS) when the queue has it.
+	CreateConsumerGroup(ctx context.Context, in *CreateConsumerGroupRequest, opts ...grpc.CallOption) (*CreateConsumerGroupResponse, error)
+	// STREAM queues: moves a consumer group's position to an entry id (XGROUP
+	// SETID): entries after it are delivered to the group (again).
+	SetConsumerGroupPosition(ctx context.Context, in *SetConsumerGroupPositionRequest, opts ...grpc.CallOption) (*SetConsumerGroupPositionResponse, error)
+	// STREAM queues: deletes a consumer group and its pending entries list; its
+	// open Lease streams end with NOT_FOUND (GROUP_NOT_FOUND).
+	DeleteConsumerGroup(ctx context.Context, in *DeleteConsumerGroupRequest, opts ...grpc.CallOption) (*DeleteConsumerGroupResponse, error)
 	// Pushes items onto a declared queue (LPUSH) in the order given.
 	// UNAVAILABLE saying "may or may not have taken effect" means Redis did not
 	// answer within the server's command timeout (or its connection dropped with
@@ -196,6 +206,33 @@ func (c *queueServiceClient) RequeueDeadLetters(ctx context.Context, in *Requeue
 func (c *queueServiceClient) DeleteDeadLetters(ctx context.Context, in *DeleteDeadLettersRequest, opts ...grpc.CallOption) (*DeleteDeadLettersResponse, error) {
 	out := new(DeleteDeadLettersResponse)
 	err := c.cc.Invoke(ctx, "/switchyard.v1.QueueService/DeleteDeadLetters", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *queueServiceClient) CreateConsumerGroup(ctx context.Context, in *CreateConsumerGroupRequest, opts ...grpc.CallOption) (*CreateConsumerGroupResponse, error) {
+	out := new(CreateConsumerGroupResponse)
+	err := c.cc.Invoke(ctx, "/switchyard.v1.QueueService/CreateConsumerGroup", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *queueServiceClient) SetConsumerGroupPosition(ctx context.Context, in *SetConsumerGroupPositionRequest, opts ...grpc.CallOption) (*SetConsumerGroupPositionResponse, error) {
+	out := new(SetConsumerGroupPositionResponse)
+	err := c.cc.Invoke(ctx, "/switchyard.v1.QueueService/SetConsumerGroupPosition", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *queueServiceClient) DeleteConsumerGroup(ctx context.Context, in *DeleteConsumerGroupRequest, opts ...grpc.CallOption) (*DeleteConsumerGroupResponse, error) {
+	out := new(DeleteConsumerGroupResponse)
+	err := c.cc.Invoke(ctx, "/switchyard.v1.QueueService/DeleteConsumerGroup", in, out, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -349,6 +386,16 @@ type QueueServiceServer interface {
 	RequeueDeadLetters(context.Context, *RequeueDeadLettersRequest) (*RequeueDeadLettersResponse, error)
 	// Deletes dead letters.
 	DeleteDeadLetters(context.Context, *DeleteDeadLettersRequest) (*DeleteDeadLettersResponse, error)
+	// STREAM queues: creates a consumer group at a start position ("$": new
+	// entries only, "0": replay the whole stream, or an entry id) and adds it
+	// to the declaration. ALREADY_EXISTS (GROUP_EXISTS) when the queue has it.
+	CreateConsumerGroup(context.Context, *CreateConsumerGroupRequest) (*CreateConsumerGroupResponse, error)
+	// STREAM queues: moves a consumer group's position to an entry id (XGROUP
+	// SETID): entries after it are delivered to the group (again).
+	SetConsumerGroupPosition(context.Context, *SetConsumerGroupPositionRequest) (*SetConsumerGroupPositionResponse, error)
+	// STREAM queues: deletes a consumer group and its pending entries list; its
+	// open Lease streams end with NOT_FOUND (GROUP_NOT_FOUND).
+	DeleteConsumerGroup(context.Context, *DeleteConsumerGroupRequest) (*DeleteConsumerGroupResponse, error)
 	// Pushes items onto a declared queue (LPUSH) in the order given.
 	// UNAVAILABLE saying "may or may not have taken effect" means Redis did not
 	// answer within the server's command timeout (or its connection dropped with
@@ -422,6 +469,15 @@ func (UnimplementedQueueServiceServer) RequeueDeadLetters(context.Context, *Requ
 }
 func (UnimplementedQueueServiceServer) DeleteDeadLetters(context.Context, *DeleteDeadLettersRequest) (*DeleteDeadLettersResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method DeleteDeadLetters not implemented")
+}
+func (UnimplementedQueueServiceServer) CreateConsumerGroup(context.Context, *CreateConsumerGroupRequest) (*CreateConsumerGroupResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method CreateConsumerGroup not implemented")
+}
+func (UnimplementedQueueServiceServer) SetConsumerGroupPosition(context.Context, *SetConsumerGroupPositionRequest) (*SetConsumerGroupPositionResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method SetConsumerGroupPosition not implemented")
+}
+func (UnimplementedQueueServiceServer) DeleteConsumerGroup(context.Context, *DeleteConsumerGroupRequest) (*DeleteConsumerGroupResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method DeleteConsumerGroup not implemented")
 }
 func (UnimplementedQueueServiceServer) Enqueue(context.Context, *EnqueueRequest) (*EnqueueResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Enqueue not implemented")
@@ -673,6 +729,60 @@ func _QueueService_DeleteDeadLetters_Handler(srv interface{}, ctx context.Contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _QueueService_CreateConsumerGroup_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateConsumerGroupRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(QueueServiceServer).CreateConsumerGroup(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/switchyard.v1.QueueService/CreateConsumerGroup",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(QueueServiceServer).CreateConsumerGroup(ctx, req.(*CreateConsumerGroupRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _QueueService_SetConsumerGroupPosition_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetConsumerGroupPositionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(QueueServiceServer).SetConsumerGroupPosition(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/switchyard.v1.QueueService/SetConsumerGroupPosition",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(QueueServiceServer).SetConsumerGroupPosition(ctx, req.(*SetConsumerGroupPositionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _QueueService_DeleteConsumerGroup_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteConsumerGroupRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(QueueServiceServer).DeleteConsumerGroup(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/switchyard.v1.QueueService/DeleteConsumerGroup",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(QueueServiceServer).DeleteConsumerGroup(ctx, req.(*DeleteConsumerGroupRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _QueueService_Enqueue_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(EnqueueRequest)
 	if err := dec(in); err != nil {
@@ -866,6 +976,18 @@ var _QueueService_serviceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DeleteDeadLetters",
 			Handler:    _QueueService_DeleteDeadLetters_Handler,
+		},
+		{
+			MethodName: "CreateConsumerGroup",
+			Handler:    _QueueService_CreateConsumerGroup_Handler,
+		},
+		{
+			MethodName: "SetConsumerGroupPosition",
+			Handler:    _QueueService_SetConsumerGroupPosition_Handler,
+		},
+		{
+			MethodName: "DeleteConsumerGroup",
+			Handler:    _QueueService_DeleteConsumerGroup_Handler,
 		},
 		{
 			MethodName: "Enqueue",

@@ -46,6 +46,8 @@ const (
 type Options struct {
 	// Queue is a declared queue.
 	Queue string
+	// Group is the consumer group to read as, for a STREAM queue ("" for list queues).
+	Group string
 	// Concurrency is how many handlers run at once, and the stream's credit (default 1).
 	Concurrency int
 	// Handler is called once per delivery.
@@ -250,7 +252,7 @@ func (r *runner) open() (*session, error) {
 	r.current = s
 	r.mu.Unlock()
 	r.stats.Streams.Add(1)
-	s.send <- &pb.LeaseRequest{Kind: &pb.LeaseRequest_Open{Open: &pb.LeaseOpen{Queue: r.o.Queue, Credit: uint32(credit), MaxMessageBytes: r.o.announcedLimit()}}}
+	s.send <- &pb.LeaseRequest{Kind: &pb.LeaseRequest_Open{Open: &pb.LeaseOpen{Queue: r.o.Queue, Credit: uint32(credit), MaxMessageBytes: r.o.announcedLimit(), Group: r.o.Group}}}
 	go s.sendLoop(r.o.AckOneByOne)
 	go r.receive(s)
 	return s, nil

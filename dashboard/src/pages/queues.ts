@@ -9,7 +9,7 @@ const PEEK = 20;
 const rates = new RateHistory();
 
 function modeName(mode: QueueMode): string {
-  return mode === QueueMode.RELIABLE ? "reliable" : mode === QueueMode.SIMPLE ? "simple" : "?";
+  return mode === QueueMode.RELIABLE ? "reliable" : mode === QueueMode.SIMPLE ? "simple" : mode === QueueMode.STREAM ? "stream" : "?";
 }
 
 const latest = (series: number[]) => (series.length ? `${series[series.length - 1].toFixed(1)}/s` : "—");
@@ -47,7 +47,7 @@ export function queuesPage(_ctx: Ctx): Page {
           h("td", {}, modeName(q.mode)),
           h("td", { class: "num", "data-testid": "ready" }, s.ready),
           h("td", { class: "num", "data-testid": "processing" }, s.processing),
-          h("td", { class: "num", "data-testid": "dead" }, q.mode === QueueMode.RELIABLE ? s.deadLetter : "—"),
+          h("td", { class: "num", "data-testid": "dead" }, q.mode !== QueueMode.SIMPLE ? s.deadLetter : "—"),
           h("td", { class: "num" }, age === undefined ? "—" : span(age)),
           h("td", { class: "chart" }, throughput(s)),
         );
@@ -138,20 +138,33 @@ export function queuePage(name: string, ctx: Ctx): Page {
       fill(statsEl,
         [["mode", modeName(mode)], ["deliveries", stats!.paused ? "paused" : "running"], ["ready", stats!.ready],
           ["delayed", stats!.delayed], ["processing", stats!.processing],
-          ["dead letters", mode === QueueMode.RELIABLE ? stats!.deadLetter : "—"],
+          ["dead letters", mode !== QueueMode.SIMPLE ? stats!.deadLetter : "—"],
           ["oldest claim", age === undefined ? "—" : span(age)], ["streams here", stats!.leaseStreams]]
           .map(([label, value]) => h("div", { class: "card", "data-stat": String(label) }, h("small", {}, String(label)), h("strong", {}, String(value)))),
         h("div", { class: "card wide" }, h("small", {}, "throughput (leased / completed per second)"), throughput(stats!)),
       );
-      const readyItems = await queueApi.peekQueue({ name, list: QueueList.READY, limit: PEEK });
-      fill(readyEl, table(["id", "enqueued", "deliveries", "last error", "headers", "payload"], readyItems.items.map((i) => itemRow(i, [])),
-        "Nothing is waiting.", "ready-items"),
-        readyItems.total > BigInt(readyItems.items.length) && h("p", { class: "muted" }, `Showing ${readyItems.items.length} of ${readyItems.total}.`));
-      const delayed = await queueApi.peekQueue({ name, list: QueueList.DELAYED, limit: PEEK });
-      fill(delayedEl, table(["id", "enqueued", "not before", "deliveries", "last error", "headers", "payload"], delayed.items.map((i) => itemRow(i, [], true)),
-        "Nothing is waiting for its time.", "delayed-items"),
-        delayed.total > BigInt(delayed.items.length) && h("p", { class: "muted" }, `Showing the first ${delayed.items.length} of ${delayed.total}.`));
-      if (mode !== QueueMode.RELIABLE) {
+      const stream = mode === QueueMode.STREAM;
+      if (stream) {
+        // A stream keeps its entries as history: show where each consumer group is instead.
+        const groups = stats!.groups.map((g) => {
+          const idle = durationMs(g.oldestPendingIdle);
+          return h("tr", { "data-group": g.name },
+            h("td", {}, g.name), h("td", { class: "num" }, g.pending), h("td", { class: "num" }, g.lag < 0n ? "?" : g.lag),
+            h("td", { class: "num" }, idle === undefined ? "—" : span(idle)), h("td", { class: "num" }, g.consumers), h("td", { class: "mono" }, g.lastDeliveredId));
+        });
+        fill(readyEl, table(["consumer group", "pending", "lag", "oldest pending idle", "consumers", "last delivered"], groups, "No consumer groups.", "groups"));
+        fill(delayedEl, h("p", { class: "muted" }, "A STREAM queue's retries wait in its groups' pending lists."));
+      } else {
+        const readyItems = await queueApi.peekQueue({ name, list: QueueList.READY, limit: PEEK });
+        fill(readyEl, table(["id", "enqueued", "deliveries", "last error", "headers", "payload"], readyItems.items.map((i) => itemRow(i, [])),
+          "Nothing is waiting.", "ready-items"),
+          readyItems.total > BigInt(readyItems.items.length) && h("p", { class: "muted" }, `Showing ${readyItems.items.length} of ${readyItems.total}.`));
+        const delayed = await queueApi.peekQueue({ name, list: QueueList.DELAYED, limit: PEEK });
+        fill(delayedEl, table(["id", "enqueued", "not before", "deliveries", "last error", "headers", "payload"], delayed.items.map((i) => itemRow(i, [], true)),
+          "Nothing is waiting for its time.", "delayed-items"),
+          delayed.total > BigInt(delayed.items.length) && h("p", { class: "muted" }, `Showing the first ${delayed.items.length} of ${delayed.total}.`));
+      }
+      if (mode === QueueMode.SIMPLE) {
         fill(deadEl, h("p", { class: "muted" }, "A SIMPLE queue has no dead-letter list."));
         return;
       }

@@ -234,3 +234,48 @@ local function put_back(k, value, count, err, fence, now, delay, front, dead, tt
   if ttl > 0 then redis.call("PEXPIRE", k.queue, ttl) end
   return 0
 end
+
+--[[
+  A stored item as the fields of a stream entry (see entry_envelope below):
+  "payload" and its payload, then each header; a raw value is the payload.
+]]
+local function entry_fields(value)
+  local _, _, kept = read_item(value)
+  if not kept then return { "payload", value } end
+  local out, payload = {}, ""
+  for _, f in ipairs(fields_of(kept, 1) or {}) do
+    if f[1] == 2 and f[2] == 2 then
+      payload = string.sub(kept, f[5], f[4])
+    elseif f[1] == 3 and f[2] == 2 then
+      local entry, k, v = string.sub(kept, f[5], f[4]), "", ""
+      for _, g in ipairs(fields_of(entry, 1) or {}) do
+        if g[1] == 1 and g[2] == 2 then k = string.sub(entry, g[5], g[4]) end
+        if g[1] == 2 and g[2] == 2 then v = string.sub(entry, g[5], g[4]) end
+      end
+      out[#out + 1] = k
+      out[#out + 1] = v
+    end
+  end
+  table.insert(out, 1, payload)
+  table.insert(out, 1, "payload")
+  return out
+end
+
+--[[
+  A stream entry as a dead letter: an envelope with the entry id as its id, the
+  "payload" field as its payload, every other field as a header, the time of
+  the id as its enqueue time, and its history.
+]]
+local function entry_envelope(id, fields, deliveries, err)
+  local parts, payload = { "SYE1", len_field(1, id) }, ""
+  for i = 1, #fields, 2 do
+    if fields[i] == "payload" then payload = fields[i + 1]
+    else parts[#parts + 1] = len_field(3, len_field(1, fields[i]) .. len_field(2, fields[i + 1])) end
+  end
+  if payload ~= "" then table.insert(parts, 3, len_field(2, payload)) end
+  parts[#parts + 1] = varint_field(4, tonumber(string.match(id, "^(%d+)")) or 0)
+  local h = varint_field(1, deliveries)
+  if err ~= "" then h = h .. len_field(2, err) end
+  parts[#parts + 1] = len_field(5, h)
+  return table.concat(parts)
+end

@@ -168,6 +168,6 @@ class Client:
 
     # Streams
 
-    def lease(self, queue, credit):
-        """Opens a raw Lease stream (see lease.py); Worker runs one for you."""
-        return LeaseStream(self.queues, queue, credit, self.metadata, self.receive_limit)
+    def lease(self, queue, credit, group=""):
+        """Opens a raw Lease stream (see lease.py; `group`: a STREAM queue's consumer group); Worker runs one for you."""
+        return LeaseStream(self.queues, queue, credit, self.metadata, self.receive_limit, group)

@@ -30,13 +30,14 @@ class LeaseStream:
     as one ack_batch, in their place in the order (no timer: a lone ack goes at once).
     """
 
-    def __init__(self, stub, queue_name, credit, metadata=(), max_message_bytes=0):
+    def __init__(self, stub, queue_name, credit, metadata=(), max_message_bytes=0, group=""):
         """`max_message_bytes` is the channel's receive limit (0: gRPC's default, 4 MiB): the
-        server keeps each delivery message within it."""
+        server keeps each delivery message within it. A STREAM queue's open names the
+        consumer `group` to read as."""
         self._requests = queue.Queue()
         self._batch_acks = False
         self.queue = queue_name
-        open_ = pb.LeaseOpen(queue=queue_name, credit=credit, max_message_bytes=max_message_bytes)
+        open_ = pb.LeaseOpen(queue=queue_name, credit=credit, max_message_bytes=max_message_bytes, group=group)
         self._requests.put(pb.LeaseRequest(open=open_))
         self.call = stub.Lease(self._iterator(), metadata=metadata)
 

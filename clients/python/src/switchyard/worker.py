@@ -121,8 +121,8 @@ class _Held:
 class _Session:
     """One Lease stream and what the worker learnt on it."""
 
-    def __init__(self, client, queue, credit):
-        self.stream = LeaseStream(client.queues, queue, credit, client.metadata, client.receive_limit)
+    def __init__(self, client, queue, credit, group=""):
+        self.stream = LeaseStream(client.queues, queue, credit, client.metadata, client.receive_limit, group)
         self.credit = credit
         self.opened = None
         self.drained = False
@@ -152,15 +152,18 @@ class Worker:
     declaration (GetQueue, if the token may read it); 0 turns extension off.
     `on_error(err, delivery)` hears of handler exceptions and failed settles.
     `stop_grace` bounds how long stop() waits for running handlers.
+    `group` names the consumer group of a STREAM queue.
     """
 
     def __init__(self, client, queue, handler, *, concurrency=1, extend_every=None, on_error=None,
-                 stop_grace=30.0, backoff=None):
+                 stop_grace=30.0, backoff=None, group=""):
         if not 1 <= concurrency <= 10_000:
             raise ValueError(f"concurrency must be between 1 and 10000, not {concurrency}")
         self._own_client = not isinstance(client, Client)
         self.client = Client(client) if self._own_client else client
         self.queue = queue
+        #: A STREAM queue's consumer group ("" for list queues).
+        self.group = group
         self.handler = handler
         self.concurrency = concurrency
         self.extend_every = extend_every
@@ -245,7 +248,7 @@ class Worker:
         with self._lock:
             # Handlers still running for an earlier stream count against the concurrency.
             credit = max(1, self.concurrency - len(self._held))
-            session = _Session(self.client, self.queue, credit)
+            session = _Session(self.client, self.queue, credit, self.group)
             self._session = session
         self._count("streams")
         threading.Thread(target=self._read, args=(session,), name="switchyard-lease-reader", daemon=True).start()

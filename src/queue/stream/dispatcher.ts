@@ -1,0 +1,86 @@
+/**
+ * Serves the lease streams of one consumer group of a STREAM queue on this
+ * instance: one pump, reading as one consumer (the instance's id), fanned in
+ * to the group's streams like a list's (see ../dispatcher.ts).
+ *
+ * Each lease call (stream-lease.lua) first reclaims entries idle in the
+ * group's pending list longer than min_idle (XAUTOCLAIM: entries of a stopped
+ * worker or instance, and entries handed back by retry or a closed stream),
+ * then reads new ones (XREADGROUP). While there is nothing, the pump waits with
+ * `XREAD BLOCK` after the group's last delivered id: it reads without taking,
+ * so a wake-up lost loses nothing. It waits at most min_idle, so idle entries
+ * are reclaimed within about twice min_idle. A lease call whose answer is lost
+ * (a cut connection) leaves its entries pending under this instance's
+ * consumer: they are reclaimed once idle for min_idle, as a crashed instance's.
+ */
+import type { RedisClient } from "../../redis/connection.js";
+import { leaseStreamEntries, retireConsumer } from "../../redis/scripts.js";
+import { keysOf, type QueueConfig } from "../declaration.js";
+import { QueueDispatcher, type DispatchHost, type Taken } from "../dispatcher.js";
+import { streamTokenFormatter, type LeaseRef } from "../token.js";
+import { entryItem, ensureGroups } from "./entries.js";
+
+export class StreamDispatcher extends QueueDispatcher {
+  private cursor = "0-0";
+  private wakeId = "$";
+  private readonly streamToken: ReturnType<typeof streamTokenFormatter>;
+
+  constructor(
+    config: QueueConfig,
+    host: DispatchHost,
+    readonly group: string,
+    /** Told how many entries a lease call dead-lettered. */
+    private readonly onDeadLettered: (n: number) => void,
+  ) {
+    super(config, host);
+    this.streamToken = streamTokenFormatter(config.name, group);
+  }
+
+  protected override async take(max: number): Promise<Taken[]> {
+    const { config, host, group } = this;
+    let lease;
+    try {
+      lease = await leaseStreamEntries(host.redis.client, keysOf(config), {
+        group, consumer: host.owner, max, minIdleMs: config.minIdleMs, maxDeliveries: config.maxDeliveries, cursor: this.cursor,
+      });
+    } catch (err) {
+      // The group or the stream was deleted behind Switchyard's back: create the declared groups again.
+      if (err instanceof Error && err.message.includes("NOGROUP")) await ensureGroups(host.redis.client, config);
+      throw err;
+    }
+    this.cursor = lease.cursor;
+    if (lease.wakeId) this.wakeId = lease.wakeId;
+    if (lease.deadLettered > 0) this.onDeadLettered(lease.deadLettered);
+    return lease.entries.map((e, i) => ({
+      ref: { queue: config.name, fence: lease.firstFence + i, owner: host.owner, entry: { group, id: e.id, count: e.count } },
+      item: entryItem(e.id, e.fields, e.count - 1, e.lastError),
+    }));
+  }
+
+  protected override wakeUp(blocker: RedisClient): Promise<unknown> {
+    const blockMs = Math.max(1, Math.min(this.host.options.blockTimeoutSec * 1000, this.config.minIdleMs));
+    return blocker.xread("COUNT", 1, "BLOCK", blockMs, "STREAMS", this.config.name, this.wakeId);
+  }
+
+  /**
+   * Entries were handed back (a retry, a closed stream): the next lease call
+   * scans the pending list from its start, so it finds them at once wherever
+   * the reclaim cursor stood, and the pump leases now.
+   */
+  rescan(): void {
+    this.cursor = "0-0";
+    this.pushed();
+  }
+
+  /** Once this instance stops: deletes its consumer from the group if it holds nothing (else another instance reclaims its entries). */
+  async retire(): Promise<void> {
+    await retireConsumer(this.host.redis.client, this.config.name, this.group, this.host.owner).catch((err: unknown) => {
+      // The group or the stream was deleted meanwhile: nothing to retire.
+      if (!(err instanceof Error && err.message.includes("NOGROUP"))) throw err;
+    });
+  }
+
+  protected override tokenOf(ref: LeaseRef): string {
+    return this.streamToken(ref.fence, ref.owner, ref.entry!.id, ref.entry!.count);
+  }
+}

@@ -1,0 +1,89 @@
+/** STREAM queues (issue 16): fan-out to groups, replay, group admin, and reclaiming idle entries. */
+import { describe, expect, it } from "vitest";
+import { durationFromMs } from "@bufbuild/protobuf/wkt";
+import { QueueMode } from "../../src/gen/switchyard/v1/queue_pb.js";
+import type { LeaseSession } from "../../src/client/client.js";
+import { decodeItem } from "../../src/queue/envelope.js";
+import { useSwitchyard } from "../helpers/switchyard.js";
+
+const t = useSwitchyard();
+
+/** Takes `n` deliveries and acks each; resolves to their entry ids in delivery order. */
+async function takeAndAck(lease: LeaseSession, n: number): Promise<string[]> {
+  const got = await lease.take(n);
+  await Promise.all(got.map((d) => t.sy.client.ack(d.leaseToken)));
+  return got.map((d) => d.id);
+}
+
+describe("fan-out and replay", () => {
+  it("gives two groups every entry once each; a group created later from 0 replays the history", async () => {
+    const Q = "{fanout}";
+    await t.sy.client.createQueue({ name: Q, mode: QueueMode.STREAM, groups: [{ name: "thumbnailer" }, { name: "indexer" }] });
+    const ids = await t.sy.client.enqueue(Q, ["1", "2", "3", "4", "5"]);
+    const a = t.sy.client.lease(Q, 10, { group: "thumbnailer" });
+    const b = t.sy.client.lease(Q, 10, { group: "indexer" });
+    expect(await takeAndAck(a, 5)).toEqual(ids);
+    expect(await takeAndAck(b, 5)).toEqual(ids);
+    // Nothing more for either: each entry went once to each group.
+    const more = await t.sy.client.enqueue(Q, ["6"]);
+    expect(await takeAndAck(a, 1)).toEqual(more);
+    expect(await takeAndAck(b, 1)).toEqual(more);
+
+    const created = await t.sy.client.createConsumerGroup(Q, "audit", "0");
+    expect(created.groups.map((g) => g.name)).toEqual(["thumbnailer", "indexer", "audit"]);
+    const c = t.sy.client.lease(Q, 10, { group: "audit" });
+    expect(await takeAndAck(c, 6)).toEqual([...ids, ...more]);
+    await expect(t.sy.client.createConsumerGroup(Q, "audit")).rejects.toMatchObject({ code: 6, details: expect.stringContaining("already") });
+    // The group calls are in the audit log like other queue admin calls.
+    const logs = (await t.sy.client.listAuditLogs(100)).logs.filter((l) => l.method.endsWith("CreateConsumerGroup"));
+    expect(logs.map((l) => [l.target, l.detail, l.code])).toEqual([[Q, "group=audit start=$", 6], [Q, "group=audit start=0", 0]]);
+
+    // Moving a group back replays from there.
+    await t.sy.client.setConsumerGroupPosition(Q, "indexer", ids[2]);
+    expect(await takeAndAck(b, 3)).toEqual([ids[3], ids[4], more[0]]);
+    const stats = await t.sy.client.getQueueStats(Q);
+    expect(stats.groups.map((g) => [g.name, g.pending, g.lag, g.lastDeliveredId]).sort()).toEqual([
+      ["audit", 0n, 0n, more[0]], ["indexer", 0n, 0n, more[0]], ["thumbnailer", 0n, 0n, more[0]],
+    ]);
+
+    // Deleting a group ends its streams and takes it out of the declaration.
+    const deleted = await t.sy.client.deleteConsumerGroup(Q, "audit");
+    expect(deleted.groups.map((g) => g.name)).toEqual(["thumbnailer", "indexer"]);
+    expect(await c.ended).toMatchObject({ code: 5 });
+    await expect(t.sy.client.setConsumerGroupPosition(Q, "audit", "0")).rejects.toMatchObject({ code: 5 });
+    await expect(t.sy.client.setConsumerGroupPosition(Q, "indexer", "later")).rejects.toMatchObject({ code: 3 });
+    await expect(t.sy.client.createConsumerGroup("{not-a-stream}", "g")).rejects.toMatchObject({ code: 5 });
+    await Promise.all([a.close(), b.close()]);
+  });
+
+  it("refuses group calls on a list queue", async () => {
+    await t.sy.client.createQueue({ name: "{a-list}", mode: QueueMode.RELIABLE });
+    await expect(t.sy.client.createConsumerGroup("{a-list}", "g")).rejects.toMatchObject({ code: 9, details: expect.stringContaining("STREAM") });
+  });
+});
+
+describe("reclaiming idle entries", () => {
+  it("delivers entries idle past min_idle again with a grown count, refuses the stale token, and dead-letters past max_deliveries", async () => {
+    const Q = "{reclaim}";
+    const MIN_IDLE_MS = 150;
+    await t.sy.client.createQueue({ name: Q, mode: QueueMode.STREAM, groups: [{ name: "g" }], minIdle: durationFromMs(MIN_IDLE_MS), maxDeliveries: 2 });
+    const [id] = await t.sy.client.enqueue(Q, ["slow"]);
+    const stalled = t.sy.client.lease(Q, 1, { group: "g" });
+    const [first] = await stalled.take(1);
+    stalled.setCredit(0); // a worker that holds its entry and takes nothing more
+    const fresh = t.sy.client.lease(Q, 1, { group: "g" });
+    const [second] = await fresh.take(1); // once min_idle (Redis's clock) passed
+    expect([second.id, second.deliveryCount]).toEqual([id, 2]);
+    expect(second.lastError).toBe("");
+    await expect(t.sy.client.ack(first.leaseToken)).rejects.toMatchObject({ code: 9, details: expect.stringContaining("superseded") });
+    // The fresh holder also stalls: past max_deliveries (2) the entry is dead-lettered and acked.
+    fresh.setCredit(0);
+    const watcher = t.sy.client.lease(Q, 1, { group: "g" });
+    await expect.poll(() => t.redis.plain.llen(`${Q}.dead`), { timeout: 5000 }).toBe(1);
+    const dead = decodeItem((await t.redis.plain.lrangeBuffer(`${Q}.dead`, 0, 0))[0]);
+    expect(dead).toMatchObject({ id, deliveries: 2, lastError: "not settled within min_idle" });
+    expect((await t.sy.client.getQueueStats(Q)).groups[0].pending).toBe(0n);
+    await expect(t.sy.client.ack(second.leaseToken)).rejects.toMatchObject({ code: 9 });
+    await Promise.all([stalled.close(), fresh.close(), watcher.close()]);
+  });
+});
