@@ -113,12 +113,12 @@ function runReadOnly(env: Record<string, string>, writable: string[]): Promise<R
 }
 
 /** Enqueues, leases and acks an item, and reads the queue's stats through the dashboard's API. */
-async function serves(run: Run, token: string | undefined, queue: string): Promise<void> {
+async function serves(run: Run, token: string | undefined, queue: string, group?: string): Promise<void> {
   expect(run.code, run.stderr).toBe(null);
   const client = new SwitchyardClient(run.grpc!, { token, timeoutMs: 5000 });
   try {
     await client.enqueue(queue, ["read-only"]);
-    const lease = client.lease(queue, 1);
+    const lease = client.lease(queue, 1, { group });
     const [d] = await lease.take(1);
     lease.ack(d.leaseToken);
     await lease.close();
@@ -137,10 +137,10 @@ async function serves(run: Run, token: string | undefined, queue: string): Promi
 }
 
 /** Runs, serves, stops with SIGTERM (exit 0), and leaves TMPDIR (`tmp`) empty again. */
-async function runAndStop(env: Record<string, string>, writable: string[], token: string | undefined, queue: string, tmp: string): Promise<void> {
+async function runAndStop(env: Record<string, string>, writable: string[], token: string | undefined, queue: string, tmp: string, group?: string): Promise<void> {
   const run = await runReadOnly(env, writable);
   try {
-    await serves(run, token, queue);
+    await serves(run, token, queue, group);
     // The dashboard gateway's socket folder: in TMPDIR, and nowhere else.
     expect(readdirSync(tmp)).toEqual([expect.stringMatching(/^switchyard-/)]);
   } finally {
@@ -172,7 +172,8 @@ describe("read-only start", () => {
     const volumes: Record<string, string> = {};
     for (const m of c.container.mounts) volumes[m.path] = m.writable ? tmp : m.hostPath!;
     const env = hostEnv(c.container, volumes, { SWITCHYARD_REDIS_URL: redisUrl });
-    await runAndStop(env, [tmp], "switchyard-dev-token", "uploads", tmp);
+    // The example file's uploads is a STREAM queue (seed 000's image service), read as its group thumbnailer.
+    await runAndStop(env, [tmp], "switchyard-dev-token", "uploads", tmp, "thumbnailer");
   }, 60_000);
 
   it("runs the image's embedded Redis with its data in the /data volume", async () => {
