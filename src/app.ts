@@ -13,6 +13,7 @@ import { systemKeys } from "./redis/keys.js";
 import { QueueRegistry } from "./queue/registry.js";
 import { Queues } from "./queue/queues.js";
 import { queueSpec } from "./grpc/convert.js";
+import type { QueueSpec } from "./queue/declaration.js";
 import { bind, createGrpcServer } from "./grpc/server.js";
 import { ServingStatus, type Health } from "./grpc/health.js";
 import { JobStore } from "./cron/store.js";
@@ -75,8 +76,15 @@ async function declareFromFile(path: string, registry: QueueRegistry): Promise<v
     } catch (err) {
       throw invalid(`config file ${path}: queues[${i}]: ${err instanceof Error ? err.message : String(err)}`);
     }
-    await registry.create(queueSpec(queue), { replace: true });
+    await registry.create(withExplicitJitter(queueSpec(queue), json), { replace: true });
   }
+}
+
+/** JSON tells an explicit `"jitter": 0` from none, which proto3 cannot: a file that writes 0 means waits without jitter. */
+function withExplicitJitter(spec: QueueSpec, json: unknown): QueueSpec {
+  const policy = (json as { retryPolicy?: unknown; retry_policy?: unknown }).retryPolicy ?? (json as { retry_policy?: unknown }).retry_policy;
+  if (typeof policy !== "object" || policy === null || (policy as { jitter?: unknown }).jitter !== 0) return spec;
+  return { ...spec, retryPolicy: { ...spec.retryPolicy, jitter: 0 } };
 }
 
 function hostOf(address: string): string {

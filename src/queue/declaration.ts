@@ -388,7 +388,9 @@ export function applyUpdate(stored: QueueConfig, given: QueueSpec, paths: readon
     const sub = POLICY_FIELDS[path.slice(top.length + 1)];
     if (top === "retry_policy" && path !== top) {
       if (!sub) throw invalid(`update_mask path "${path}": retry_policy has initial_backoff, multiplier, max_backoff and jitter`, "update_mask");
-      spec.retryPolicy = { ...spec.retryPolicy, [sub]: given.retryPolicy?.[sub] };
+      // A masked jitter is the value sent, 0 included (unmasked, proto3's 0 means unset: the default).
+      const value = given.retryPolicy?.[sub] ?? (sub === "jitter" ? 0 : undefined);
+      spec.retryPolicy = { ...spec.retryPolicy, [sub]: value };
       continue;
     }
     for (const f of fields) (spec as unknown as Record<string, unknown>)[f] = given[f];

@@ -55,6 +55,31 @@ describe("UpdateQueue", () => {
     expect((await a.client.peekQueue(Q, QueueList.DEAD_LETTER)).items.map((i) => [i.id, i.lastError])).toEqual([[id, "two"]]);
   });
 
+  it("sets jitter 0 when the mask names retry_policy.jitter (proto3 cannot tell 0 from unset elsewhere: there it is the default 0.2)", async () => {
+    const Q = "{steady}";
+    const created = await a.client.createQueue({ name: Q, mode: QueueMode.RELIABLE, retryPolicy: { initialBackoff: durationFromMs(1000), jitter: 0 } });
+    expect(created.retryPolicy?.jitter).toBe(0.2);
+    const steady = await a.client.updateQueue({ name: Q, retryPolicy: { jitter: 0 } }, ["retry_policy.jitter"]);
+    expect([steady.retryPolicy?.jitter, durationMs(steady.retryPolicy!.initialBackoff!)]).toEqual([0, 1000]);
+    // Without jitter every retry waits the policy's full wait: 1 s, then 2 s.
+    const [id] = await a.client.enqueue(Q, ["waits"]);
+    const lease = a.client.lease(Q, 1);
+    const waits: number[] = [];
+    for (let attempt = 1; attempt <= 2; attempt++) {
+      const [d] = await lease.take(1);
+      expect(d.id).toBe(id);
+      const r = await a.client.retry(d.leaseToken, { reason: `failed ${attempt}` });
+      const wait = Number(r.notBefore!.seconds) * 1000 + Math.floor(r.notBefore!.nanos / 1e6) - clock.now();
+      waits.push(wait);
+      await clock.advance(wait);
+    }
+    await lease.close();
+    expect(waits).toEqual([1000, 2000]);
+    // A later update of another policy field keeps it.
+    const kept = await a.client.updateQueue({ name: Q, retryPolicy: { multiplier: 3 } }, ["retry_policy.multiplier"]);
+    expect(kept.retryPolicy?.jitter).toBe(0);
+  });
+
   it("refuses an empty mask, an unknown path, a bad value and a key or mode change, changing nothing", async () => {
     const Q = "{fixed}";
     const before = await a.client.createQueue({ name: Q, mode: QueueMode.RELIABLE, maxDeliveries: 4 });

@@ -71,6 +71,25 @@ describe("a config file that declares a served queue again", () => {
       await other.stop();
     }
   });
+
+  it("takes an explicit \"jitter\": 0 as waits without jitter (proto3 reads 0 as unset, the default 0.2)", async () => {
+    const steady = "{cfg-steady}";
+    const jittery = "{cfg-jittery}";
+    const other = await startSwitchyard(redis, {
+      env: {
+        SWITCHYARD_CONFIG_FILE: configFile("d.json", [
+          { name: steady, mode: "QUEUE_MODE_RELIABLE", retryPolicy: { initialBackoff: "1s", jitter: 0 } },
+          { name: jittery, mode: "QUEUE_MODE_RELIABLE", retry_policy: { initial_backoff: "1s" } },
+        ]),
+      },
+    });
+    try {
+      expect((await sy.client.getQueue(steady)).retryPolicy?.jitter).toBe(0);
+      expect((await sy.client.getQueue(jittery)).retryPolicy?.jitter).toBe(0.2);
+    } finally {
+      await other.stop();
+    }
+  });
 });
 
 describe("a queue deleted and declared again", () => {

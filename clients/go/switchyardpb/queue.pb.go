@@ -152,7 +152,9 @@ type RetryPolicy struct {
 	Multiplier float64 `protobuf:"fixed64,2,opt,name=multiplier,proto3" json:"multiplier,omitempty"`
 	// Default 10m. At least initial_backoff.
 	MaxBackoff *durationpb.Duration `protobuf:"bytes,3,opt,name=max_backoff,json=maxBackoff,proto3" json:"max_backoff,omitempty"`
-	// Default 0.2. Between 0 and 1.
+	// Between 0 and 1. 0 reads as unset (proto3), which is the default 0.2; for
+	// waits without jitter, UpdateQueue with update_mask "retry_policy.jitter"
+	// sets the value sent, 0 included.
 	Jitter float64 `protobuf:"fixed64,4,opt,name=jitter,proto3" json:"jitter,omitempty"`
 }
 

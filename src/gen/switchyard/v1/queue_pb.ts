@@ -46,7 +46,9 @@ export type RetryPolicy = Message<"switchyard.v1.RetryPolicy"> & {
   maxBackoff?: Duration | undefined;
 
   /**
-   * Default 0.2. Between 0 and 1.
+   * Between 0 and 1. 0 reads as unset (proto3), which is the default 0.2; for
+   * waits without jitter, UpdateQueue with update_mask "retry_policy.jitter"
+   * sets the value sent, 0 included.
    *
    * @generated from field: double jitter = 4;
    */
