@@ -53,8 +53,10 @@ async function status(call: Promise<unknown>): Promise<{ code: number; details: 
 
 /** Every key of Switchyard's own, with its type: what no declaration may change. */
 async function ownKeys(): Promise<string[]> {
-  const keys = (await redis.plain.keys("*{switchyard}*")).sort();
-  return Promise.all(keys.map(async (k) => `${k}:${await redis.plain.type(k)}`));
+  // They share one hash slot: on a cluster, KEYS must go to the node that holds it.
+  const node = redis.nodeFor("{switchyard}");
+  const keys = (await node.keys("*{switchyard}*")).sort();
+  return Promise.all(keys.map(async (k) => `${k}:${await node.type(k)}`));
 }
 
 describe("a declaration that names Switchyard's own keys", () => {
