@@ -350,7 +350,11 @@ export class Queues {
     else if (wasPaused) dispatcher.kick();
   }
 
-  /** Returns (counted) every delivery of this instance on the queue that no stream holds and none is returning. */
+  /**
+   * Gives back every delivery of this instance on the queue that no stream holds
+   * and none is returning: a lease call whose answer was lost. Such an item never
+   * reached a worker, so it goes back as it was, uncounted (as items no stream could take).
+   */
   private async reconcile(config: QueueConfig): Promise<void> {
     const token = tokenFormatter(config.name);
     const me = this.instances.id;
@@ -361,7 +365,7 @@ export class Queues {
       });
       if (orphans.length > 0) {
         this.log.warn("returning deliveries whose lease answer was lost", { queue: config.name, items: orphans.length });
-        await this.returns.give(config, orphans, "return");
+        await this.returns.give(config, orphans, "undo");
       }
     }
   }
