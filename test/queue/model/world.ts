@@ -5,64 +5,19 @@
  * or taken down for good (a killed instance), and Lease sessions whose
  * deliveries and settle results are collected as they arrive.
  */
-import { createConnection, createServer, type AddressInfo, type Socket } from "node:net";
 import type { Clock, ManualClock, Timer } from "../../../src/clock.js";
 import type { Delivery, SettleResult } from "../../../src/gen/switchyard/v1/queue_pb.js";
 import type { LeaseSession } from "../../../src/client/client.js";
 import { keysOf } from "../../../src/queue/declaration.js";
 import { decodeItem } from "../../../src/queue/envelope.js";
 import type { StandaloneRedis } from "../../helpers/redis.js";
+import { startLink, type Link } from "../../helpers/link.js";
 import { startSwitchyard, type TestSwitchyard } from "../../helpers/switchyard.js";
 
 /** Watchdog passes and instance beats, on the manual clock. */
 export const WATCHDOG_MS = 1000;
 /** Silence after which an instance counts as dead. */
 export const INSTANCE_TIMEOUT_MS = 5000;
-
-/** A TCP link to Redis's unix socket: `cut` resets what it carries; `down` also refuses every later connection. */
-export interface Link {
-  readonly address: string;
-  cut(): void;
-  down(): void;
-  close(): Promise<void>;
-}
-
-async function startLink(socketPath: string): Promise<Link> {
-  /** Each client connection (TCP) with its upstream (the unix socket). */
-  const sockets = new Set<Socket>();
-  let up = true;
-  const server = createServer((client) => {
-    if (!up) return void client.destroy();
-    const upstream = createConnection({ path: socketPath });
-    sockets.add(client);
-    for (const s of [client, upstream]) {
-      s.on("error", () => undefined);
-      s.on("close", () => {
-        sockets.delete(client);
-        client.destroy();
-        upstream.destroy();
-      });
-    }
-    client.pipe(upstream);
-    upstream.pipe(client);
-  });
-  await new Promise<void>((ok) => server.listen(0, "127.0.0.1", ok));
-  const cut = () => {
-    for (const s of [...sockets]) s.resetAndDestroy(); // the upstream closes with it
-  };
-  return {
-    address: `127.0.0.1:${(server.address() as AddressInfo).port}`,
-    cut,
-    down() {
-      up = false;
-      cut();
-    },
-    async close() {
-      cut();
-      await new Promise<void>((ok) => server.close(() => ok()));
-    },
-  };
-}
 
 /** An instance's view of the shared manual clock; once it is killed, none of its timers fires again (a dead process runs nothing). */
 class InstanceClock implements Clock {

@@ -1,0 +1,57 @@
+/**
+ * A TCP link to a unix socket (a test's Redis) for tests that break a
+ * connection: `cut` resets every connection it carries, new ones welcome;
+ * `down` also refuses every later one; `drop` resets a connection when a chunk
+ * its client sends matches (e.g. a command caught mid-flight).
+ */
+import { createConnection, createServer, type AddressInfo, type Socket } from "node:net";
+
+export interface Link {
+  readonly address: string;
+  cut(): void;
+  down(): void;
+  close(): Promise<void>;
+}
+
+export async function startLink(socketPath: string, drop?: (chunk: Buffer) => boolean): Promise<Link> {
+  /** Each client connection (TCP) with its upstream (the unix socket). */
+  const sockets = new Set<Socket>();
+  let up = true;
+  const server = createServer((client) => {
+    if (!up) return void client.destroy();
+    const upstream = createConnection({ path: socketPath });
+    sockets.add(client);
+    for (const s of [client, upstream]) {
+      s.on("error", () => undefined);
+      s.on("close", () => {
+        sockets.delete(client);
+        client.destroy();
+        upstream.destroy();
+      });
+    }
+    if (drop) {
+      client.on("data", (chunk: Buffer) => {
+        if (drop(chunk)) client.resetAndDestroy();
+      });
+    }
+    client.pipe(upstream);
+    upstream.pipe(client);
+  });
+  await new Promise<void>((ok) => server.listen(0, "127.0.0.1", ok));
+  const cut = () => {
+    for (const s of [...sockets]) s.resetAndDestroy(); // the upstream closes with it
+  };
+  return {
+    address: `127.0.0.1:${(server.address() as AddressInfo).port}`,
+    cut,
+    down() {
+      up = false;
+      cut();
+    },
+    async close() {
+      cut();
+      await new Promise<void>((ok) => server.close(() => ok()));
+    },
+  };
+}
+
