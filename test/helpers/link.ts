@@ -1,7 +1,7 @@
 /**
  * A TCP link to a unix socket (a test's Redis) for tests that break a
  * connection: `cut` resets every connection it carries, new ones welcome;
- * `down` also refuses every later one; `drop` resets a connection when a chunk
+ * `down` also refuses every later one, until `up`; `drop` resets a connection when a chunk
  * its client sends matches (e.g. a command caught mid-flight).
  */
 import { createConnection, createServer, type AddressInfo, type Socket } from "node:net";
@@ -10,6 +10,7 @@ export interface Link {
   readonly address: string;
   cut(): void;
   down(): void;
+  up(): void;
   close(): Promise<void>;
 }
 
@@ -47,6 +48,9 @@ export async function startLink(socketPath: string, drop?: (chunk: Buffer) => bo
     down() {
       up = false;
       cut();
+    },
+    up() {
+      up = true;
     },
     async close() {
       cut();

@@ -42,8 +42,8 @@ export interface Item {
   session?: number;
   /** held on a queue with a recovery set: the claim's time. */
   claimAt?: number;
-  /** held by a killed instance's delivery. */
-  zombie?: boolean;
+  /** held by a delivery of an instance killed at this time. */
+  killedAt?: number;
   /** held: may have gone back meanwhile (counted), to one of these places. */
   mayLeave?: Place[];
   /** held: must have gone back by now. */
@@ -66,8 +66,8 @@ export interface Arrival {
   field: string;
   key: string;
   count: number;
-  /** The session's instance was killed (its items stay held until reaped). */
-  zombie: boolean;
+  /** When the session's instance was killed, if it was (its items stay held until reaped). */
+  killedAt?: number;
 }
 
 export class Model {
@@ -75,6 +75,8 @@ export class Model {
   /** Tokens no longer live: settled, returned, recovered, reaped, or of a deleted queue. */
   readonly stale: { token: string; queue: string; why: string }[] = [];
   readonly labels = new Map<string, string>();
+  /** Killed instances' ids → when they were killed. */
+  readonly killed = new Map<string, number>();
   private uid = 0;
 
   constructor(readonly queues: Map<string, QueueModel>) {}
@@ -113,7 +115,7 @@ export class Model {
   /** A held item goes back now, counted, to `dests` (a stream's end, a graceful stop). */
   moveBack(it: Item, dests: Place[]): void {
     Object.assign(it, { place: "moving", count: it.count + 1, dests, leasable: dests.includes("ready") });
-    clear(it, "token", "field", "session", "claimAt", "zombie", "mayLeave", "mustLeave");
+    clear(it, "token", "field", "session", "claimAt", "killedAt", "mayLeave", "mustLeave");
   }
 
   /**
@@ -138,7 +140,7 @@ export class Model {
         problems.push(`${d(it)}: delivery ${it.field} lost its record with no settle, stream end, recovery or reap`);
         continue;
       }
-      staled.push({ token: it.token!, queue: it.queue, why: it.zombie ? "reaped" : "recovered" });
+      if (it.token) staled.push({ token: it.token, queue: it.queue, why: it.killedAt !== undefined ? "reaped" : "recovered" });
       this.moveBack(it, it.mayLeave);
     }
 
@@ -157,7 +159,7 @@ export class Model {
         problems.push(`delivery ${a.token} of ${this.label(a.key)} with delivery count ${a.count}: no such item could be leased (${known.join(", ") || "none"})`);
         continue;
       }
-      Object.assign(it, { place: q.reliable ? "held" : "inhand", token: a.token, field: a.field, session: a.session, zombie: a.zombie });
+      Object.assign(it, { place: q.reliable ? "held" : "inhand", token: a.token, field: a.field, session: a.session, killedAt: a.killedAt });
       clear(it, "due", "dueMax", "mustMove", "dests", "leasable", "mayLeave", "mustLeave", "purge");
     }
     for (const [session, credit] of credits) {
@@ -183,7 +185,18 @@ export class Model {
     const held = mine.filter((i) => i.place === "held");
     const fields = new Map(held.map((i) => [i.field!, i]));
     for (const [field, r] of snap.records) {
-      const it = fields.get(field);
+      let it = fields.get(field);
+      const killedAt = this.killed.get(field.slice(field.indexOf("@") + 1));
+      if (!it && killedAt !== undefined) {
+        // A lease of an instance killed as its answer was on the way: held by nobody until reaped.
+        it = mine.find((i) => (i.place === "ready" || (i.place === "moving" && i.leasable)) && i.key === r.key && i.count === r.count);
+        if (it) {
+          Object.assign(it, { place: "held", field, killedAt });
+          clear(it, "dests", "leasable", "purge");
+          held.push(it);
+          continue;
+        }
+      }
       if (!it) problems.push(`"${q.name}": record ${field} (${this.label(r.key)}, count ${r.count}) is no delivery a worker holds`);
       else if (it.key !== r.key || it.count !== r.count) problems.push(`${this.describe(it)}: its record ${field} holds ${this.label(r.key)} count ${r.count}`);
     }

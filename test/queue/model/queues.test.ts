@@ -13,6 +13,7 @@
  * returned, recovered, reaped, of a deleted queue); stream close and cancel;
  * instance kill (its link to Redis down for good, nothing returned), graceful
  * stop and restart; a cut of instances' Redis connections right after a push;
+ * an outage of one instance's Redis while its streams end (their returns wait);
  * clock advances (watchdog, reaping of dead instances, the delayed mover);
  * pause and resume; purge; delete with purge and declare again. A history
  * ends quiet: streams closed, the clock advanced past every timeout, and
@@ -78,6 +79,8 @@ interface Run {
   pending: Arrival[];
   /** Session → tokens whose settle on the stream must come back refused. */
   refusals: Map<number, Set<string>>;
+  /** Session → tokens whose extend on the stream must come back done. */
+  extends: Map<number, Set<string>>;
   /** Settle results already looked at, per session. */
   seen: Map<number, number>;
   /** Failures that no later poll can mend. */
@@ -101,27 +104,39 @@ function drainArrivals(r: Run): void {
     for (const d of s.arrived.splice(0)) {
       r.pending.push({
         session: s.id, queue: s.queue, token: d.leaseToken, field: deliveryField(parseToken(d.leaseToken)),
-        key: Buffer.from(d.payload).toString("hex"), count: d.deliveryCount, zombie: s.inst.state === "killed",
+        key: Buffer.from(d.payload).toString("hex"), count: d.deliveryCount, killedAt: s.inst.killedAt,
       });
     }
   }
 }
 
-/** Settle results on streams: expected refusals that came, and any failure nobody expected (hard). */
+/** Settle results on streams: the refusals and extends expected that came, and any refusal nobody expected (hard). */
 function resultProblems(r: Run): string[] {
   const out: string[] = [];
   for (const s of r.world.sessions) {
-    const expected = r.refusals.get(s.id) ?? new Set<string>();
+    const refused = r.refusals.get(s.id) ?? new Set<string>();
+    const extended = r.extends.get(s.id) ?? new Set<string>();
     const from = r.seen.get(s.id) ?? 0;
     for (const res of s.results.slice(from)) {
-      if (res.code === 0) continue;
-      if (expected.delete(res.leaseToken)) continue;
+      if (res.code === 0) {
+        extended.delete(res.leaseToken);
+        continue;
+      }
+      if (refused.delete(res.leaseToken)) continue;
       r.hard.push(`session ${s.id}: the settle of live delivery ${res.leaseToken} was refused: ${res.code} ${res.message}`);
     }
     r.seen.set(s.id, s.results.length);
-    for (const token of expected) out.push(`session ${s.id}: waiting for the refusal of stale token ${token}`);
+    for (const token of refused) out.push(`session ${s.id}: waiting for the refusal of stale token ${token}`);
+    for (const token of extended) out.push(`session ${s.id}: waiting for the result of the extend of ${token}`);
   }
   return out;
+}
+
+/** A stream settle whose result must come back (see resultProblems). */
+function awaitResult(map: Map<number, Set<string>>, session: number, token: string): void {
+  let set = map.get(session);
+  if (!set) map.set(session, (set = new Set()));
+  set.add(token);
 }
 
 /** One look: arrivals and a snapshot against the model; the problems, none once they agree. */
@@ -276,6 +291,7 @@ async function settleOne(r: Run): Promise<string | undefined> {
     it.expectClaim = now(r);
   }
   if (!unary) {
+    if (action === "extend" && q.reliable) awaitResult(r.extends, s.id, token);
     s.lease[action](token);
     return what;
   }
@@ -309,9 +325,7 @@ async function stale(r: Run): Promise<string | undefined> {
   const streams = openSessions(r);
   if (streams.length > 0 && chance(r, 0.4)) {
     const s = pick(r, streams);
-    let set = r.refusals.get(s.id);
-    if (!set) r.refusals.set(s.id, (set = new Set()));
-    set.add(t.token);
+    awaitResult(r.refusals, s.id, t.token);
     s.lease[action](t.token);
     return `stale ${action} on stream ${s.id} of ${t.token} (${t.why})`;
   }
@@ -369,10 +383,11 @@ async function kill(r: Run): Promise<string | undefined> {
   for (const s of sessions) {
     for (const it of r.model.heldBy(s.id)) {
       if (it.place === "inhand") it.place = "gone";
-      else it.zombie = true;
+      else it.killedAt = now(r);
     }
   }
   r.world.kill(inst);
+  r.model.killed.set(inst.sy.app.queues.instances.id, now(r));
   return `kill ${inst.name} (sessions ${sessions.map((s) => s.id).join(", ") || "none"})`;
 }
 
@@ -405,6 +420,23 @@ async function cut(r: Run): Promise<string | undefined> {
   return `${pushed ? `${pushed}, then at once ` : ""}cut the Redis connections of ${targets.map((i) => i.name).join(", ")}`;
 }
 
+/** An instance loses Redis for a while: streams that end meanwhile cannot return their items at once; they go back once Redis is reachable. */
+async function outage(r: Run): Promise<string | undefined> {
+  const inst = liveInstance(r);
+  if (!inst) return undefined;
+  const sessions = openSessions(r).filter((s) => s.inst === inst && chance(r, 0.7));
+  await quiet(r, sessions);
+  const held = sessions.map((s) => `${s.id} holding ${describeItems(r, r.model.heldBy(s.id)) || "nothing"}`);
+  giveBack(r, sessions, "stream closed in an outage");
+  inst.link.down();
+  // The server ends a closed stream once its first return attempt failed.
+  await Promise.all(sessions.map((s) => s.lease.close()));
+  const back = new Promise((ok) => inst.sy.app.redis.client.once("ready", ok));
+  inst.link.up();
+  await back;
+  return `Redis down for ${inst.name}; close session ${held.join(", ") || "(none)"}; Redis up`;
+}
+
 /** The earliest time by which a watchdog pass (or a mover scan) of a live instance has surely run at or after `t`. */
 function servedBy(r: Run, t: number): number {
   return Math.min(...r.world.live().map((i) => Math.max(t, i.startedAt) + 2 * WATCHDOG_MS));
@@ -422,11 +454,10 @@ async function advance(r: Run, by?: number): Promise<string> {
         for (const p of r.model.backPlaces(q, it.count + 1, "policy")) places.add(p);
         if (servedBy(r, it.claimAt + MIN_IDLE_MS) <= target) musts.push(`claimed at ${rel(r, it.claimAt)}, idle past min_idle`);
       }
-      if (it.zombie) {
-        const inst = r.world.sessions[it.session!].inst;
-        if (target >= inst.killedAt! + INSTANCE_TIMEOUT_MS - 2 * WATCHDOG_MS) {
+      if (it.killedAt !== undefined) {
+        if (target >= it.killedAt + INSTANCE_TIMEOUT_MS - 2 * WATCHDOG_MS) {
           for (const p of r.model.backPlaces(q, it.count + 1, 0)) places.add(p);
-          if (servedBy(r, inst.killedAt! + INSTANCE_TIMEOUT_MS) <= target) musts.push(`${inst.name} killed at ${rel(r, inst.killedAt!)}`);
+          if (servedBy(r, it.killedAt + INSTANCE_TIMEOUT_MS) <= target) musts.push(`its instance killed at ${rel(r, it.killedAt)}`);
         }
       }
       if (places.size > 0) it.mayLeave = [...places];
@@ -482,7 +513,7 @@ async function redeclare(r: Run): Promise<string | undefined> {
   for (const s of sessions) s.open = false;
   for (const it of r.model.of(q.name)) {
     if (it.place === "held") r.model.stale.push({ token: it.token!, queue: q.name, why: "queue deleted" });
-    if (it.place === "held" || it.place === "inhand") for (const f of ["token", "field", "session", "claimAt", "zombie"] as const) delete it[f];
+    if (it.place === "held" || it.place === "inhand") for (const f of ["token", "field", "session", "claimAt", "killedAt"] as const) delete it[f];
     it.place = "gone";
   }
   await inst.sy.client.deleteQueue(q.name, { purge: true });
@@ -494,7 +525,7 @@ async function redeclare(r: Run): Promise<string | undefined> {
 
 const steps: [number, (r: Run) => Promise<string | undefined>][] = [
   [3, enqueue], [3, (r) => rawPush(r)], [3, open], [1, credit], [9, settleOne], [2, stale], [1, endSession],
-  [0.4, kill], [0.4, stop], [1, restart], [1, cut], [3, (r) => advance(r)], [1, pauseOrResume], [0.4, purge], [0.2, redeclare],
+  [0.4, kill], [0.4, stop], [1, restart], [1, cut], [0.7, outage], [3, (r) => advance(r)], [1, pauseOrResume], [0.4, purge], [0.2, redeclare],
 ];
 const totalWeight = steps.reduce((a, [w]) => a + w, 0);
 
@@ -562,7 +593,7 @@ async function runHistory(seed: number): Promise<void> {
   const world = new World(redis, clock);
   const r: Run = {
     seed, next: random(seed), world, model: new Model(queueModels()), history: [], t0: clock.now(),
-    pending: [], refusals: new Map(), seen: new Map(), hard: [], delivered: 0, redelivered: 0,
+    pending: [], refusals: new Map(), extends: new Map(), seen: new Map(), hard: [], delivered: 0, redelivered: 0,
   };
   try {
     const first = await world.start(0);
