@@ -1,8 +1,9 @@
 /**
  * A TCP link to a unix socket (a test's Redis) for tests that break a
  * connection: `cut` resets every connection it carries, new ones welcome;
- * `down` also refuses every later one, until `up`; `drop` resets a connection when a chunk
- * its client sends matches (e.g. a command caught mid-flight).
+ * `down` also refuses every later one, until `up`; while `drop` is set, a
+ * connection whose client sends a chunk it matches is reset, the chunk still
+ * carried to the server: a command that runs while its answer is lost.
  */
 import { createConnection, createServer, type AddressInfo, type Socket } from "node:net";
 
@@ -11,10 +12,11 @@ export interface Link {
   cut(): void;
   down(): void;
   up(): void;
+  drop?: (chunk: Buffer) => boolean;
   close(): Promise<void>;
 }
 
-export async function startLink(socketPath: string, drop?: (chunk: Buffer) => boolean): Promise<Link> {
+export async function startLink(socketPath: string): Promise<Link> {
   /** Each client connection (TCP) with its upstream (the unix socket). */
   const sockets = new Set<Socket>();
   let up = true;
@@ -30,11 +32,11 @@ export async function startLink(socketPath: string, drop?: (chunk: Buffer) => bo
         upstream.destroy();
       });
     }
-    if (drop) {
-      client.on("data", (chunk: Buffer) => {
-        if (drop(chunk)) client.resetAndDestroy();
-      });
-    }
+    client.on("data", (chunk: Buffer) => {
+      if (!link.drop?.(chunk)) return;
+      upstream.unpipe(client); // no answer goes back
+      setImmediate(() => client.resetAndDestroy()); // after pipe() carried the chunk
+    });
     client.pipe(upstream);
     upstream.pipe(client);
   });
@@ -42,7 +44,7 @@ export async function startLink(socketPath: string, drop?: (chunk: Buffer) => bo
   const cut = () => {
     for (const s of [...sockets]) s.resetAndDestroy(); // the upstream closes with it
   };
-  return {
+  const link: Link = {
     address: `127.0.0.1:${(server.address() as AddressInfo).port}`,
     cut,
     down() {
@@ -57,5 +59,6 @@ export async function startLink(socketPath: string, drop?: (chunk: Buffer) => bo
       await new Promise<void>((ok) => server.close(() => ok()));
     },
   };
+  return link;
 }
 

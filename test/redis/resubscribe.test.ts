@@ -33,12 +33,13 @@ describe("a reconnect whose SUBSCRIBE is cut", () => {
     let armed = false;
     let dropped = 0;
     // Once armed, the first connection that sends SUBSCRIBE is reset with the command unanswered.
-    link = await startLink(redis.socketPath, (chunk) => {
+    link = await startLink(redis.socketPath);
+    link.drop = (chunk) => {
       if (!armed || !/subscribe/i.test(chunk.toString("latin1"))) return false;
       armed = false;
       dropped++;
       return true;
-    });
+    };
     conn = await connectRedis({ kind: "standalone", url: `redis://${link.address}` }, createLogger("silent"));
     const got: string[] = [];
     await conn.subscribe("sy-test", (m) => got.push(m));

@@ -14,6 +14,7 @@
  * instance kill (its link to Redis down for good, nothing returned), graceful
  * stop and restart; a cut of instances' Redis connections right after a push;
  * an outage of one instance's Redis while its streams end (their returns wait);
+ * a lease whose answer is lost (its connection reset after the script went out);
  * clock advances (watchdog, reaping of dead instances, the delayed mover);
  * pause and resume; purge; delete with purge and declare again. A history
  * ends quiet: streams closed, the clock advanced past every timeout, and
@@ -420,11 +421,32 @@ async function cut(r: Run): Promise<string | undefined> {
   return `${pushed ? `${pushed}, then at once ` : ""}cut the Redis connections of ${targets.map((i) => i.name).join(", ")}`;
 }
 
+/** Items pushed for a stream with credit; the answer to the lease that takes them is lost (its connection reset after the script went out). */
+async function lostLease(r: Run): Promise<string | undefined> {
+  const streams = openSessions(r).filter((s) => {
+    const q = r.model.queues.get(s.queue)!;
+    return q.reliable && !q.paused && s.credit > r.model.heldBy(s.id).length;
+  });
+  if (streams.length === 0) return undefined;
+  const s = pick(r, streams);
+  const inst = s.inst;
+  const sha = (inst.sy.app.redis.client as unknown as { scriptsSet: Record<string, { sha: string }> }).scriptsSet.syLease.sha;
+  let lost = false;
+  inst.link.drop = (chunk) => !lost && (lost = chunk.includes(sha));
+  const back = new Promise((ok) => inst.sy.app.redis.client.once("ready", ok));
+  const pushed = await rawPush(r, s.queue);
+  // Another instance's stream may take the items first: then no lease of this one is cut.
+  await expect.poll(() => lost, { timeout: 1000 }).toBe(true).catch(() => undefined);
+  inst.link.drop = undefined;
+  if (lost) await back;
+  return `${pushed}; ${lost ? `the answer to ${inst.name}'s lease for session ${s.id} is lost` : `(no lease of ${inst.name} went out)`}`;
+}
+
 /** An instance loses Redis for a while: streams that end meanwhile cannot return their items at once; they go back once Redis is reachable. */
 async function outage(r: Run): Promise<string | undefined> {
   const inst = liveInstance(r);
   if (!inst) return undefined;
-  const sessions = openSessions(r).filter((s) => s.inst === inst && chance(r, 0.7));
+  const sessions = openSessions(r).filter((s) => s.inst === inst && (r.model.heldBy(s.id).length > 0 || chance(r, 0.5)));
   await quiet(r, sessions);
   const held = sessions.map((s) => `${s.id} holding ${describeItems(r, r.model.heldBy(s.id)) || "nothing"}`);
   giveBack(r, sessions, "stream closed in an outage");
@@ -525,7 +547,7 @@ async function redeclare(r: Run): Promise<string | undefined> {
 
 const steps: [number, (r: Run) => Promise<string | undefined>][] = [
   [3, enqueue], [3, (r) => rawPush(r)], [3, open], [1, credit], [9, settleOne], [2, stale], [1, endSession],
-  [0.4, kill], [0.4, stop], [1, restart], [1, cut], [0.7, outage], [3, (r) => advance(r)], [1, pauseOrResume], [0.4, purge], [0.2, redeclare],
+  [0.4, kill], [0.4, stop], [1, restart], [1, cut], [0.7, outage], [1, lostLease], [3, (r) => advance(r)], [1, pauseOrResume], [0.4, purge], [0.2, redeclare],
 ];
 const totalWeight = steps.reduce((a, [w]) => a + w, 0);
 
