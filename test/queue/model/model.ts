@@ -238,11 +238,13 @@ export class Model {
           return undefined;
       }
     };
-    // The most constrained first, so a flexible item never takes an entry a fixed one needs.
+    // The most constrained first (fewest places, then the narrowest due time), so a flexible
+    // item never takes an entry a fixed one needs.
+    const width = (a: { due?: number; dueMax?: number }) => (a.due === undefined ? Infinity : a.dueMax! - a.due);
     const order = mine
       .map((it) => ({ it, a: allowed(it) }))
       .filter((x) => x.a)
-      .sort((x, y) => x.a!.places.length - y.a!.places.length || Number(x.it.place === "moving") - Number(y.it.place === "moving"));
+      .sort((x, y) => x.a!.places.length - y.a!.places.length || Number(x.it.place === "moving") - Number(y.it.place === "moving") || width(x.a!) - width(y.a!));
     for (const { it, a } of order) {
       let found = false;
       for (const place of a!.places) {
