@@ -50,7 +50,7 @@ export interface Item {
   mustLeave?: string;
   /** moving: may be in one of these places now ("gone": purged). */
   dests?: Place[];
-  /** moving: may have been leased from the ready list meanwhile. */
+  /** moving, or gone by a purge or a lost pop: may have been leased from the ready list meanwhile. */
   leasable?: boolean;
   /** Set by a purge: counts the items it removed. */
   purge?: number;
@@ -149,7 +149,7 @@ export class Model {
       const q = this.queues.get(a.queue)!;
       if (q.paused) problems.push(`delivery ${a.field} of ${this.label(a.key)} on "${a.queue}" while it is paused`);
       const rank = (i: Item) =>
-        i.place === "ready" ? 0 : i.place === "delayed" && (i.due ?? 0) <= now ? 1 : i.place === "moving" && i.leasable ? 2 : -1;
+        i.place === "ready" ? 0 : i.place === "delayed" && (i.due ?? 0) <= now ? 1 : i.place === "moving" && i.leasable ? 2 : i.place === "gone" && i.leasable ? 3 : -1;
       const candidates = items
         .filter((i) => i.queue === a.queue && i.key === a.key && rank(i) >= 0 && (q.reliable ? i.count === a.count - 1 : a.count === 1))
         .sort((x, y) => rank(x) - rank(y));
@@ -264,8 +264,9 @@ export class Model {
       }
       if (found) continue;
       if (it.place === "moving" && it.dests!.includes("gone")) {
+        // Purged, or taken by a pop whose answer was lost; one on its way to a stream may still arrive (leasable).
         it.place = "gone";
-        clear(it, "dests", "leasable");
+        clear(it, "dests");
         continue;
       }
       const where = a!.places.map((p) => (p === "delayed" && a!.due ? `delayed until ${a!.due}${a!.dueMax !== a!.due ? `..${a!.dueMax}` : ""}` : p)).join(" or ");

@@ -35,7 +35,7 @@ import { deliveryField, parseToken } from "../../../src/queue/token.js";
 import { below, random } from "../../helpers/random.js";
 import { startStandaloneRedis, type StandaloneRedis } from "../../helpers/redis.js";
 import { Model, type Arrival, type Item, type Place, type QueueModel } from "./model.js";
-import { INSTANCE_TIMEOUT_MS, WATCHDOG_MS, World, killed, type Session } from "./world.js";
+import { INSTANCE_TIMEOUT_MS, WATCHDOG_MS, World, killed, type Instance, type Session } from "./world.js";
 
 const MIN_IDLE_MS = 10_000;
 const JITTER = 0.2;
@@ -416,9 +416,21 @@ async function cut(r: Run): Promise<string | undefined> {
   const pushed = chance(r, 0.7) ? await rawPush(r, pick(r, openSessions(r).map((s) => s.queue).concat(QUEUES))) : "";
   // Each instance's command connection reconnects: wait for that, so later steps' calls find Redis.
   const back = targets.map((inst) => new Promise((ok) => inst.sy.app.redis.client.once("ready", ok)));
+  const lost = popsMayBeLost(r, targets);
   for (const inst of targets) inst.link.cut();
   await Promise.all(back);
-  return `${pushed ? `${pushed}, then at once ` : ""}cut the Redis connections of ${targets.map((i) => i.name).join(", ")}`;
+  return `${pushed ? `${pushed}, then at once ` : ""}cut the Redis connections of ${targets.map((i) => i.name).join(", ")}${lost}`;
+}
+
+/**
+ * A simple queue's pop whose answer a cut loses has taken its items for good (at most
+ * once, SPEC Q3): the ready items of simple queues that streams on `targets` take may go.
+ */
+function popsMayBeLost(r: Run, targets: Instance[]): string {
+  const queues = new Set(openSessions(r).filter((s) => targets.includes(s.inst) && !r.model.queues.get(s.queue)!.reliable).map((s) => s.queue));
+  const items = r.model.items.filter((i) => queues.has(i.queue) && i.place === "ready");
+  for (const it of items) Object.assign(it, { place: "moving", dests: ["ready", "gone"], leasable: true });
+  return items.length > 0 ? ` (a pop cut there loses its items: ${describeItems(r, items)} may go)` : "";
 }
 
 /** Items pushed for a stream with credit; the answer to the lease that takes them is lost (its connection reset after the script went out). */
@@ -450,13 +462,14 @@ async function outage(r: Run): Promise<string | undefined> {
   await quiet(r, sessions);
   const held = sessions.map((s) => `${s.id} holding ${describeItems(r, r.model.heldBy(s.id)) || "nothing"}`);
   giveBack(r, sessions, "stream closed in an outage");
+  const lost = popsMayBeLost(r, [inst]);
   inst.link.down();
   // The server ends a closed stream once its first return attempt failed.
   await Promise.all(sessions.map((s) => s.lease.close()));
   const back = new Promise((ok) => inst.sy.app.redis.client.once("ready", ok));
   inst.link.up();
   await back;
-  return `Redis down for ${inst.name}; close session ${held.join(", ") || "(none)"}; Redis up`;
+  return `Redis down for ${inst.name}; close session ${held.join(", ") || "(none)"}; Redis up${lost}`;
 }
 
 /** The earliest time by which a watchdog pass (or a mover scan) of a live instance has surely run at or after `t`. */
@@ -464,8 +477,17 @@ function servedBy(r: Run, t: number): number {
   return Math.min(...r.world.live().map((i) => Math.max(t, i.startedAt) + 2 * WATCHDOG_MS));
 }
 
+/** How far to advance: a plain step, or to just before (or right at) the next due item or claim deadline, where an off-by-one shows. */
+function advanceBy(r: Run): number {
+  const deadlines = r.model.items.flatMap((i) =>
+    i.place === "delayed" && i.due !== undefined ? [i.due] : i.place === "held" && i.claimAt !== undefined ? [i.claimAt + MIN_IDLE_MS] : [],
+  ).filter((t) => t > now(r));
+  if (deadlines.length === 0 || chance(r, 0.6)) return pick(r, [300, 1000, 2500, 4000, 6000]);
+  return Math.max(1, pick(r, deadlines) - now(r) - pick(r, [1, 0]));
+}
+
 async function advance(r: Run, by?: number): Promise<string> {
-  const ms = by ?? pick(r, [300, 1000, 2500, 4000, 6000]);
+  const ms = by ?? advanceBy(r);
   const target = now(r) + ms;
   for (const it of r.model.items) {
     const q = r.model.queues.get(it.queue)!;
