@@ -12,6 +12,8 @@ export interface SystemKeys {
   readonly queueKeys: string;
   /** Pub/sub channel announcing declaration changes. */
   readonly events: string;
+  /** Pub/sub channel: lease tokens of simple deliveries settled through an instance whose streams do not hold them. */
+  readonly released: string;
   /** Hash: job id → job (JSON). */
   readonly jobs: string;
   /** Counter: the last job id issued. */
@@ -57,6 +59,7 @@ export function systemKeys(ns: string): SystemKeys {
     queues: `${tag}:queues`,
     queueKeys: `${tag}:queue-keys`,
     events: `${tag}:events`,
+    released: `${tag}:released`,
     jobs: `${tag}:jobs`,
     jobSeq: `${tag}:job:seq`,
     ticks: `${tag}:cron:ticks`,
