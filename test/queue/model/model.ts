@@ -75,6 +75,8 @@ export class Model {
   /** Tokens no longer live: settled, returned, recovered, reaped, or of a deleted queue. */
   readonly stale: { token: string; queue: string; why: string }[] = [];
   readonly labels = new Map<string, string>();
+  /** Deliveries that left a session's hands without a settle it made (recovered): its credit frees at its next check. */
+  readonly released: { session: number; token: string }[] = [];
   /** Killed instances' ids → when they were killed. */
   readonly killed = new Map<string, number>();
   private uid = 0;
@@ -126,6 +128,7 @@ export class Model {
     const items = this.items.map((i) => ({ ...i }));
     const problems: string[] = [];
     const staled: { token: string; queue: string; why: string }[] = [];
+    const released: { session: number; token: string }[] = [];
     const d = (it: Item) => this.describe(it);
 
     // Held deliveries whose record went away: returned or recovered (only where allowed).
@@ -141,6 +144,7 @@ export class Model {
         continue;
       }
       if (it.token) staled.push({ token: it.token, queue: it.queue, why: it.killedAt !== undefined ? "reaped" : "recovered" });
+      if (it.session !== undefined && it.token) released.push({ session: it.session, token: it.token });
       this.moveBack(it, it.mayLeave);
     }
 
@@ -176,6 +180,7 @@ export class Model {
     if (problems.length === 0) {
       this.items = items;
       this.stale.push(...staled);
+      this.released.push(...released);
     }
     return problems;
   }

@@ -35,7 +35,7 @@ import { deliveryField, parseToken } from "../../../src/queue/token.js";
 import { below, random } from "../../helpers/random.js";
 import { startStandaloneRedis, type StandaloneRedis } from "../../helpers/redis.js";
 import { Model, type Arrival, type Item, type Place, type QueueModel } from "./model.js";
-import { INSTANCE_TIMEOUT_MS, WATCHDOG_MS, World, killed, type Instance, type Session } from "./world.js";
+import { HEARTBEAT_MS, INSTANCE_TIMEOUT_MS, WATCHDOG_MS, World, killed, type Instance, type Session } from "./world.js";
 
 const MIN_IDLE_MS = 10_000;
 const JITTER = 0.2;
@@ -140,6 +140,24 @@ function awaitResult(map: Map<number, Set<string>>, session: number, token: stri
   set.add(token);
 }
 
+/**
+ * SPEC Q8: a stream with open credit gets items while its queue has ready ones. Its
+ * instance counts against its credit what it holds, and what was settled through
+ * another instance or recovered until its next check of what it holds (reliable).
+ */
+function progressProblems(r: Run): string[] {
+  const out: string[] = [];
+  for (const s of openSessions(r)) {
+    for (const [token, since] of s.phantoms) if (now(r) >= since + 2 * HEARTBEAT_MS) s.phantoms.delete(token);
+    const q = r.model.queues.get(s.queue)!;
+    const free = s.credit - r.model.heldBy(s.id).length - s.phantoms.size;
+    if (q.paused || free <= 0) continue;
+    const ready = r.model.of(s.queue, "ready");
+    if (ready.length > 0) out.push(`session ${s.id} has credit for ${free} more while "${s.queue}" has ready ${describeItems(r, ready)}`);
+  }
+  return out;
+}
+
 /** One look: arrivals and a snapshot against the model; the problems, none once they agree. */
 async function look(r: Run): Promise<string[]> {
   if (r.hard.length > 0) return r.hard;
@@ -153,6 +171,8 @@ async function look(r: Run): Promise<string[]> {
     r.delivered += r.pending.length;
     r.redelivered += r.pending.filter((a) => a.count > 1).length;
     r.pending = [];
+    for (const { session, token } of r.model.released.splice(0)) r.world.sessions[session].phantoms.set(token, now(r));
+    problems.push(...progressProblems(r));
   }
   return [...problems, ...resultProblems(r), ...r.hard];
 }
@@ -296,6 +316,7 @@ async function settleOne(r: Run): Promise<string | undefined> {
     s.lease[action](token);
     return what;
   }
+  if (q.reliable && via !== s.inst && action !== "extend") s.phantoms.set(token, now(r));
   const c = via.sy.client;
   try {
     if (action === "ack") await c.ack(token);

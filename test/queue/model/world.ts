@@ -18,6 +18,8 @@ import { startSwitchyard, type TestSwitchyard } from "../../helpers/switchyard.j
 export const WATCHDOG_MS = 1000;
 /** Silence after which an instance counts as dead. */
 export const INSTANCE_TIMEOUT_MS = 5000;
+/** A stream's check of what it holds (a delivery settled or recovered elsewhere frees its credit then). */
+export const HEARTBEAT_MS = 2000;
 
 /** An instance's view of the shared manual clock; once it is killed, none of its timers fires again (a dead process runs nothing). */
 class InstanceClock implements Clock {
@@ -50,6 +52,8 @@ export interface Session {
   credit: number;
   /** The most credit it ever had (deliveries held never exceed it). */
   maxCredit: number;
+  /** Deliveries it no longer holds that its instance may still count against its credit until its next check: token → since when. */
+  readonly phantoms: Map<string, number>;
   open: boolean;
   /** Deliveries that arrived and the model has not taken in yet. */
   readonly arrived: Delivery[];
@@ -102,7 +106,7 @@ export class World {
     const clock = new InstanceClock(this.clock);
     const sy = await startSwitchyard(
       { target: { kind: "standalone", url: `redis://${link.address}` } },
-      { clock, config: { instanceTimeoutMs: INSTANCE_TIMEOUT_MS, watchdogIntervalMs: WATCHDOG_MS } },
+      { clock, config: { instanceTimeoutMs: INSTANCE_TIMEOUT_MS, watchdogIntervalMs: WATCHDOG_MS, heartbeatIntervalMs: HEARTBEAT_MS } },
     );
     const inst: Instance = { name: `i${slot}.${++this.generation}`, sy, link, clock, startedAt: this.clock.now(), state: "live" };
     this.instances[slot] = inst;
@@ -129,7 +133,7 @@ export class World {
 
   async open(inst: Instance, queue: string, credit: number): Promise<Session> {
     const lease = inst.sy.client.lease(queue, credit);
-    const s: Session = { id: this.sessions.length, inst, queue, lease, credit, maxCredit: credit, open: true, arrived: [], results: [] };
+    const s: Session = { id: this.sessions.length, inst, queue, lease, credit, maxCredit: credit, phantoms: new Map(), open: true, arrived: [], results: [] };
     lease.onSettleResult((r) => s.results.push(r));
     await lease.opened;
     void (async () => {
