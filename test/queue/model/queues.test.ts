@@ -18,10 +18,13 @@
  * clock advances (watchdog, reaping of dead instances, the delayed mover);
  * pause and resume; purge; delete with purge and declare again. A history
  * ends quiet: streams closed, the clock advanced past every timeout, and
- * nothing may be left in processing.
+ * nothing may be left in processing. Besides the model's checks (model.ts),
+ * every look checks SPEC Q8's progress: a stream with open credit gets items
+ * while its queue has ready ones.
  *
  * `npm test` runs 3 histories of 40 steps; SWITCHYARD_MODEL_RUNS and
- * SWITCHYARD_MODEL_STEPS run more, SWITCHYARD_MODEL_SEED=n runs seed n (the
+ * SWITCHYARD_MODEL_STEPS run more, SWITCHYARD_MODEL_SEED=n runs seed n (with
+ * SWITCHYARD_MODEL_RUNS, seeds from n on; the
  * steps drawn follow from the seed and what the system did; a failure prints
  * the history it ran; SWITCHYARD_MODEL_PRINT=1 prints every history).
  */
