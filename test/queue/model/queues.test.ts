@@ -584,10 +584,12 @@ async function redeclare(r: Run): Promise<string | undefined> {
     if (it.place === "held" || it.place === "inhand") for (const f of ["token", "field", "session", "claimAt", "killedAt"] as const) delete it[f];
     it.place = "gone";
   }
+  const before = new Map(r.world.live().map((i) => [i, i.sy.app.queues.registry.cached(q.name)]));
   await inst.sy.client.deleteQueue(q.name, { purge: true });
   await inst.sy.client.createQueue(declarations[q.name]);
   q.paused = false;
-  await expect.poll(() => r.world.live().every((i) => i.sy.app.queues.registry.cached(q.name) !== undefined)).toBe(true);
+  // Every instance has heard of the new declaration (a stream opened on the old one is failed when the delete arrives).
+  await expect.poll(() => [...before].every(([i, old]) => ![undefined, old].includes(i.sy.app.queues.registry.cached(q.name)))).toBe(true);
   return `delete ${q.name} with purge and declare it again via ${inst.name} (sessions ${sessions.map((s) => s.id).join(", ") || "none"} end)`;
 }
 
