@@ -23,9 +23,11 @@ export async function enqueue(r: Run): Promise<string | undefined> {
   const q = pick(r, QUEUES);
   const n = 1 + below(r.next, 3);
   const items: Item[] = [];
+  // Delayed items of one enqueue fall due 400 ms apart: a mover that moves an item early shows.
+  let delayed = 0;
   const inputs = Array.from({ length: n }, () => {
     const p = payload(r, false);
-    const delayMs = chance(r, 0.25) ? pick(r, [500, 1200, 3000, 3400, 7000]) : 0;
+    const delayMs = chance(r, 0.3) ? pick(r, [500, 3000, 7000]) + 400 * delayed++ : 0;
     items.push(r.model.add(q, p.value, p.label, delayMs ? now(r) + delayMs : undefined));
     return delayMs ? { payload: p.value, delayMs } : p.value;
   });
