@@ -1,8 +1,10 @@
 /** Queue model steps on instances, links and time: kills, stops, restarts, cuts, outages, lost answers, clock advances, pause, purge, redeclaration. */
 import { expect } from "vitest";
-import type { Place } from "./model.js";
+import type { Item, Place } from "./model.js";
 import { INSTANCE_TIMEOUT_MS, WATCHDOG_MS, type Instance } from "./world.js";
-import { MIN_IDLE_MS, QUEUES, SLOTS, chance, declarations, describeItems, liveInstance, now, openSessions, pick, rel, settle, type Run } from "./run.js";
+import {
+  MIN_IDLE_MS, QUEUES, SLOTS, awaitResult, chance, declarations, describeItems, liveInstance, now, openSessions, pick, rel, settle, type Run,
+} from "./run.js";
 import { giveBack, quiet, rawPush } from "./items.js";
 export async function kill(r: Run): Promise<string | undefined> {
   const inst = liveInstance(r);
@@ -195,4 +197,29 @@ export async function redeclare(r: Run): Promise<string | undefined> {
   // Every instance has heard of the new declaration (a stream opened on the old one is failed when the delete arrives).
   await expect.poll(() => [...before].every(([i, old]) => ![undefined, old].includes(i.sy.app.queues.registry.cached(q.name)))).toBe(true);
   return `delete ${q.name} with purge and declare it again via ${inst.name} (sessions ${sessions.map((s) => s.id).join(", ") || "none"} end)`;
+}
+
+/**
+ * A long handler (issue 14): a held item of a queue with a recovery set is extended
+ * after 6 s, and 6 s later it is still held: the extend restarted its claim.
+ */
+export async function longHandler(r: Run): Promise<string | undefined> {
+  const open = new Set(openSessions(r).map((s) => s.id));
+  const fresh = (i: Item) => i.claimAt !== undefined && i.claimAt + MIN_IDLE_MS > now(r) + 6000;
+  const held = r.model.items.filter((i) => i.place === "held" && open.has(i.session!) && r.model.queues.get(i.queue)!.recovery && fresh(i));
+  if (held.length === 0) return undefined;
+  const { uid, token, session } = pick(r, held);
+  const s = r.world.sessions[session!];
+  const what = `${r.model.describe(r.model.items.find((i) => i.uid === uid)!)} on session ${s.id}`;
+  await advance(r, 6000);
+  await settle(r);
+  // (The model's items are new objects after each look.)
+  const it = r.model.items.find((i) => i.uid === uid)!;
+  if (it.place !== "held" || it.token !== token) return `advance 6000 ms; ${what} went meanwhile`;
+  it.expectClaim = now(r);
+  awaitResult(r.extends, s.id, it.token!);
+  s.lease.extend(it.token!);
+  await settle(r);
+  await advance(r, 6000);
+  return `long handler: advance 6000 ms, extend ${what} on its stream, advance 6000 ms`;
 }

@@ -88,7 +88,9 @@ export async function settleOne(r: Run): Promise<string | undefined> {
   const it = pick(r, held);
   const s = r.world.sessions[it.session!];
   const q = r.model.queues.get(it.queue)!;
-  const action = pick(r, ["ack", "ack", "retry", "retry", "drop", "extend"] as Action[]);
+  // An extend shows in its claim only once the clock moved since the claim: those get more of them.
+  const aged = q.recovery && it.place === "held" && it.claimAt !== undefined && it.claimAt < now(r);
+  const action = pick(r, ["ack", "ack", "retry", "retry", "drop", "extend", ...(aged ? ["extend", "extend"] : [])] as Action[]);
   const unary = chance(r, 0.5);
   const delayMs = unary && action === "retry" && chance(r, 0.5) ? pick(r, [0, 1500, 4000, 9000]) : undefined;
   const via = unary ? pick(r, r.world.live()) : s.inst;

@@ -16,6 +16,7 @@
  * an outage of one instance's Redis while its streams end (their returns wait);
  * a lease whose answer is lost (its connection reset after the script went out);
  * clock advances (watchdog, reaping of dead instances, the delayed mover);
+ * a long handler whose extend keeps its item past min_idle;
  * pause and resume; purge; delete with purge and declare again. A history
  * ends quiet: streams closed, the clock advanced past every timeout, and
  * nothing may be left in processing. Besides the model's checks (model.ts),
@@ -36,11 +37,11 @@ import { Model } from "./model.js";
 import { INSTANCE_TIMEOUT_MS, WATCHDOG_MS, World, killed } from "./world.js";
 import { FIRST_SEED, MIN_IDLE_MS, ModelFailure, QUEUES, RUNS, STEPS, declarations, openSessions, queueModels, settle, step, summary, type Run } from "./run.js";
 import { credit, endSession, enqueue, giveBack, open, quiet, rawPush, settleOne, stale } from "./items.js";
-import { advance, cut, kill, lostLease, outage, pauseOrResume, purge, redeclare, restart, stop } from "./faults.js";
+import { advance, cut, kill, longHandler, lostLease, outage, pauseOrResume, purge, redeclare, restart, stop } from "./faults.js";
 
 const steps: [number, (r: Run) => Promise<string | undefined>][] = [
   [3, enqueue], [3, (r) => rawPush(r)], [3, open], [1, credit], [9, settleOne], [2, stale], [1, endSession],
-  [0.4, kill], [0.4, stop], [1, restart], [1, cut], [0.7, outage], [1, lostLease], [3, (r) => advance(r)], [1, pauseOrResume], [0.4, purge], [0.2, redeclare],
+  [0.4, kill], [0.4, stop], [1, restart], [1, cut], [0.7, outage], [1, lostLease], [3, (r) => advance(r)], [1, longHandler], [1, pauseOrResume], [0.4, purge], [0.2, redeclare],
 ];
 const totalWeight = steps.reduce((a, [w]) => a + w, 0);
 
