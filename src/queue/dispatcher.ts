@@ -13,8 +13,8 @@
  * (nothing popped that no worker can take); an item taken for a stream that
  * cannot take it goes back to the front of the queue, uncounted. A lease call
  * whose answer is lost (a cut connection, a timeout) may still have run: before
- * its next lease the pump returns every delivery of this instance that no
- * stream holds (`reconcile`), so none stays in processing without a holder.
+ * its next lease the pump gives back, uncounted, every delivery of this instance
+ * that no stream holds (`reconcile`), so none stays in processing without a holder.
  */
 import type { Clock } from "../clock.js";
 import type { Logger } from "../log.js";
@@ -47,7 +47,7 @@ export interface DispatchHost {
   giveBack(config: QueueConfig, refs: LeaseRef[]): void;
   /** Dead-letters a delivery that reached no worker, with the reason (counted). */
   kill(config: QueueConfig, ref: LeaseRef, reason: string): void;
-  /** Returns (counted) the deliveries of this instance on the queue that no stream holds. */
+  /** Gives back (uncounted: they reached no worker) the deliveries of this instance on the queue that no stream holds. */
   reconcile(config: QueueConfig): Promise<void>;
 }
 

@@ -252,6 +252,7 @@ export class Queues {
   readonly watchdog: Watchdog;
   readonly delayed: DelayedItems;
   private readonly dispatchHost: DispatchHost;
+  private stopReleases?: () => void;
 
   constructor(
     readonly registry: QueueRegistry,
@@ -290,6 +291,8 @@ export class Queues {
   }
 
   async start(): Promise<void> {
+    // A simple delivery settled through another instance frees its stream's credit here (see releaseSimple).
+    this.stopReleases = await this.redis.subscribe(systemKeys(this.options.namespace).released, (token) => this.release(token));
     await this.instances.beat();
     this.watchdog.start();
     this.delayed.start();
@@ -384,6 +387,7 @@ export class Queues {
   async stop(returnWithinMs = 5000): Promise<void> {
     this.watchdog.stop();
     this.delayed.stop();
+    this.stopReleases?.();
     this.redis.client.off("ready", this.onReconnect);
     const groups = [...this.dispatchers.values()].filter((d): d is StreamDispatcher => d instanceof StreamDispatcher);
     for (const d of this.dispatchers.values()) d.close();
@@ -446,7 +450,11 @@ export class Queues {
     }
   }
 
-  /** Returns (counted) every delivery of this instance on the queue that no stream holds and none is returning. */
+  /**
+   * Gives back every delivery of this instance on the queue that no stream holds
+   * and none is returning: a lease call whose answer was lost. Such an item never
+   * reached a worker, so it goes back as it was, uncounted (as items no stream could take).
+   */
   private async reconcile(config: QueueConfig): Promise<void> {
     const token = tokenFormatter(config.name);
     const me = this.instances.id;
@@ -457,7 +465,7 @@ export class Queues {
       });
       if (orphans.length > 0) {
         this.log.warn("returning deliveries whose lease answer was lost", { queue: config.name, items: orphans.length });
-        await this.returns.give(config, orphans, "return");
+        await this.returns.give(config, orphans, "undo");
       }
     }
   }
@@ -666,6 +674,19 @@ export class Queues {
     });
   }
 
+  /**
+   * Frees the credit a settled simple delivery held. Its stream may be on another
+   * instance, which has no record in Redis to find the settle by (a reliable
+   * delivery's heartbeat check reads its record): that instance hears it on the
+   * released channel.
+   */
+  private releaseSimple(token: string, ownStream?: LeaseStream): void {
+    if (ownStream?.held.has(token) || this.holders.has(token)) return this.release(token, ownStream);
+    this.redis.client.publish(systemKeys(this.options.namespace).released, token).catch((err: unknown) =>
+      this.log.warn("could not announce a settled simple delivery; its stream's credit stays taken", { err }),
+    );
+  }
+
   /** Marks a delivery as no longer held by its stream, freeing a unit of credit. */
   private release(token: string, ownStream?: LeaseStream): void {
     const stream = ownStream?.held.has(token) ? ownStream : this.holders.get(token);
@@ -720,7 +741,7 @@ export class Queues {
     const config = await this.configFor(ref, action);
     const frees = action !== "extend" && action !== "check";
     if (config.mode === "simple") {
-      if (frees) this.release(token, fromStream);
+      if (frees) this.releaseSimple(token, fromStream);
       if (action === "ack" || action === "drop") this.metrics.items(config.name, action === "ack" ? "acked" : "dropped");
       return { deadLettered: false };
     }
@@ -779,7 +800,7 @@ export class Queues {
           settles.push(g);
         } else {
           // A simple queue's item left Redis when it was popped: nothing to settle.
-          this.release(g.token, fromStream);
+          this.releaseSimple(g.token, fromStream);
           popped++;
         }
       }

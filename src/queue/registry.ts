@@ -51,6 +51,8 @@ export class QueueRegistry {
   /** Reads from Redis of declarations not in the cache, by name, while they are out. */
   private readonly loading = new Map<string, Promise<QueueConfig>>();
   private unsubscribe?: () => void;
+  /** Queue name → the version of the last change this instance applied (see undeclare.lua). */
+  private readonly versions = new Map<string, number>();
   private readonly deletedListeners: ((name: string) => void)[] = [];
   private readonly changedListeners: ((config: QueueConfig) => void)[] = [];
 
@@ -117,7 +119,9 @@ export class QueueRegistry {
 
   private onEvent(message: string): void {
     try {
-      const event = JSON.parse(message) as { op: "put" | "delete"; name: string; config?: QueueConfig };
+      const event = JSON.parse(message) as { op: "put" | "delete"; name: string; version?: number; config?: QueueConfig };
+      // A change older than one applied here already (this instance's own, answered before its event came) is old news.
+      if (event.version !== undefined && !this.newer(event.name, event.version)) return;
       if (event.op === "put" && event.config) this.put(normalizeConfig(event.config));
       // (A delete made here was told to the listeners already, and left the cache then.)
       if (event.op === "delete" && this.cache.delete(event.name)) {
@@ -126,6 +130,13 @@ export class QueueRegistry {
     } catch (err) {
       this.log.warn("ignored a malformed queue event", { err });
     }
+  }
+
+  /** Records change `version` of queue `name`; false when a later one was applied already. */
+  private newer(name: string, version: number): boolean {
+    if (version <= (this.versions.get(name) ?? 0)) return false;
+    this.versions.set(name, version);
+    return true;
   }
 
   private put(config: QueueConfig): void {
@@ -251,7 +262,7 @@ export class QueueRegistry {
     const r = await declareQueue(this.redis.client, this.keys, config.name, JSON.stringify(config), replaces, allKeys(keysOf(config)));
     switch (r.result) {
       case "ok":
-        this.put(config);
+        if (this.newer(config.name, r.version)) this.put(config);
         return true;
       case "clash":
         throw new SwitchyardError("already_exists", `key "${r.key}" already belongs to queue "${r.owner}"; choose other names`, {
@@ -283,9 +294,10 @@ export class QueueRegistry {
   async delete(name: string, purge: boolean): Promise<void> {
     const config = await this.get(name);
     const keys = allKeys(keysOf(config));
-    if (!(await undeclareQueue(this.redis.client, this.keys, name, keys))) await this.load(name);
-    this.cache.delete(name);
-    for (const fn of this.deletedListeners) fn(name);
+    const version = await undeclareQueue(this.redis.client, this.keys, name, keys);
+    if (version === 0) await this.load(name);
+    // (Its event came first, and a newer change after it: the listeners were told then.)
+    if (this.newer(name, version) && this.cache.delete(name)) for (const fn of this.deletedListeners) fn(name);
     // One DEL per key: in a cluster, a simple queue's keys may sit in different slots.
     if (purge) await Promise.all(keys.filter((k) => k !== keysOf(config).fence).map((k) => this.redis.client.del(k)));
   }

@@ -213,9 +213,19 @@ export async function connectRedis(target: RedisTarget, log: Logger, timeouts: R
   let subscriber: Promise<RedisClient> | undefined;
   // A cluster client subscribes on a connection of its own, apart from its command connections;
   // a single Redis connection in subscriber mode takes no other commands, so it needs a duplicate.
+  // A standalone subscriber subscribes again itself after each reconnect: ioredis's own
+  // resubscribe leaves its promise unhandled when that connection drops too (Node then ends the
+  // process), and the connection after it no longer subscribes at all.
   const subscriberConnection = () =>
-    (subscriber ??= (client instanceof Cluster ? Promise.resolve(client) : duplicate()).then((sub) => {
+    (subscriber ??= (client instanceof Cluster ? Promise.resolve(client) : connectExtra({ ...patientOptions(timeouts, timeouts.longestBlockMs), autoResubscribe: false })).then((sub) => {
       sub.on("message", (channel: string, message: string) => listeners.get(channel)?.forEach((fn) => fn(message)));
+      if (!(sub instanceof Cluster)) {
+        sub.on("ready", () => {
+          const channels = [...listeners.keys()];
+          // Failing, this connection dropped again: the next "ready" tries again.
+          if (channels.length > 0) sub.subscribe(...channels).catch((err: unknown) => log.warn("could not subscribe again after reconnecting to redis", { err }));
+        });
+      }
       return sub;
     }));
   return {

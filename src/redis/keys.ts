@@ -12,6 +12,10 @@ export interface SystemKeys {
   readonly queueKeys: string;
   /** Pub/sub channel announcing declaration changes. */
   readonly events: string;
+  /** Counter: the version of the last declaration change, in its event, so an instance can tell a late event from news. */
+  readonly queuesVersion: string;
+  /** Pub/sub channel: lease tokens of simple deliveries settled through an instance whose streams do not hold them. */
+  readonly released: string;
   /** Hash: job id → job (JSON). */
   readonly jobs: string;
   /** Counter: the last job id issued. */
@@ -57,6 +61,8 @@ export function systemKeys(ns: string): SystemKeys {
     queues: `${tag}:queues`,
     queueKeys: `${tag}:queue-keys`,
     events: `${tag}:events`,
+    queuesVersion: `${tag}:queues:version`,
+    released: `${tag}:released`,
     jobs: `${tag}:jobs`,
     jobSeq: `${tag}:job:seq`,
     ticks: `${tag}:cron:ticks`,

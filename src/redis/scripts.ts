@@ -39,8 +39,8 @@ const definitions = {
   syStreamLease: { numberOfKeys: 4, lua: withLib("stream-lease") },
   syStreamSettle: { numberOfKeys: 3, lua: withLib("stream-settle") },
   syStreamRetire: { numberOfKeys: 1, lua: load("stream-retire") },
-  syDeclare: { numberOfKeys: 2, lua: load("declare") },
-  syUndeclare: { numberOfKeys: 2, lua: load("undeclare") },
+  syDeclare: { numberOfKeys: 3, lua: load("declare") },
+  syUndeclare: { numberOfKeys: 3, lua: load("undeclare") },
 } as const;
 
 type ScriptName = keyof typeof definitions;
@@ -153,7 +153,7 @@ export async function settleDeadLetters(
 
 /** How declare.lua answered. */
 export type DeclareResult =
-  | { result: "ok" }
+  | { result: "ok"; version: number }
   | { result: "exists"; stored: string }
   | { result: "changed" }
   | { result: "clash"; key: string; owner: string };
@@ -165,15 +165,17 @@ export type DeclareResult =
 export async function declareQueue(
   client: RedisClient, system: SystemKeys, name: string, json: string, replaces: string, keys: readonly string[],
 ): Promise<DeclareResult> {
-  const [result, a, b] = (await call(client, "syDeclare", [system.queues, system.queueKeys, name, json, replaces, system.events, ...keys])) as string[];
-  if (result === "exists") return { result, stored: a };
-  if (result === "clash") return { result, key: a, owner: b };
-  return { result: result as "ok" | "changed" };
+  const keysAndArgs = [system.queues, system.queueKeys, system.queuesVersion, name, json, replaces, system.events, ...keys];
+  const [result, a, b] = (await call(client, "syDeclare", keysAndArgs)) as [string, string | number, string];
+  if (result === "exists") return { result, stored: String(a) };
+  if (result === "clash") return { result, key: String(a), owner: b };
+  if (result === "ok") return { result, version: Number(a) };
+  return { result: "changed" };
 }
 
-/** undeclare.lua: removes declaration `name` and its keys' ownership, and announces it; false when it was not declared. */
-export async function undeclareQueue(client: RedisClient, system: SystemKeys, name: string, keys: readonly string[]): Promise<boolean> {
-  return (await call(client, "syUndeclare", [system.queues, system.queueKeys, name, system.events, ...keys])) === 1;
+/** undeclare.lua: removes declaration `name` and its keys' ownership, and announces it; the change's version, or 0 when it was not declared. */
+export async function undeclareQueue(client: RedisClient, system: SystemKeys, name: string, keys: readonly string[]): Promise<number> {
+  return Number(await call(client, "syUndeclare", [system.queues, system.queueKeys, system.queuesVersion, name, system.events, ...keys]));
 }
 
 /** A delivery recorded by the lease script: the stored value and its fence. */

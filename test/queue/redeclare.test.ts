@@ -9,6 +9,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import * as grpc from "@grpc/grpc-js";
 import { QueueMode, type SettleResult } from "../../src/gen/switchyard/v1/queue_pb.js";
+import { systemKeys } from "../../src/redis/keys.js";
 import { leaseRecords, startRedis, type TestRedis } from "../helpers/redis.js";
 import { startSwitchyard, type TestSwitchyard } from "../helpers/switchyard.js";
 
@@ -133,6 +134,46 @@ describe("a queue deleted and declared again", () => {
     expect(await redis.plain.llen(`${q}.processing`)).toBe(1);
     await sy.client.ack(held.leaseToken);
     await reliable.close();
+  });
+});
+
+describe("a delete event that arrives after the queue was declared again", () => {
+  // Events come on the subscriber connection, answers on the command connection: an instance that
+  // deletes and declares a queue again may hear of the delete after its own new declaration.
+  // Found by the queue model test: the stale event failed the new declaration's streams.
+  it("changes nothing: the new declaration and its streams stay", async () => {
+    const q = "{late-delete}";
+    const channel = systemKeys("switchyard").events;
+    const listener = redis.plain.duplicate();
+    const events: string[] = [];
+    listener.on("message", (_: string, m: string) => events.push(m));
+    await listener.subscribe(channel);
+    try {
+      await sy.client.createQueue({ name: q, mode: QueueMode.RELIABLE });
+      await sy.client.deleteQueue(q, { purge: true });
+      await expect.poll(() => events.filter((e) => e.includes('"delete"'))).toHaveLength(1);
+      const deleted = events.find((e) => e.includes('"delete"'))!;
+      await sy.client.createQueue({ name: q, mode: QueueMode.RELIABLE });
+      const lease = sy.client.lease(q, 1);
+      await sy.client.enqueue(q, ["kept"]);
+      const [d] = await lease.take(1);
+      // The delete event again, as a late delivery would bring it; then a declaration through
+      // another instance, whose event shows this one has read past it.
+      await redis.plain.publish(channel, deleted);
+      const other = await startSwitchyard(redis);
+      await other.client.createQueue({ name: "{late-marker}", mode: QueueMode.SIMPLE });
+      await other.stop();
+      await expect.poll(() => sy.app.queues.registry.cached("{late-marker}")).toBeDefined();
+      expect(sy.app.queues.registry.cached(q)).toBeDefined();
+      const results: SettleResult[] = [];
+      lease.onSettleResult((r) => results.push(r));
+      lease.ack(d.leaseToken);
+      await expect.poll(() => redis.plain.llen(`${q}.processing`)).toBe(0);
+      expect(results).toEqual([]);
+      expect(await lease.close()).toBeUndefined();
+    } finally {
+      listener.disconnect();
+    }
   });
 });
 
