@@ -265,9 +265,9 @@ export async function settleItems(client: RedisClient, keys: QueueKeys, ctx: Set
 /** The consumer that entries handed back wait under until a pump reclaims them (stream-settle.lua). */
 export const PARKING_CONSUMER = "switchyard.parked";
 
-/** A stream delivery's settle field: "<entry id>@<delivery count>@<consumer>@<group>" (the group last: it may hold "@"). */
-export function streamDeliveryField(id: string, count: number, consumer: string, group: string): string {
-  return `${id}@${count}@${consumer}@${group}`;
+/** A stream delivery's settle field: "<entry id>@<delivery count>@<consumer>@<fence>@<group>" (the group last: it may hold "@"). */
+export function streamDeliveryField(id: string, count: number, consumer: string, fence: number, group: string): string {
+  return `${id}@${count}@${consumer}@${fence}@${group}`;
 }
 
 /**
@@ -280,9 +280,9 @@ export async function settleStreamItems(client: RedisClient, keys: QueueKeys, ct
     keys.queue, keys.deadLetter, keys.leases, ctx.maxDeliveries, ctx.minIdleMs ?? 0, ctx.retryPolicy, Math.random(), PARKING_CONSUMER,
   ];
   for (const op of ops) {
-    const [id, count, consumer] = op.delivery.split("@", 3);
-    const group = op.delivery.slice(id.length + count.length + consumer.length + 3);
-    args.push(actionLetters[op.action], group, id, count, consumer, op.reason ?? "", op.delayMs === undefined ? "" : Math.max(0, Math.round(op.delayMs)));
+    const [id, count, consumer, fence] = op.delivery.split("@", 4);
+    const group = op.delivery.slice(id.length + count.length + consumer.length + fence.length + 4);
+    args.push(actionLetters[op.action], group, id, count, consumer, fence, op.reason ?? "", op.delayMs === undefined ? "" : Math.max(0, Math.round(op.delayMs)));
   }
   const flat = (await call(client, "syStreamSettle", args)) as number[];
   const results: SettleResult[] = [];

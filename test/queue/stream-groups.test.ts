@@ -62,6 +62,43 @@ describe("fan-out and replay", () => {
   });
 });
 
+describe("fencing across group moves", () => {
+  /** How an ack of `token` ends: "acked" or its gRPC code. */
+  const ackOutcome = (token: string) => t.sy.client.ack(token).then(() => "acked", (e: { code: number }) => e.code);
+
+  it("refuses a token from before a move back once the entry is delivered again, though Redis restarts its count at 1", async () => {
+    const Q = "{fence-move}";
+    await t.sy.client.createQueue({ name: Q, mode: QueueMode.STREAM, groups: [{ name: "g" }] });
+    const [id] = await t.sy.client.enqueue(Q, ["one"]);
+    const lease = t.sy.client.lease(Q, 5, { group: "g" });
+    const [first] = await lease.take(1);
+    await t.sy.client.setConsumerGroupPosition(Q, "g", "0");
+    const [second] = await lease.take(1);
+    // The same entry, the same consumer (this instance) and the same count: only the fence tells them apart.
+    expect([second.id, second.deliveryCount]).toEqual([id, 1]);
+    expect(await ackOutcome(first.leaseToken)).toBe(9);
+    expect(await ackOutcome(second.leaseToken)).toBe("acked");
+    await lease.close();
+  });
+
+  it("refuses a token from before a group was deleted and created again", async () => {
+    const Q = "{fence-recreate}";
+    await t.sy.client.createQueue({ name: Q, mode: QueueMode.STREAM, groups: [{ name: "g", startId: "0" }] });
+    const [id] = await t.sy.client.enqueue(Q, ["one"]);
+    const lease = t.sy.client.lease(Q, 5, { group: "g" });
+    const [first] = await lease.take(1);
+    await t.sy.client.deleteConsumerGroup(Q, "g");
+    await expect(lease.ended).resolves.toMatchObject({ code: 5 });
+    await t.sy.client.createConsumerGroup(Q, "g", "0");
+    const again = t.sy.client.lease(Q, 5, { group: "g" });
+    const [second] = await again.take(1);
+    expect([second.id, second.deliveryCount]).toEqual([id, 1]);
+    expect(await ackOutcome(first.leaseToken)).toBe(9);
+    expect(await ackOutcome(second.leaseToken)).toBe("acked");
+    await again.close();
+  });
+});
+
 describe("reclaiming idle entries", () => {
   it("delivers entries idle past min_idle again with a grown count, refuses the stale token, and dead-letters past max_deliveries", async () => {
     const Q = "{reclaim}";

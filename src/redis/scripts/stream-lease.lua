@@ -3,7 +3,11 @@
   first entries idle in the group's pending list longer than min_idle
   (XAUTOCLAIM, which counts another delivery), sending those past max
   deliveries to the dead-letter list (acked there); then new entries
-  (XREADGROUP ">"). Each delivery is numbered from the queue's fence counter.
+  (XREADGROUP ">"). Each delivery is numbered from the queue's fence counter,
+  and its number kept in the counts hash ("f:<group>:<id>") for settles to
+  check: an entry delivered again by XREADGROUP after its group was moved back
+  or created again has its delivery count reset to 1 by Redis, so the count
+  alone would let the earlier delivery's token settle the new one.
   KEYS[1] stream   KEYS[2] fence counter   KEYS[3] dead-letter list   KEYS[4] counts hash
   ARGV[1] group   ARGV[2] consumer   ARGV[3] max entries   ARGV[4] min idle (ms)
   ARGV[5] max deliveries   ARGV[6] XAUTOCLAIM cursor
@@ -26,7 +30,7 @@ for _, entry in ipairs(claimed[2]) do
   if count > max_deliveries then
     redis.call("LPUSH", KEYS[3], entry_envelope(id, fields, count - 1, err ~= "" and err or "not settled within min_idle"))
     redis.call("XACK", stream, group, id)
-    redis.call("HDEL", KEYS[4], err_field)
+    redis.call("HDEL", KEYS[4], err_field, "f:" .. group .. ":" .. id)
     dead = dead + 1
   else
     out[#out + 1] = { id, count, err, fields }
@@ -48,6 +52,7 @@ if room > 0 then
 end
 local first = 0
 if #out > 0 then first = redis.call("INCRBY", KEYS[2], #out) - #out + 1 end
+for i, d in ipairs(out) do redis.call("HSET", KEYS[4], "f:" .. group .. ":" .. d[1], first + i - 1) end
 local reply = { cursor, first, dead, wake }
 for _, d in ipairs(out) do reply[#reply + 1] = d end
 return reply
