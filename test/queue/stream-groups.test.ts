@@ -52,6 +52,10 @@ describe("fan-out and replay", () => {
     expect(await c.ended).toMatchObject({ code: 5 });
     await expect(t.sy.client.setConsumerGroupPosition(Q, "audit", "0")).rejects.toMatchObject({ code: 5 });
     await expect(t.sy.client.setConsumerGroupPosition(Q, "indexer", "later")).rejects.toMatchObject({ code: 3 });
+    await expect(t.sy.client.setConsumerGroupPosition(Q, "indexer", "1-18446744073709551616")).rejects.toMatchObject({ code: 3 });
+    await expect(t.sy.client.createConsumerGroup(Q, "late", "18446744073709551616")).rejects.toMatchObject({ code: 3 });
+    await t.sy.client.createConsumerGroup(Q, "last", "18446744073709551615-18446744073709551615");
+    await t.sy.client.deleteConsumerGroup(Q, "last");
     await expect(t.sy.client.createConsumerGroup("{not-a-stream}", "g")).rejects.toMatchObject({ code: 5 });
     await Promise.all([a.close(), b.close()]);
   });

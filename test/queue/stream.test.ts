@@ -52,6 +52,8 @@ describe("declaring a STREAM queue", () => {
       [{ name: "{s1}", mode: QueueMode.STREAM, processingList: "{s1}.p" }, "processing_list applies to RELIABLE queues only"],
       [{ name: "{s1}", mode: QueueMode.STREAM, streamTrim: { maxLen: 5n, maxAge: durationFromMs(1000) } }, "not both"],
       [{ name: "{s1}", mode: QueueMode.STREAM, groups: [{ name: "g", startId: "soon" }] }, "start_id \"soon\""],
+      // Digits Redis cannot hold (an id's parts are 64-bit): refused here, not declared with a group Redis refuses.
+      [{ name: "{s1}", mode: QueueMode.STREAM, groups: [{ name: "g", startId: "99999999999999999999" }] }, "start_id \"99999999999999999999\""],
       [{ name: "{s1}", mode: QueueMode.STREAM, groups: [{ name: "g" }, { name: "g" }] }, "named twice"],
       [{ name: "{s1}", mode: QueueMode.STREAM, deadLetterList: "elsewhere" }, 'must share the stream\'s slot: use "{s1}.dead"'],
       [{ name: "{s1}", mode: QueueMode.RELIABLE, groups: [{ name: "g" }] }, "groups applies to STREAM queues only"],
@@ -59,6 +61,7 @@ describe("declaring a STREAM queue", () => {
     for (const [queue, message] of bad) {
       await expect(t.sy.client.createQueue(queue)).rejects.toMatchObject({ code: 3, details: expect.stringContaining(message) });
     }
+    await expect(t.sy.client.getQueue("{s1}")).rejects.toMatchObject({ code: 5 });
     await t.redis.plain.lpush("{wrong}", "x");
     await expect(t.sy.client.createQueue({ name: "{wrong}", mode: QueueMode.STREAM })).rejects.toMatchObject({ code: 9, details: expect.stringContaining("holds a list") });
   });
