@@ -84,6 +84,23 @@ describe("enqueue onto a STREAM queue", () => {
   });
 });
 
+describe("trimming entries still pending", () => {
+  it("claims no dead letter for an entry trimmed while its delivery was held: there is nothing left to keep", async () => {
+    const Q = "{trim-pending}";
+    await t.sy.client.createQueue({ name: Q, mode: QueueMode.STREAM, groups: [{ name: "g" }], streamTrim: { maxLen: 10n }, maxDeliveries: 1 });
+    const [id] = await t.sy.client.enqueue(Q, ["held"]);
+    const lease = t.sy.client.lease(Q, 1, { group: "g" });
+    const [held] = await lease.take(1);
+    await t.sy.client.enqueue(Q, Array.from({ length: 300 }, (_, i) => `x${i}`));
+    expect(await t.redis.plain.xrange(Q, id, id)).toEqual([]);
+    expect((await t.sy.client.retry(held.leaseToken, { reason: "too late" })).deadLettered).toBe(false);
+    expect(await t.redis.plain.llen(`${Q}.dead`)).toBe(0);
+    expect(await pendingOf(Q, "g", id)).toBeUndefined();
+    expect(await t.redis.plain.hkeys(`${Q}.leases`)).not.toContain(`f:g:${id}`);
+    await lease.close();
+  });
+});
+
 describe("leasing a STREAM queue", () => {
   it("delivers plain XADD entries and Switchyard's to a group; ack is XACK", async () => {
     const Q = "{lease-basic}";

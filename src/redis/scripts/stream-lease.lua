@@ -21,6 +21,8 @@ local max, min_idle, max_deliveries = tonumber(ARGV[3]), tonumber(ARGV[4]), tonu
 local out, dead = {}, 0
 local claimed = redis.call("XAUTOCLAIM", stream, group, consumer, min_idle, ARGV[6], "COUNT", max)
 local cursor = claimed[1]
+-- Entries trimmed from the stream while pending: XAUTOCLAIM took them out of the pending list.
+for _, id in ipairs(claimed[3] or {}) do redis.call("HDEL", KEYS[4], "e:" .. group .. ":" .. id, "f:" .. group .. ":" .. id) end
 for _, entry in ipairs(claimed[2]) do
   local id, fields = entry[1], entry[2]
   local pending = redis.call("XPENDING", stream, group, id, id, 1)[1]

@@ -39,11 +39,14 @@ for i = 6, #ARGV, 8 do
   elseif action == "x" then
     redis.call("XCLAIM", stream, group, consumer, 0, id, "JUSTID")
   elseif action == "k" or (action == "r" and count >= max) then
+    -- An entry trimmed from the stream while pending has nothing left to dead-letter: it is only acked.
     local entry = redis.call("XRANGE", stream, id, id)[1]
-    if entry then redis.call("LPUSH", KEYS[2], entry_envelope(id, entry[2], count, reason)) end
+    if entry then
+      redis.call("LPUSH", KEYS[2], entry_envelope(id, entry[2], count, reason))
+      code = 2
+    end
     redis.call("XACK", stream, group, id)
     redis.call("HDEL", KEYS[3], err_field, fence_field)
-    code = 2
   elseif action == "r" then
     wait = delay == "" and backoff(policy, count, nth_random(seed, i)) or tonumber(delay)
     if wait > min_idle then wait = min_idle end
