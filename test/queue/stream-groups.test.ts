@@ -60,6 +60,22 @@ describe("fan-out and replay", () => {
     await Promise.all([a.close(), b.close()]);
   });
 
+  it("adds a group that Redis has but the declaration lacks at its position, so it can be read, moved and deleted", async () => {
+    const Q = "{adopt}";
+    await t.sy.client.createQueue({ name: Q, mode: QueueMode.STREAM, groups: [{ name: "g" }] });
+    const [first, second] = await t.sy.client.enqueue(Q, ["1", "2"]);
+    await t.redis.plain.xgroup("CREATE", Q, "analytics", first); // another Redis client's group
+    const created = await t.sy.client.createConsumerGroup(Q, "analytics", "0");
+    expect(created.groups.map((g) => g.name)).toEqual(["g", "analytics"]);
+    const lease = t.sy.client.lease(Q, 5, { group: "analytics" });
+    expect(await takeAndAck(lease, 1)).toEqual([second]);
+    await t.sy.client.setConsumerGroupPosition(Q, "analytics", "0");
+    expect(await takeAndAck(lease, 2)).toEqual([first, second]);
+    await expect(t.sy.client.createConsumerGroup(Q, "analytics")).rejects.toMatchObject({ code: 6 });
+    await t.sy.client.deleteConsumerGroup(Q, "analytics");
+    await lease.close();
+  });
+
   it("refuses group calls on a list queue", async () => {
     await t.sy.client.createQueue({ name: "{a-list}", mode: QueueMode.RELIABLE });
     await expect(t.sy.client.createConsumerGroup("{a-list}", "g")).rejects.toMatchObject({ code: 9, details: expect.stringContaining("STREAM") });

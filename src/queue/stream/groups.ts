@@ -27,12 +27,17 @@ function groupExists(queue: string, group: string): SwitchyardError {
   });
 }
 
-/** Creates a group at its start id and adds it to the declaration; GROUP_EXISTS if the queue or Redis has it. */
+/**
+ * Creates a group at its start id and adds it to the declaration; GROUP_EXISTS if the declaration has it.
+ * A group Redis has but the declaration lacks (made by another Redis client, or left by a delete whose
+ * XGROUP DESTROY failed) is added at the position it has, as declaring a queue does: refusing it left a
+ * group that could be neither created, moved, deleted nor read.
+ */
 export async function createConsumerGroup(registry: QueueRegistry, client: RedisClient, name: string, given: { name: string; startId?: string }): Promise<QueueConfig> {
   const config = await streamQueue(registry, name);
   const group = checkGroup(name, given, "group");
   if (config.groups.some((g) => g.name === group.name)) throw groupExists(name, group.name);
-  if (!(await createGroup(client, name, group))) throw groupExists(name, group.name);
+  await createGroup(client, name, group);
   return registry.update(name, (stored) => {
     if (stored.groups.some((g) => g.name === group.name)) throw groupExists(name, group.name);
     return { ...stored, groups: [...stored.groups, group] };
