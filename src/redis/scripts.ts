@@ -39,6 +39,7 @@ const definitions = {
   syStreamLease: { numberOfKeys: 4, lua: withLib("stream-lease") },
   syStreamSettle: { numberOfKeys: 3, lua: withLib("stream-settle") },
   syStreamRetire: { numberOfKeys: 1, lua: load("stream-retire") },
+  syStreamRestore: { numberOfKeys: 1, lua: load("stream-restore") },
   syDeclare: { numberOfKeys: 2, lua: load("declare") },
   syUndeclare: { numberOfKeys: 2, lua: load("undeclare") },
 } as const;
@@ -296,6 +297,11 @@ export async function settleStreamItems(client: RedisClient, keys: QueueKeys, ct
 /** stream-retire.lua: deletes `consumer` of `group` if it holds no pending entry; true when deleted. */
 export async function retireConsumer(client: RedisClient, stream: string, group: string, consumer: string): Promise<boolean> {
   return (await call(client, "syStreamRetire", [stream, group, consumer])) === 1;
+}
+
+/** stream-restore.lua: creates the declared groups Redis lacks (from "0" rather than "$" on a stream left with none); how many it created. */
+export async function restoreGroups(client: RedisClient, stream: string, groups: readonly { name: string; startId: string }[]): Promise<number> {
+  return (await call(client, "syStreamRestore", [stream, ...groups.flatMap((g) => [g.name, g.startId])])) as number;
 }
 
 /** One entry stream-lease.lua delivered. */

@@ -84,6 +84,25 @@ describe("enqueue onto a STREAM queue", () => {
   });
 });
 
+describe("a stream that expired (its publish TTL) or was deleted", () => {
+  it("gets its groups again at the start: the entries appended since are delivered, not skipped", async () => {
+    const Q = "{expired}";
+    await t.sy.client.createQueue({ name: Q, mode: QueueMode.STREAM, groups: [{ name: "g" }, { name: "h" }] });
+    const g = t.sy.client.lease(Q, 5, { group: "g" });
+    await t.sy.client.enqueue(Q, ["before"]);
+    const [before] = await g.take(1);
+    await t.sy.client.ack(before.leaseToken);
+    await t.redis.plain.pexpire(Q, 1); // as a publish TTL ends with nobody appending
+    await expect.poll(() => t.redis.plain.exists(Q)).toBe(0);
+    const raw = (await t.redis.plain.xadd(Q, "*", "payload", "plain producer"))!;
+    const [mine] = await t.sy.client.enqueue(Q, ["switchyard"]);
+    expect((await g.take(2)).map((d) => d.id)).toEqual([raw, mine]);
+    const h = t.sy.client.lease(Q, 5, { group: "h" });
+    expect((await h.take(2)).map((d) => d.id)).toEqual([raw, mine]);
+    await Promise.all([g.close(), h.close()]);
+  });
+});
+
 describe("trimming entries still pending", () => {
   it("claims no dead letter for an entry trimmed while its delivery was held: there is nothing left to keep", async () => {
     const Q = "{trim-pending}";
