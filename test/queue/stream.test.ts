@@ -103,6 +103,21 @@ describe("a stream that expired (its publish TTL) or was deleted", () => {
   });
 });
 
+describe("a stream key replaced by another type", () => {
+  it("answers FAILED_PRECONDITION naming the key to stats and the group calls, not INTERNAL", async () => {
+    const Q = "{replaced}";
+    await t.sy.client.createQueue({ name: Q, mode: QueueMode.STREAM, groups: [{ name: "g" }, { name: "h" }] });
+    await t.redis.plain.del(Q);
+    await t.redis.plain.lpush(Q, "x");
+    const calls = [
+      () => t.sy.client.getQueueStats(Q), () => t.sy.client.setConsumerGroupPosition(Q, "g", "0"),
+      () => t.sy.client.deleteConsumerGroup(Q, "h"), () => t.sy.client.createConsumerGroup(Q, "i"),
+    ];
+    for (const call of calls) await expect(call()).rejects.toMatchObject({ code: 9, details: expect.stringContaining(`key "${Q}" is not a stream`) });
+    await t.redis.plain.del(Q);
+  });
+});
+
 describe("trimming entries still pending", () => {
   it("claims no dead letter for an entry trimmed while its delivery was held: there is nothing left to keep", async () => {
     const Q = "{trim-pending}";
