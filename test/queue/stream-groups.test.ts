@@ -143,4 +143,20 @@ describe("reclaiming idle entries", () => {
     await expect(t.sy.client.ack(second.leaseToken)).rejects.toMatchObject({ code: 9 });
     await Promise.all([stalled.close(), fresh.close(), watcher.close()]);
   });
+
+  it("takes a crashed consumer out of the group once its entries were reclaimed, so the group counts live consumers", async () => {
+    const Q = "{reclaim-consumers}";
+    await t.sy.client.createQueue({ name: Q, mode: QueueMode.STREAM, groups: [{ name: "g" }], minIdle: durationFromMs(150) });
+    const [id] = await t.sy.client.enqueue(Q, ["held by the dead"]);
+    // An instance that read the entry and was killed: nobody retires its consumer.
+    await t.redis.plain.xreadgroup("GROUP", "g", "crashed000", "COUNT", 1, "STREAMS", Q, ">");
+    const lease = t.sy.client.lease(Q, 1, { group: "g" });
+    const [again] = await lease.take(1);
+    expect([again.id, again.deliveryCount]).toEqual([id, 2]);
+    const consumers = ((await t.redis.plain.xinfo("CONSUMERS", Q, "g")) as unknown[][]).map((c) => String(c[1]));
+    expect(consumers).toEqual([t.sy.app.queues.instances.id]);
+    expect((await t.sy.client.getQueueStats(Q)).groups[0].consumers).toBe(1);
+    await t.sy.client.ack(again.leaseToken);
+    await lease.close();
+  });
 });

@@ -38,6 +38,18 @@ for _, entry in ipairs(claimed[2]) do
     out[#out + 1] = { id, count, err, fields }
   end
 end
+-- Entries were reclaimed: consumers left holding nothing and idle past min_idle (instances that
+-- crashed, whose consumer nobody retired) leave the group, so its consumers are the live ones.
+-- Deleting a consumer that holds nothing loses nothing: a live one is created again by its next read.
+if #claimed[2] > 0 then
+  for _, c in ipairs(redis.call("XINFO", "CONSUMERS", stream, group)) do
+    local info = {}
+    for i = 1, #c, 2 do info[c[i]] = c[i + 1] end
+    if info["pending"] == 0 and info["idle"] >= min_idle and info["name"] ~= consumer then
+      redis.call("XGROUP", "DELCONSUMER", stream, group, info["name"])
+    end
+  end
+end
 local wake = ""
 local room = max - #out
 if room > 0 then
