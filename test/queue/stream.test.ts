@@ -101,6 +101,21 @@ describe("a stream that expired (its publish TTL) or was deleted", () => {
     expect((await h.take(2)).map((d) => d.id)).toEqual([raw, mine]);
     await Promise.all([g.close(), h.close()]);
   });
+
+  it("gets them at the start too when declared again before any lease call (an instance starting with its config file)", async () => {
+    const Q = "{expired-redeclared}";
+    const spec = { name: Q, mode: QueueMode.STREAM, groups: [{ name: "g" }] };
+    await t.sy.client.createQueue(spec);
+    await t.redis.plain.pexpire(Q, 1);
+    await expect.poll(() => t.redis.plain.exists(Q)).toBe(0);
+    const raw = (await t.redis.plain.xadd(Q, "*", "payload", "appended after the expiry"))!;
+    await t.sy.client.createQueue(spec);
+    const g = t.sy.client.lease(Q, 1, { group: "g" });
+    const [d] = await g.take(1);
+    expect(d.id).toBe(raw);
+    await t.sy.client.ack(d.leaseToken);
+    await g.close();
+  });
 });
 
 describe("a stream key replaced by another type", () => {
