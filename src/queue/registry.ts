@@ -209,22 +209,24 @@ export class QueueRegistry {
    * start as a lease call restores them: see stream-restore.lua).
    */
   async create(spec: QueueSpec, options: { replace?: boolean } = {}): Promise<QueueConfig> {
-    const { config, existed } = await this.store(spec, options);
+    const { config, previous } = await this.store(spec, options);
     if (config.mode === "stream") {
-      if (existed) await restoreGroups(this.redis.client, config.name, config.groups);
-      else await ensureGroups(this.redis.client, config);
+      // The groups declared before first (those a declaration adds start where it says).
+      const before = config.groups.filter((g) => previous?.groups.some((p) => p.name === g.name));
+      if (before.length > 0) await restoreGroups(this.redis.client, config.name, before);
+      await ensureGroups(this.redis.client, config);
     }
     return config;
   }
 
-  /** Stores a declaration; `existed` when the queue was declared before (the same, or replaced). */
-  private async store(spec: QueueSpec, options: { replace?: boolean }): Promise<{ config: QueueConfig; existed: boolean }> {
+  /** Stores a declaration; `previous` is the one it found stored (the same, or replaced). */
+  private async store(spec: QueueSpec, options: { replace?: boolean }): Promise<{ config: QueueConfig; previous?: QueueConfig }> {
     const config = validateQueueSpec(spec, this.clock.now(), this.namespace);
     for (;;) {
       const storedJson = await this.redis.client.hget(this.keys.queues, config.name);
       if (storedJson !== null) {
         const stored = parse(storedJson);
-        if (sameDeclaration(stored, config)) return { config: stored, existed: true };
+        if (sameDeclaration(stored, config)) return { config: stored, previous: stored };
         if (!options.replace) {
           throw new SwitchyardError(
             "already_exists",
@@ -234,11 +236,11 @@ export class QueueRegistry {
         }
         if (shapeOf(stored) !== shapeOf(config)) throw this.immutable(stored, config);
         const next = { ...config, createTimeMs: stored.createTimeMs, paused: stored.paused };
-        if (await this.write(next, storedJson)) return { config: next, existed: true };
+        if (await this.write(next, storedJson)) return { config: next, previous: stored };
         continue;
       }
       await this.checkKeyTypes(config);
-      if (await this.write(config, "")) return { config, existed: false };
+      if (await this.write(config, "")) return { config };
     }
   }
 
