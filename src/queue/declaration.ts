@@ -269,14 +269,15 @@ function streamDeadLetter(name: string): string {
   return internalKey(name, "dead") ?? defaultDeadLetter(name);
 }
 
-/** A stream entry id as XGROUP takes it: "$", "0" or "<ms>-<seq>" (or "<ms>"). */
+/** A stream entry id as XGROUP takes it: "$", "0" or "<ms>-<seq>" (or "<ms>"), each part at most 2^64 - 1. */
 const STREAM_ID = /^(\$|\d{1,20}(-\d{1,20})?)$/;
+const MAX_ID_PART = 2n ** 64n - 1n;
 
 /** Checks a consumer group's name and start id; `at` is the field that names it. */
 export function checkGroup(queue: string, group: { name: string; startId?: string }, at: string): ConsumerGroupSpec {
   checkKeyName("consumer group name", group.name, `${at}.name`);
   const startId = group.startId || "$";
-  if (!STREAM_ID.test(startId)) {
+  if (!STREAM_ID.test(startId) || (startId !== "$" && startId.split("-").some((part) => BigInt(part) > MAX_ID_PART))) {
     throw invalid(`queue "${queue}": group "${group.name}" start_id "${startId}" is not "$", "0" or an entry id such as 1700000000000-0`, field(`${at}.start_id`));
   }
   return Object.freeze({ name: group.name, startId });

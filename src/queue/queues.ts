@@ -26,7 +26,7 @@ import { Settler } from "./settler.js";
 import { Instances } from "./instances.js";
 import { deliveryField, parseToken, tokenFormatter, tokenMode, type LeaseRef } from "./token.js";
 import { StreamDispatcher } from "./stream/dispatcher.js";
-import { appendEntries, groupNotFound, groupStats, type GroupStats } from "./stream/entries.js";
+import { appendEntries, groupNotFound, groupStats, wrongType, type GroupStats } from "./stream/entries.js";
 import { createConsumerGroup, deleteConsumerGroup, setConsumerGroupPosition } from "./stream/groups.js";
 import { Watchdog } from "./watchdog.js";
 import { ByteBudget } from "./byte-budget.js";
@@ -885,7 +885,7 @@ export class Queues {
     const leaseStreams = this.dispatchersOf(name).reduce((n, d) => n + d.streamCount, 0);
     if (config.mode === "stream") {
       const [entries, deadLetter, leased, completed, groups] = await Promise.all([
-        client.xlen(keys.queue),
+        client.xlen(keys.queue).catch((err: Error) => Promise.reject(wrongType(keys.queue, err))),
         client.llen(keys.deadLetter),
         client.get(keys.fence),
         client.hget(keys.leases, "completed"),

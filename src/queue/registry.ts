@@ -10,7 +10,7 @@ import type { Clock } from "../clock.js";
 import type { Logger } from "../log.js";
 import type { RedisConnection } from "../redis/connection.js";
 import { allKeys, type SystemKeys } from "../redis/keys.js";
-import { declareQueue, undeclareQueue } from "../redis/scripts.js";
+import { declareQueue, restoreGroups, undeclareQueue } from "../redis/scripts.js";
 import { ensureGroups } from "./stream/entries.js";
 import {
   keysOf, normalizeConfig, sameDeclaration, shapeOf, validateQueueSpec, type QueueConfig, type QueueSpec,
@@ -215,21 +215,29 @@ export class QueueRegistry {
    * which applies new settings but refuses new key names or a new mode: items
    * in flight sit under the old keys. A stream queue's declared groups are
    * created in Redis (XGROUP CREATE … MKSTREAM) once it is stored, and again
-   * on every declaration of it (a group that exists keeps its position).
+   * on every declaration of it (a group that exists keeps its position; on a
+   * declared stream left with no group, expired or deleted since, the groups
+   * start as a lease call restores them: see stream-restore.lua).
    */
   async create(spec: QueueSpec, options: { replace?: boolean } = {}): Promise<QueueConfig> {
-    const config = await this.store(spec, options);
-    if (config.mode === "stream") await ensureGroups(this.redis.client, config);
+    const { config, previous } = await this.store(spec, options);
+    if (config.mode === "stream") {
+      // The groups declared before first (those a declaration adds start where it says).
+      const before = config.groups.filter((g) => previous?.groups.some((p) => p.name === g.name));
+      if (before.length > 0) await restoreGroups(this.redis.client, config.name, before);
+      await ensureGroups(this.redis.client, config);
+    }
     return config;
   }
 
-  private async store(spec: QueueSpec, options: { replace?: boolean }): Promise<QueueConfig> {
+  /** Stores a declaration; `previous` is the one it found stored (the same, or replaced). */
+  private async store(spec: QueueSpec, options: { replace?: boolean }): Promise<{ config: QueueConfig; previous?: QueueConfig }> {
     const config = validateQueueSpec(spec, this.clock.now(), this.namespace);
     for (;;) {
       const storedJson = await this.redis.client.hget(this.keys.queues, config.name);
       if (storedJson !== null) {
         const stored = parse(storedJson);
-        if (sameDeclaration(stored, config)) return stored;
+        if (sameDeclaration(stored, config)) return { config: stored, previous: stored };
         if (!options.replace) {
           throw new SwitchyardError(
             "already_exists",
@@ -239,11 +247,11 @@ export class QueueRegistry {
         }
         if (shapeOf(stored) !== shapeOf(config)) throw this.immutable(stored, config);
         const next = { ...config, createTimeMs: stored.createTimeMs, paused: stored.paused };
-        if (await this.write(next, storedJson)) return next;
+        if (await this.write(next, storedJson)) return { config: next, previous: stored };
         continue;
       }
       await this.checkKeyTypes(config);
-      if (await this.write(config, "")) return config;
+      if (await this.write(config, "")) return { config };
     }
   }
 

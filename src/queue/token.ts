@@ -7,7 +7,7 @@
 import { SwitchyardError } from "../errors.js";
 import { streamDeliveryField } from "../redis/scripts.js";
 
-/** A stream queue's delivery: the entry, its group, and its delivery count (the fence of the pending entry). */
+/** A stream queue's delivery: the entry, its group, and its delivery count (with the token's fence, what the pending entry is checked against). */
 export interface EntryRef {
   group: string;
   id: string;
@@ -31,7 +31,7 @@ export function tokenMode(ref: LeaseRef): "simple" | "reliable" | "stream" {
 
 /** The field of a reliable delivery's record in its queue's leases hash; of a stream's, what stream-settle.lua checks. */
 export function deliveryField(ref: LeaseRef): string {
-  if (ref.entry) return streamDeliveryField(ref.entry.id, ref.entry.count, ref.owner, ref.entry.group);
+  if (ref.entry) return streamDeliveryField(ref.entry.id, ref.entry.count, ref.owner, ref.fence, ref.entry.group);
   return `${ref.fence}@${ref.owner}`;
 }
 

@@ -39,6 +39,7 @@ const definitions = {
   syStreamLease: { numberOfKeys: 4, lua: withLib("stream-lease") },
   syStreamSettle: { numberOfKeys: 3, lua: withLib("stream-settle") },
   syStreamRetire: { numberOfKeys: 1, lua: load("stream-retire") },
+  syStreamRestore: { numberOfKeys: 1, lua: load("stream-restore") },
   syDeclare: { numberOfKeys: 3, lua: load("declare") },
   syUndeclare: { numberOfKeys: 3, lua: load("undeclare") },
 } as const;
@@ -267,9 +268,9 @@ export async function settleItems(client: RedisClient, keys: QueueKeys, ctx: Set
 /** The consumer that entries handed back wait under until a pump reclaims them (stream-settle.lua). */
 export const PARKING_CONSUMER = "switchyard.parked";
 
-/** A stream delivery's settle field: "<entry id>@<delivery count>@<consumer>@<group>" (the group last: it may hold "@"). */
-export function streamDeliveryField(id: string, count: number, consumer: string, group: string): string {
-  return `${id}@${count}@${consumer}@${group}`;
+/** A stream delivery's settle field: "<entry id>@<delivery count>@<consumer>@<fence>@<group>" (the group last: it may hold "@"). */
+export function streamDeliveryField(id: string, count: number, consumer: string, fence: number, group: string): string {
+  return `${id}@${count}@${consumer}@${fence}@${group}`;
 }
 
 /**
@@ -282,9 +283,9 @@ export async function settleStreamItems(client: RedisClient, keys: QueueKeys, ct
     keys.queue, keys.deadLetter, keys.leases, ctx.maxDeliveries, ctx.minIdleMs ?? 0, ctx.retryPolicy, Math.random(), PARKING_CONSUMER,
   ];
   for (const op of ops) {
-    const [id, count, consumer] = op.delivery.split("@", 3);
-    const group = op.delivery.slice(id.length + count.length + consumer.length + 3);
-    args.push(actionLetters[op.action], group, id, count, consumer, op.reason ?? "", op.delayMs === undefined ? "" : Math.max(0, Math.round(op.delayMs)));
+    const [id, count, consumer, fence] = op.delivery.split("@", 4);
+    const group = op.delivery.slice(id.length + count.length + consumer.length + fence.length + 4);
+    args.push(actionLetters[op.action], group, id, count, consumer, fence, op.reason ?? "", op.delayMs === undefined ? "" : Math.max(0, Math.round(op.delayMs)));
   }
   const flat = (await call(client, "syStreamSettle", args)) as number[];
   const results: SettleResult[] = [];
@@ -298,6 +299,11 @@ export async function settleStreamItems(client: RedisClient, keys: QueueKeys, ct
 /** stream-retire.lua: deletes `consumer` of `group` if it holds no pending entry; true when deleted. */
 export async function retireConsumer(client: RedisClient, stream: string, group: string, consumer: string): Promise<boolean> {
   return (await call(client, "syStreamRetire", [stream, group, consumer])) === 1;
+}
+
+/** stream-restore.lua: creates the declared groups Redis lacks (from "0" rather than "$" on a stream left with none); how many it created. */
+export async function restoreGroups(client: RedisClient, stream: string, groups: readonly { name: string; startId: string }[]): Promise<number> {
+  return (await call(client, "syStreamRestore", [stream, ...groups.flatMap((g) => [g.name, g.startId])])) as number;
 }
 
 /** One entry stream-lease.lua delivered. */

@@ -52,13 +52,70 @@ describe("fan-out and replay", () => {
     expect(await c.ended).toMatchObject({ code: 5 });
     await expect(t.sy.client.setConsumerGroupPosition(Q, "audit", "0")).rejects.toMatchObject({ code: 5 });
     await expect(t.sy.client.setConsumerGroupPosition(Q, "indexer", "later")).rejects.toMatchObject({ code: 3 });
+    await expect(t.sy.client.setConsumerGroupPosition(Q, "indexer", "1-18446744073709551616")).rejects.toMatchObject({ code: 3 });
+    await expect(t.sy.client.createConsumerGroup(Q, "late", "18446744073709551616")).rejects.toMatchObject({ code: 3 });
+    await t.sy.client.createConsumerGroup(Q, "last", "18446744073709551615-18446744073709551615");
+    await t.sy.client.deleteConsumerGroup(Q, "last");
     await expect(t.sy.client.createConsumerGroup("{not-a-stream}", "g")).rejects.toMatchObject({ code: 5 });
     await Promise.all([a.close(), b.close()]);
+  });
+
+  it("adds a group that Redis has but the declaration lacks at its position, so it can be read, moved and deleted", async () => {
+    const Q = "{adopt}";
+    await t.sy.client.createQueue({ name: Q, mode: QueueMode.STREAM, groups: [{ name: "g" }] });
+    const [first, second] = await t.sy.client.enqueue(Q, ["1", "2"]);
+    await t.redis.plain.xgroup("CREATE", Q, "analytics", first); // another Redis client's group
+    const created = await t.sy.client.createConsumerGroup(Q, "analytics", "0");
+    expect(created.groups.map((g) => g.name)).toEqual(["g", "analytics"]);
+    const lease = t.sy.client.lease(Q, 5, { group: "analytics" });
+    expect(await takeAndAck(lease, 1)).toEqual([second]);
+    await t.sy.client.setConsumerGroupPosition(Q, "analytics", "0");
+    expect(await takeAndAck(lease, 2)).toEqual([first, second]);
+    await expect(t.sy.client.createConsumerGroup(Q, "analytics")).rejects.toMatchObject({ code: 6 });
+    await t.sy.client.deleteConsumerGroup(Q, "analytics");
+    await lease.close();
   });
 
   it("refuses group calls on a list queue", async () => {
     await t.sy.client.createQueue({ name: "{a-list}", mode: QueueMode.RELIABLE });
     await expect(t.sy.client.createConsumerGroup("{a-list}", "g")).rejects.toMatchObject({ code: 9, details: expect.stringContaining("STREAM") });
+  });
+});
+
+describe("fencing across group moves", () => {
+  /** How an ack of `token` ends: "acked" or its gRPC code. */
+  const ackOutcome = (token: string) => t.sy.client.ack(token).then(() => "acked", (e: { code: number }) => e.code);
+
+  it("refuses a token from before a move back once the entry is delivered again, though Redis restarts its count at 1", async () => {
+    const Q = "{fence-move}";
+    await t.sy.client.createQueue({ name: Q, mode: QueueMode.STREAM, groups: [{ name: "g" }] });
+    const [id] = await t.sy.client.enqueue(Q, ["one"]);
+    const lease = t.sy.client.lease(Q, 5, { group: "g" });
+    const [first] = await lease.take(1);
+    await t.sy.client.setConsumerGroupPosition(Q, "g", "0");
+    const [second] = await lease.take(1);
+    // The same entry, the same consumer (this instance) and the same count: only the fence tells them apart.
+    expect([second.id, second.deliveryCount]).toEqual([id, 1]);
+    expect(await ackOutcome(first.leaseToken)).toBe(9);
+    expect(await ackOutcome(second.leaseToken)).toBe("acked");
+    await lease.close();
+  });
+
+  it("refuses a token from before a group was deleted and created again", async () => {
+    const Q = "{fence-recreate}";
+    await t.sy.client.createQueue({ name: Q, mode: QueueMode.STREAM, groups: [{ name: "g", startId: "0" }] });
+    const [id] = await t.sy.client.enqueue(Q, ["one"]);
+    const lease = t.sy.client.lease(Q, 5, { group: "g" });
+    const [first] = await lease.take(1);
+    await t.sy.client.deleteConsumerGroup(Q, "g");
+    await expect(lease.ended).resolves.toMatchObject({ code: 5 });
+    await t.sy.client.createConsumerGroup(Q, "g", "0");
+    const again = t.sy.client.lease(Q, 5, { group: "g" });
+    const [second] = await again.take(1);
+    expect([second.id, second.deliveryCount]).toEqual([id, 1]);
+    expect(await ackOutcome(first.leaseToken)).toBe(9);
+    expect(await ackOutcome(second.leaseToken)).toBe("acked");
+    await again.close();
   });
 });
 
@@ -85,5 +142,21 @@ describe("reclaiming idle entries", () => {
     expect((await t.sy.client.getQueueStats(Q)).groups[0].pending).toBe(0n);
     await expect(t.sy.client.ack(second.leaseToken)).rejects.toMatchObject({ code: 9 });
     await Promise.all([stalled.close(), fresh.close(), watcher.close()]);
+  });
+
+  it("takes a crashed consumer out of the group once its entries were reclaimed, so the group counts live consumers", async () => {
+    const Q = "{reclaim-consumers}";
+    await t.sy.client.createQueue({ name: Q, mode: QueueMode.STREAM, groups: [{ name: "g" }], minIdle: durationFromMs(150) });
+    const [id] = await t.sy.client.enqueue(Q, ["held by the dead"]);
+    // An instance that read the entry and was killed: nobody retires its consumer.
+    await t.redis.plain.xreadgroup("GROUP", "g", "crashed000", "COUNT", 1, "STREAMS", Q, ">");
+    const lease = t.sy.client.lease(Q, 1, { group: "g" });
+    const [again] = await lease.take(1);
+    expect([again.id, again.deliveryCount]).toEqual([id, 2]);
+    const consumers = ((await t.redis.plain.xinfo("CONSUMERS", Q, "g")) as unknown[][]).map((c) => String(c[1]));
+    expect(consumers).toEqual([t.sy.app.queues.instances.id]);
+    expect((await t.sy.client.getQueueStats(Q)).groups[0].consumers).toBe(1);
+    await t.sy.client.ack(again.leaseToken);
+    await lease.close();
   });
 });

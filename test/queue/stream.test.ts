@@ -52,6 +52,8 @@ describe("declaring a STREAM queue", () => {
       [{ name: "{s1}", mode: QueueMode.STREAM, processingList: "{s1}.p" }, "processing_list applies to RELIABLE queues only"],
       [{ name: "{s1}", mode: QueueMode.STREAM, streamTrim: { maxLen: 5n, maxAge: durationFromMs(1000) } }, "not both"],
       [{ name: "{s1}", mode: QueueMode.STREAM, groups: [{ name: "g", startId: "soon" }] }, "start_id \"soon\""],
+      // Digits Redis cannot hold (an id's parts are 64-bit): refused here, not declared with a group Redis refuses.
+      [{ name: "{s1}", mode: QueueMode.STREAM, groups: [{ name: "g", startId: "99999999999999999999" }] }, "start_id \"99999999999999999999\""],
       [{ name: "{s1}", mode: QueueMode.STREAM, groups: [{ name: "g" }, { name: "g" }] }, "named twice"],
       [{ name: "{s1}", mode: QueueMode.STREAM, deadLetterList: "elsewhere" }, 'must share the stream\'s slot: use "{s1}.dead"'],
       [{ name: "{s1}", mode: QueueMode.RELIABLE, groups: [{ name: "g" }] }, "groups applies to STREAM queues only"],
@@ -59,6 +61,7 @@ describe("declaring a STREAM queue", () => {
     for (const [queue, message] of bad) {
       await expect(t.sy.client.createQueue(queue)).rejects.toMatchObject({ code: 3, details: expect.stringContaining(message) });
     }
+    await expect(t.sy.client.getQueue("{s1}")).rejects.toMatchObject({ code: 5 });
     await t.redis.plain.lpush("{wrong}", "x");
     await expect(t.sy.client.createQueue({ name: "{wrong}", mode: QueueMode.STREAM })).rejects.toMatchObject({ code: 9, details: expect.stringContaining("holds a list") });
   });
@@ -78,6 +81,72 @@ describe("enqueue onto a STREAM queue", () => {
     expect(await t.redis.plain.xlen(Q)).toBeLessThan(200);
     await expect(t.sy.client.enqueue(Q, [{ payload: Buffer.from("x"), delayMs: 1000 }])).rejects.toMatchObject({ code: 3 });
     await expect(t.sy.client.enqueue(Q, [{ payload: Buffer.from("x"), headers: { payload: "y" } }])).rejects.toMatchObject({ code: 3 });
+  });
+});
+
+describe("a stream that expired (its publish TTL) or was deleted", () => {
+  it("gets its groups again at the start: the entries appended since are delivered, not skipped", async () => {
+    const Q = "{expired}";
+    await t.sy.client.createQueue({ name: Q, mode: QueueMode.STREAM, groups: [{ name: "g" }, { name: "h" }] });
+    const g = t.sy.client.lease(Q, 5, { group: "g" });
+    await t.sy.client.enqueue(Q, ["before"]);
+    const [before] = await g.take(1);
+    await t.sy.client.ack(before.leaseToken);
+    await t.redis.plain.pexpire(Q, 1); // as a publish TTL ends with nobody appending
+    await expect.poll(() => t.redis.plain.exists(Q)).toBe(0);
+    const raw = (await t.redis.plain.xadd(Q, "*", "payload", "plain producer"))!;
+    const [mine] = await t.sy.client.enqueue(Q, ["switchyard"]);
+    expect((await g.take(2)).map((d) => d.id)).toEqual([raw, mine]);
+    const h = t.sy.client.lease(Q, 5, { group: "h" });
+    expect((await h.take(2)).map((d) => d.id)).toEqual([raw, mine]);
+    await Promise.all([g.close(), h.close()]);
+  });
+
+  it("gets them at the start too when declared again before any lease call (an instance starting with its config file)", async () => {
+    const Q = "{expired-redeclared}";
+    const spec = { name: Q, mode: QueueMode.STREAM, groups: [{ name: "g" }] };
+    await t.sy.client.createQueue(spec);
+    await t.redis.plain.pexpire(Q, 1);
+    await expect.poll(() => t.redis.plain.exists(Q)).toBe(0);
+    const raw = (await t.redis.plain.xadd(Q, "*", "payload", "appended after the expiry"))!;
+    await t.sy.client.createQueue(spec);
+    const g = t.sy.client.lease(Q, 1, { group: "g" });
+    const [d] = await g.take(1);
+    expect(d.id).toBe(raw);
+    await t.sy.client.ack(d.leaseToken);
+    await g.close();
+  });
+});
+
+describe("a stream key replaced by another type", () => {
+  it("answers FAILED_PRECONDITION naming the key to stats and the group calls, not INTERNAL", async () => {
+    const Q = "{replaced}";
+    await t.sy.client.createQueue({ name: Q, mode: QueueMode.STREAM, groups: [{ name: "g" }, { name: "h" }] });
+    await t.redis.plain.del(Q);
+    await t.redis.plain.lpush(Q, "x");
+    const calls = [
+      () => t.sy.client.getQueueStats(Q), () => t.sy.client.setConsumerGroupPosition(Q, "g", "0"),
+      () => t.sy.client.deleteConsumerGroup(Q, "h"), () => t.sy.client.createConsumerGroup(Q, "i"),
+    ];
+    for (const call of calls) await expect(call()).rejects.toMatchObject({ code: 9, details: expect.stringContaining(`key "${Q}" is not a stream`) });
+    await t.redis.plain.del(Q);
+  });
+});
+
+describe("trimming entries still pending", () => {
+  it("claims no dead letter for an entry trimmed while its delivery was held: there is nothing left to keep", async () => {
+    const Q = "{trim-pending}";
+    await t.sy.client.createQueue({ name: Q, mode: QueueMode.STREAM, groups: [{ name: "g" }], streamTrim: { maxLen: 10n }, maxDeliveries: 1 });
+    const [id] = await t.sy.client.enqueue(Q, ["held"]);
+    const lease = t.sy.client.lease(Q, 1, { group: "g" });
+    const [held] = await lease.take(1);
+    await t.sy.client.enqueue(Q, Array.from({ length: 300 }, (_, i) => `x${i}`));
+    expect(await t.redis.plain.xrange(Q, id, id)).toEqual([]);
+    expect((await t.sy.client.retry(held.leaseToken, { reason: "too late" })).deadLettered).toBe(false);
+    expect(await t.redis.plain.llen(`${Q}.dead`)).toBe(0);
+    expect(await pendingOf(Q, "g", id)).toBeUndefined();
+    expect(await t.redis.plain.hkeys(`${Q}.leases`)).not.toContain(`f:g:${id}`);
+    await lease.close();
   });
 });
 

@@ -12,13 +12,15 @@
  * are reclaimed within about twice min_idle. A lease call whose answer is lost
  * (a cut connection) leaves its entries pending under this instance's
  * consumer: they are reclaimed once idle for min_idle, as a crashed instance's.
+ * A lease call that finds the group gone (the stream expired by its publish
+ * TTL, or was deleted) creates the declared groups again (stream-restore.lua).
  */
 import type { RedisClient } from "../../redis/connection.js";
-import { leaseStreamEntries, retireConsumer } from "../../redis/scripts.js";
+import { leaseStreamEntries, restoreGroups, retireConsumer } from "../../redis/scripts.js";
 import { keysOf, type QueueConfig } from "../declaration.js";
 import { QueueDispatcher, type DispatchHost, type Taken } from "../dispatcher.js";
 import { streamTokenFormatter, type LeaseRef } from "../token.js";
-import { entryItem, ensureGroups } from "./entries.js";
+import { entryItem } from "./entries.js";
 
 export class StreamDispatcher extends QueueDispatcher {
   private cursor = "0-0";
@@ -44,8 +46,8 @@ export class StreamDispatcher extends QueueDispatcher {
         group, consumer: host.owner, max, minIdleMs: config.minIdleMs, maxDeliveries: config.maxDeliveries, cursor: this.cursor,
       });
     } catch (err) {
-      // The group or the stream was deleted behind Switchyard's back: create the declared groups again.
-      if (err instanceof Error && err.message.includes("NOGROUP")) await ensureGroups(host.redis.client, config);
+      // The group or the stream is gone (expired by its publish TTL, deleted): create the declared groups again.
+      if (err instanceof Error && err.message.includes("NOGROUP")) await restoreGroups(host.redis.client, config.name, config.groups);
       throw err;
     }
     this.cursor = lease.cursor;

@@ -78,7 +78,8 @@ export async function appendEntries(
   return { ids, acked: acked as number };
 }
 
-function wrongType(key: string, err: Error): Error {
+/** FAILED_PRECONDITION (WRONG_KEY_TYPE) for Redis's WRONGTYPE on the stream's key; any other error as it is. */
+export function wrongType(key: string, err: Error): Error {
   if (!err.message.startsWith("WRONGTYPE")) return err;
   return new SwitchyardError("failed_precondition", `key "${key}" is not a stream; delete or rename it before using it as a STREAM queue`, {
     reason: "WRONG_KEY_TYPE", metadata: { key },
@@ -134,7 +135,7 @@ export interface GroupStats {
 /** Stats of every consumer group of a stream (XINFO GROUPS, and XPENDING for the oldest pending entry). */
 export async function groupStats(client: RedisClient, key: string): Promise<GroupStats[]> {
   if ((await client.exists(key)) === 0) return [];
-  const groups = (await client.xinfo("GROUPS", key)) as unknown[][];
+  const groups = (await client.xinfo("GROUPS", key).catch((err: Error) => Promise.reject(wrongType(key, err)))) as unknown[][];
   return Promise.all(groups.map(async (flat) => {
     const info = new Map<string, unknown>();
     for (let i = 0; i + 1 < flat.length; i += 2) info.set(String(flat[i]), flat[i + 1]);

@@ -8,7 +8,7 @@ import { SwitchyardError, invalid } from "../../errors.js";
 import type { RedisClient } from "../../redis/connection.js";
 import { checkGroup, type QueueConfig } from "../declaration.js";
 import type { QueueRegistry } from "../registry.js";
-import { createGroup, groupNotFound } from "./entries.js";
+import { createGroup, groupNotFound, wrongType } from "./entries.js";
 
 /** The declaration of a STREAM queue, or FAILED_PRECONDITION for a list queue. */
 async function streamQueue(registry: QueueRegistry, name: string): Promise<QueueConfig> {
@@ -27,12 +27,17 @@ function groupExists(queue: string, group: string): SwitchyardError {
   });
 }
 
-/** Creates a group at its start id and adds it to the declaration; GROUP_EXISTS if the queue or Redis has it. */
+/**
+ * Creates a group at its start id and adds it to the declaration; GROUP_EXISTS if the declaration has it.
+ * A group Redis has but the declaration lacks (made by another Redis client, or left by a delete whose
+ * XGROUP DESTROY failed) is added at the position it has, as declaring a queue does: refusing it left a
+ * group that could be neither created, moved, deleted nor read.
+ */
 export async function createConsumerGroup(registry: QueueRegistry, client: RedisClient, name: string, given: { name: string; startId?: string }): Promise<QueueConfig> {
   const config = await streamQueue(registry, name);
   const group = checkGroup(name, given, "group");
   if (config.groups.some((g) => g.name === group.name)) throw groupExists(name, group.name);
-  if (!(await createGroup(client, name, group))) throw groupExists(name, group.name);
+  await createGroup(client, name, group);
   return registry.update(name, (stored) => {
     if (stored.groups.some((g) => g.name === group.name)) throw groupExists(name, group.name);
     return { ...stored, groups: [...stored.groups, group] };
@@ -49,7 +54,7 @@ export async function setConsumerGroupPosition(registry: QueueRegistry, client: 
     await client.xgroup("SETID", name, group, id);
   } catch (err) {
     if (err instanceof Error && /NOGROUP|no such key/i.test(err.message)) throw groupNotFound(name, group);
-    throw err;
+    throw wrongType(name, err as Error);
   }
 }
 
@@ -58,6 +63,6 @@ export async function deleteConsumerGroup(registry: QueueRegistry, client: Redis
   const config = await streamQueue(registry, name);
   if (!config.groups.some((g) => g.name === group)) throw groupNotFound(name, group);
   const updated = await registry.update(name, (stored) => ({ ...stored, groups: stored.groups.filter((g) => g.name !== group) }));
-  if ((await client.exists(name)) === 1) await client.xgroup("DESTROY", name, group);
+  if ((await client.exists(name)) === 1) await client.xgroup("DESTROY", name, group).catch((err: Error) => Promise.reject(wrongType(name, err)));
   return updated;
 }
