@@ -153,3 +153,19 @@ describe("retries with backoff", () => {
     await lease.close();
   });
 });
+
+describe("idempotency keys past their window", () => {
+  it("are forgotten at least as fast as enqueues add keys, so the keys kept stay bounded under batched enqueues", async () => {
+    const { sy, redis } = t;
+    const q = "{forget}";
+    await sy.client.createQueue({ name: q, mode: QueueMode.SIMPLE, idempotencyWindow: durationFromMs(1000) });
+    const sizes: number[] = [];
+    for (let round = 0; round < 4; round++) {
+      await sy.client.enqueue(q, Array.from({ length: 500 }, (_, i) => ({ payload: "x", idempotencyKey: `r${round}-${i}` })));
+      sizes.push(await redis.plain.zcard(`${q}.idempotency-time`), await redis.plain.hlen(`${q}.idempotency`));
+      await clock().advance(1001);
+    }
+    // Each call forgets the keys whose window passed (those of the round before): only its own 500 remain.
+    expect(sizes).toEqual(Array(8).fill(500));
+  });
+});
