@@ -724,7 +724,8 @@ export class Queues {
       if (action === "ack" || action === "drop") this.metrics.items(config.name, action === "ack" ? "acked" : "dropped");
       return { deadLettered: false };
     }
-    if (opts.delayMs !== undefined && (!Number.isFinite(opts.delayMs) || opts.delayMs < 0)) throw invalid("delay must be a positive duration", "delay");
+    if (opts.delayMs !== undefined && (!Number.isFinite(opts.delayMs) || opts.delayMs < 0)) throw invalid("delay must not be negative", "delay");
+    if (opts.delayMs !== undefined && opts.delayMs > MAX_SCHEDULE_MS) throw invalid("delay is more than 10 years (an Enqueue's delay is held to the same)", "delay");
     const op: SettleOp = { action, delivery: deliveryField(ref), reason: cutReason(opts.reason), delayMs: opts.delayMs };
     const result = await this.settler.settle(config, op);
     if (frees || result.code !== "done") this.release(token, fromStream);

@@ -149,6 +149,9 @@ describe("retries with backoff", () => {
     expect(ms((await sy.client.retry(b.leaseToken, { delayMs: 0 })).notBefore)).toBe(clock().now());
     const [c] = await lease.take(1);
     expect(c.deliveryCount).toBe(3);
+    // As far ahead as an Enqueue's delay may go, not 10,000 years (the most a Duration holds).
+    const far = await sy.client.retry(c.leaseToken, { delayMs: 315_576_000_000 * 1000 }).then(() => undefined, (e: grpc.ServiceError) => e);
+    expect([far?.code, far?.details]).toEqual([grpc.status.INVALID_ARGUMENT, expect.stringContaining("delay is more than 10 years")]);
     await sy.client.ack(c.leaseToken);
     await lease.close();
   });
