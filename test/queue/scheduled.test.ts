@@ -172,3 +172,25 @@ describe("idempotency keys past their window", () => {
     expect(sizes).toEqual(Array(8).fill(500));
   });
 });
+
+describe("an ack's replies", () => {
+  it("keep their delay and idempotency key: a reply repeated with its key adds nothing, a delayed one waits", async () => {
+    const { sy, redis } = t;
+    await sy.client.createQueue({ name: "{asks}", mode: QueueMode.RELIABLE });
+    await sy.client.createQueue({ name: "{answers}", mode: QueueMode.RELIABLE });
+    await sy.client.enqueue("{asks}", ["a", "b"]);
+    const lease = sy.client.lease("{asks}", 2);
+    const [a, b] = await lease.take(2);
+    const reply = (payload: string) => ({ queue: "{answers}", items: [{ payload, delayMs: 60_000, idempotencyKey: "answer-1" }] });
+    const first = await sy.client.ack(a.leaseToken, reply("answer"));
+    // The same reply sent again (a worker that acked twice after a crash, say): the first id, nothing added.
+    const again = await sy.client.ack(b.leaseToken, reply("answer, again"));
+    expect(again.replyIds).toEqual(first.replyIds);
+    expect([await redis.plain.llen("{answers}"), await redis.plain.zcard("{answers}.delayed")]).toEqual([0, 1]);
+    await clock().advance(60_000);
+    const out = sy.client.lease("{answers}", 1);
+    expect((await out.take(1)).map((d) => [d.id, Buffer.from(d.payload).toString()])).toEqual([[first.replyIds[0], "answer"]]);
+    await out.close();
+    await lease.close();
+  });
+});
