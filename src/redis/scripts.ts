@@ -107,7 +107,7 @@ async function notAList(client: RedisClient, key: string, err: unknown): Promise
   const named = /SYWRONGTYPE (\w+)(?: (\w+) (.*))?$/s.exec(message);
   const type = named?.[1] ?? (message.startsWith("WRONGTYPE") ? await client.type(key).catch(() => "value of another type") : undefined);
   if (!type) return err;
-  const wanted = named?.[2] === "zset" ? "sorted set" : "list";
+  const wanted = named?.[2] === "zset" ? "sorted set" : named?.[2] ?? "list";
   const at = named?.[3] ?? key;
   return new SwitchyardError(
     "failed_precondition",
@@ -162,7 +162,9 @@ export async function settleDeadLetters(
   client: RedisClient, keys: QueueKeys, action: DeadLetterAction, which: { all: number } | { values: Buffer[] }, stream = false,
 ): Promise<number> {
   const args = "all" in which ? ["all", which.all] : ["values", ...which.values];
-  return (await call(client, "syDeadLetters", [keys.deadLetter, keys.queue, stream && action === "requeue" ? "requeue-stream" : action, ...args])) as number;
+  return (await call(client, "syDeadLetters", [keys.deadLetter, keys.queue, stream && action === "requeue" ? "requeue-stream" : action, ...args]).catch(
+    refusedType(client, keys.queue),
+  )) as number;
 }
 
 /** How declare.lua answered. */

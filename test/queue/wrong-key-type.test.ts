@@ -77,4 +77,21 @@ describe("a queue key of another type", () => {
     await other.close();
     await lease.close();
   });
+
+  it("refuses to requeue dead letters onto it, keeping them", async () => {
+    const { sy, redis } = t;
+    const q = "{wrong-requeue}";
+    await sy.client.createQueue({ name: q, mode: QueueMode.RELIABLE, maxDeliveries: 1 });
+    const [id] = await sy.client.enqueue(q, ["poison"]);
+    const lease = sy.client.lease(q, 1);
+    const [d] = await lease.take(1);
+    expect((await sy.client.retry(d.leaseToken)).deadLettered).toBe(true);
+    await redis.plain.set(q, "not a list");
+    expect(await refusal(sy.client.requeueDeadLetters(q, "all"))).toEqual({ code: grpc.status.FAILED_PRECONDITION, reason: "WRONG_KEY_TYPE", key: q });
+    expect(await redis.plain.llen(`${q}.dead`)).toBe(1);
+    await redis.plain.del(q);
+    expect(await sy.client.requeueDeadLetters(q, "all")).toBe(1);
+    expect((await lease.take(1)).map((x) => x.id)).toEqual([id]);
+    await lease.close();
+  });
 });
