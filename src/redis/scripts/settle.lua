@@ -29,14 +29,20 @@ local k = queue_context({
   queue = KEYS[1], processing = KEYS[2], leases = KEYS[3], recovery = KEYS[5],
   dead = KEYS[6], delayed = KEYS[7], returned = KEYS[8],
 }, recovery)
--- Settles that put an item back need its keys to be of their types (see wrong_type).
+-- Settles that put an item back need the keys they may write to be of their types (see
+-- wrong_type): a retry or return the queue, delayed set or dead letters, a kill the dead letters.
+local checks = {}
 for i = 7, #ARGV, 4 do
-  if ARGV[i] == "r" or ARGV[i] == "b" or ARGV[i] == "u" or ARGV[i] == "k" then
-    local refused = wrong_type({ KEYS[1], "list", KEYS[7], "zset", KEYS[6], "list" })
-    if refused then return refused end
+  local action = ARGV[i]
+  if action == "r" or action == "b" or action == "u" then
+    checks = { KEYS[1], "list", KEYS[7], "zset", KEYS[6], "list" }
     break
+  elseif action == "k" then
+    checks = { KEYS[6], "list" }
   end
 end
+local refused = wrong_type(checks)
+if refused then return refused end
 local issued = tonumber(redis.call("GET", KEYS[4]) or "0")
 local live = tonumber(redis.call("HGET", KEYS[3], "live") or "0")
 local out = {}
