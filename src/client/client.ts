@@ -114,6 +114,18 @@ function cancelledBefore(method: string, signal: AbortSignal): grpc.ServiceError
   return Object.assign(err, { code: grpc.status.CANCELLED, details: `${method} not sent: its signal had aborted`, metadata: new grpc.Metadata() });
 }
 
+/** setTimeout's longest wait (about 24.8 days): the longest deadline a call or the client may set; Infinity sets none. */
+const MAX_TIMEOUT_MS = 2 ** 31 - 1;
+
+/**
+ * `ms` if it is a deadline grpc-js can keep. NaN or a wait beyond 1e8 hours made grpc-js
+ * throw outside the call (an unhandled rejection) and the call never ended.
+ */
+function checkTimeout(ms: number, name: string): number {
+  if (ms === Infinity || (Number.isFinite(ms) && ms >= 0 && ms <= MAX_TIMEOUT_MS)) return ms;
+  throw new RangeError(`${name} is ${ms}; give 0 to ${MAX_TIMEOUT_MS} ms (about 24.8 days), or Infinity for no deadline`);
+}
+
 const utf8 = new TextEncoder();
 
 /** The EnqueueItem create(EnqueueItemSchema, …) would make, without its generic walk over the fields. */
@@ -161,7 +173,7 @@ export class SwitchyardClient {
     this.cronGrpc = new (clientConstructor(CronService))(address, credentials, clientOptions);
     this.auditGrpc = new (clientConstructor(AuditService))(address, credentials, clientOptions);
     this.authGrpc = new (clientConstructor(AuthService))(address, credentials, clientOptions);
-    this.timeoutMs = options.timeoutMs ?? 30_000;
+    this.timeoutMs = checkTimeout(options.timeoutMs ?? 30_000, "ClientOptions.timeoutMs");
     // grpc-js receives at most 4 MiB unless told otherwise (-1: no limit, the most a uint32 can announce).
     const receive = clientOptions["grpc.max_receive_message_length"] as number | undefined;
     this.receiveLimit = receive === undefined ? 4 * 1024 * 1024 : receive < 0 ? 0xffffffff : Math.min(receive, 0xffffffff);
@@ -206,8 +218,14 @@ export class SwitchyardClient {
     const fn = (client as unknown as Record<string, Unary>)[method].bind(client);
     const { signal } = call;
     if (signal?.aborted) return Promise.reject(cancelledBefore(method, signal));
+    let timeoutMs: number;
+    try {
+      timeoutMs = checkTimeout(call.timeoutMs ?? this.timeoutMs, `${method}'s timeoutMs`);
+    } catch (err) {
+      return Promise.reject(err);
+    }
     const message = request instanceof PreEncoded ? request : create(input, request as Record<string, unknown>);
-    const deadline = Date.now() + (call.timeoutMs ?? this.timeoutMs);
+    const deadline = Date.now() + timeoutMs;
     return new Promise((ok, fail) => {
       const cancel = () => unary.cancel();
       const unary = fn(message, new grpc.Metadata(), { deadline }, (err, res) => {

@@ -126,7 +126,7 @@ export class EnqueueStream {
   private armDeadline(): void {
     clearTimeout(this.deadlineTimer);
     const oldest = this.pending.values().next().value;
-    if (!oldest) return;
+    if (!oldest || this.timeoutMs === Infinity) return;
     this.deadlineTimer = setTimeout(() => {
       const now = Date.now();
       for (const [id, p] of this.pending) {

@@ -50,6 +50,7 @@ import { MalformedMessage, PreEncoded } from "./adapter.js";
 import { encodeDeliveryMessages } from "./delivery-wire.js";
 import { encodeEnqueueResponse, encodeEnqueueResponseIds, type EnqueueCall } from "./enqueue-wire.js";
 import { ItemIds } from "../queue/item-ids.js";
+import { extrasSchedule } from "../queue/new-items.js";
 import { durationMs, modeMessage, msDuration, msTimestamp, queueMessage, queueSpec } from "./convert.js";
 import { assertWellFormed, callLogger, toStatus, unary, type SwitchyardStatus } from "./status.js";
 import { traceOf } from "./trace.js";
@@ -84,8 +85,12 @@ function messageLimit(announced: number, settings: LeaseSettings): number {
   return Math.min(announced || DEFAULT_WORKER_MESSAGE_BYTES, settings.maxMessageBytes);
 }
 
+/** An ack's reply items, with their schedules and idempotency keys (enqueued as an Enqueue's items would be). */
 function newItems(items: EnqueueItem[]): NewItem[] {
-  return items.map((i) => ({ payload: i.payload, headers: i.headers }));
+  return items.map((i, n) => {
+    if (i.notBefore && i.delay) throw invalid(`replies[${n}].delay is given with not_before; give one of them`, `replies[${n}].delay`);
+    return { payload: i.payload, headers: i.headers, schedule: extrasSchedule(i), idempotencyKey: i.idempotencyKey || undefined };
+  });
 }
 
 function replyOf(req: AckRequest) {

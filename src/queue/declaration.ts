@@ -364,7 +364,12 @@ const POLICY_FIELDS: Readonly<Record<string, keyof RetryPolicy>> = {
   initial_backoff: "initialMs", multiplier: "multiplier", max_backoff: "maxMs", jitter: "jitter",
 };
 /** Fields that name the queue's keys or mode: they cannot change while it is declared. */
-const IMMUTABLE = ["name", "mode", "processing_list", "recovery_set", "dead_letter_list", "create_time", "paused"];
+const IMMUTABLE = ["name", "mode", "processing_list", "recovery_set", "dead_letter_list"];
+/** Fields UpdateQueue leaves to others: what to use instead. */
+const ELSEWHERE: Readonly<Record<string, string>> = {
+  paused: "pause and resume the queue with PauseQueue and ResumeQueue",
+  create_time: "it is set by the server when the queue is first declared",
+};
 
 /**
  * `stored` with the fields of `given` named by `paths` (UpdateQueue's update
@@ -376,6 +381,7 @@ export function applyUpdate(stored: QueueConfig, given: QueueSpec, paths: readon
   const spec = specOf(stored);
   for (const path of paths) {
     const top = path.split(".")[0];
+    if (ELSEWHERE[top]) throw invalid(`update_mask path "${path}" is not a field UpdateQueue changes: ${ELSEWHERE[top]}`, "update_mask");
     if (IMMUTABLE.includes(top)) {
       throw new SwitchyardError(
         "failed_precondition",

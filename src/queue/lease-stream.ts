@@ -51,6 +51,15 @@ export class LeaseStream {
   lastSendMs: number;
   /** The next heartbeat; cancelled when the stream closes, so a closed stream is not kept until it fires. */
   heartbeat?: Timer;
+  /** The queue's min_idle when the stream opened: what its worker was told (LeaseOpened.min_idle) and extends by. */
+  readonly announcedMinIdleMs: number;
+  /**
+   * While the queue's min_idle is below the announced one (UpdateQueue lowered it):
+   * token → when its claim last started by the worker's doing (delivery or extend).
+   * The instance extends each such claim until the announced min_idle has passed
+   * since then, as the worker would expect (see Queues.keepAnnouncedMinIdle).
+   */
+  claimedMs?: Map<string, number>;
 
   constructor(
     /** The queue's current declaration (replaced when it changes). */
@@ -62,6 +71,7 @@ export class LeaseStream {
     readonly group = "",
   ) {
     this.lastSendMs = nowMs;
+    this.announcedMinIdleMs = config.minIdleMs;
   }
 
   get queue(): string {

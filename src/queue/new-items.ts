@@ -62,6 +62,11 @@ function durationToMs(d: Duration): number {
   return Number(d.seconds) * 1000 + Math.ceil(d.nanos / 1e6);
 }
 
+/** The schedule an item's not_before or delay asks for (not_before when both are given: the caller refuses that). */
+export function extrasSchedule(e: Pick<PackedExtras, "notBefore" | "delay">): ItemSchedule | undefined {
+  return e.notBefore ? { notBeforeMs: timestampMs(e.notBefore) } : e.delay ? { delayMs: durationToMs(e.delay) } : undefined;
+}
+
 class ItemArray implements NewItems {
   constructor(private readonly items: readonly NewItem[]) {}
 
@@ -165,7 +170,6 @@ export class PackedItems implements NewItems {
   options(i: number): ItemOptions | undefined {
     const e = this.extraSets?.[i];
     if (!e) return undefined;
-    const schedule = e.notBefore ? { notBeforeMs: timestampMs(e.notBefore) } : e.delay ? { delayMs: durationToMs(e.delay) } : undefined;
-    return { schedule, idempotencyKey: e.idempotencyKey || undefined, conflict: e.notBefore !== undefined && e.delay !== undefined };
+    return { schedule: extrasSchedule(e), idempotencyKey: e.idempotencyKey || undefined, conflict: e.notBefore !== undefined && e.delay !== undefined };
   }
 }

@@ -280,6 +280,7 @@ export class Queues {
       redis, clock, log, options, owner: this.instances.id,
       onHold: (tokens, s) => {
         for (const token of tokens) this.holders.set(token, s);
+        if (s.claimedMs) for (const token of tokens) s.claimedMs.set(token, this.clock.now());
         this.metrics.items(s.queue, "leased", tokens.length);
       },
       giveBack: (config, refs) => void this.returns.give(config, fieldsOf(refs), "undo"),
@@ -439,6 +440,7 @@ export class Queues {
     for (const stream of this.streams) {
       if (stream.queue !== config.name) continue;
       stream.config = config;
+      this.keepAnnouncedMinIdle(stream);
       // A group deleted (DeleteConsumerGroup): its streams end.
       if (stream.group && !config.groups.some((g) => g.name === stream.group)) stream.sink.fail(groupNotFound(config.name, stream.group));
     }
@@ -646,6 +648,26 @@ export class Queues {
   }
 
   /**
+   * A worker extends by the min_idle it was told when its stream opened. When
+   * UpdateQueue lowers the queue's min_idle below that (on a reliable queue with
+   * a recovery set), the watchdog would recover a running handler's item before
+   * its worker's next extend: so, while the stream lives, this instance extends
+   * each held delivery every third of the new min_idle, until the announced
+   * min_idle has passed since the worker last claimed it. A stream that ends
+   * stops that at once, and an item nobody extends is still recovered.
+   */
+  private keepAnnouncedMinIdle(stream: LeaseStream): void {
+    const lowered = stream.config.mode === "reliable" && stream.config.recoverySet !== "" && stream.config.minIdleMs > 0 &&
+      stream.config.minIdleMs < stream.announcedMinIdleMs;
+    if (lowered === (stream.claimedMs !== undefined)) return;
+    const now = this.clock.now();
+    stream.claimedMs = lowered ? new Map([...stream.held.keys()].map((token) => [token, now])) : undefined;
+    // The next heartbeat comes sooner (or no longer early).
+    stream.heartbeat?.cancel();
+    this.scheduleHeartbeat(stream);
+  }
+
+  /**
    * Every heartbeat interval: a keep-alive if the stream was idle (SPEC Q12),
    * and a check of the items it holds, so an item settled through another
    * instance stops counting against its credit.
@@ -653,7 +675,8 @@ export class Queues {
   private scheduleHeartbeat(stream: LeaseStream): void {
     if (stream.closed) return; // closed while its items were checked
     const interval = this.options.heartbeatIntervalMs;
-    stream.heartbeat = this.clock.setTimer(interval - (this.clock.now() - stream.lastSendMs), async () => {
+    const keepAlive = stream.claimedMs ? Math.max(1, Math.floor(stream.config.minIdleMs / 3)) : Infinity;
+    stream.heartbeat = this.clock.setTimer(Math.min(interval - (this.clock.now() - stream.lastSendMs), keepAlive), async () => {
       if (stream.closed) return;
       const now = this.clock.now();
       if (now - stream.lastSendMs >= interval) {
@@ -668,7 +691,10 @@ export class Queues {
   private async forgetSettledElsewhere(stream: LeaseStream): Promise<void> {
     const held = [...stream.held].filter(([, ref]) => ref.owner);
     if (held.length === 0) return;
-    const results = await this.settler.settleMany(stream.config, held.map(([, ref]) => ({ action: "check", delivery: deliveryField(ref) })));
+    const now = this.clock.now();
+    // Claims still within the min_idle the worker was told are extended (keepAnnouncedMinIdle).
+    const action = (token: string) => (now - (stream.claimedMs?.get(token) ?? -Infinity) < stream.announcedMinIdleMs ? "extend" : "check");
+    const results = await this.settler.settleMany(stream.config, held.map(([token, ref]) => ({ action: action(token), delivery: deliveryField(ref) })));
     held.forEach(([token], i) => {
       if (results[i].code !== "done") this.release(token, stream);
     });
@@ -692,6 +718,7 @@ export class Queues {
     const stream = ownStream?.held.has(token) ? ownStream : this.holders.get(token);
     if (!stream || !stream.held.delete(token)) return;
     this.holders.delete(token);
+    stream.claimedMs?.delete(token);
     this.dispatcherOf(stream)?.kick();
     this.onRelease?.();
   }
@@ -745,11 +772,14 @@ export class Queues {
       if (action === "ack" || action === "drop") this.metrics.items(config.name, action === "ack" ? "acked" : "dropped");
       return { deadLettered: false };
     }
-    if (opts.delayMs !== undefined && (!Number.isFinite(opts.delayMs) || opts.delayMs < 0)) throw invalid("delay must be a positive duration", "delay");
+    if (opts.delayMs !== undefined && (!Number.isFinite(opts.delayMs) || opts.delayMs < 0)) throw invalid("delay must not be negative", "delay");
+    if (opts.delayMs !== undefined && opts.delayMs > MAX_SCHEDULE_MS) throw invalid("delay is more than 10 years (an Enqueue's delay is held to the same)", "delay");
     const op: SettleOp = { action, delivery: deliveryField(ref), reason: cutReason(opts.reason), delayMs: opts.delayMs };
     const result = await this.settler.settle(config, op);
     if (frees || result.code !== "done") this.release(token, fromStream);
     if (result.code !== "done" && result.code !== "dead_lettered") throw settleError(result.code, action, ref);
+    // The worker claimed it again: its announced min_idle runs from now (keepAnnouncedMinIdle).
+    if (action === "extend") this.holders.get(token)?.claimedMs?.set(token, this.clock.now());
     if (action === "drop" && opts.reason) this.log.info("item dropped", { queue: config.name, fence: ref.fence, reason: op.reason });
     if (action === "retry" && config.mode === "reliable" && result.dueMs > 0) this.delayed.note(config.name, result.dueMs);
     // A stream entry retried waits to be reclaimed: this instance's pump of its group looks at once.

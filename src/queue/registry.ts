@@ -67,11 +67,12 @@ export class QueueRegistry {
 
   /**
    * Loads every declaration and follows changes made by other instances; after
-   * each reconnect to Redis it loads them again, since change events may have
-   * been missed and a restarted Redis may have lost declarations.
+   * each reconnect to Redis (the command connection or the pub/sub one) it loads
+   * them again, since change events may have been missed and a restarted Redis
+   * may have lost declarations.
    */
   async start(): Promise<void> {
-    this.unsubscribe = await this.redis.subscribe(this.keys.events, (message) => this.onEvent(message));
+    this.unsubscribe = await this.redis.subscribe(this.keys.events, (message) => this.onEvent(message), this.onReconnect);
     await this.reload();
     await this.recordOwnership();
     this.redis.client.on("ready", this.onReconnect);

@@ -64,9 +64,11 @@ export interface RedisConnection {
   readonly commandTimeoutMs: number;
   /**
    * Calls `fn` with every message on `channel`. All subscriptions share one
-   * pub/sub connection; the returned function unsubscribes.
+   * pub/sub connection; the returned function unsubscribes. `resync` is called
+   * once that connection listens again after it was lost: messages published
+   * meanwhile were missed, so read afresh what they would have told.
    */
-  subscribe(channel: string, fn: (message: string) => void): Promise<() => void>;
+  subscribe(channel: string, fn: (message: string) => void, resync?: () => void): Promise<() => void>;
   /**
    * Redis's clock (TIME). On a cluster, always the same master's (the first
    * by host:port), so that every instance follows one clock.
@@ -210,6 +212,7 @@ export async function connectRedis(target: RedisTarget, log: Logger, timeouts: R
   const duplicate = () => connectExtra(patientOptions(timeouts, timeouts.longestBlockMs));
   let waiter: Promise<RedisClient> | undefined;
   const listeners = new Map<string, Set<(message: string) => void>>();
+  const resyncs = new Set<() => void>();
   let subscriber: Promise<RedisClient> | undefined;
   // A cluster client subscribes on a connection of its own, apart from its command connections;
   // a single Redis connection in subscriber mode takes no other commands, so it needs a duplicate.
@@ -219,13 +222,17 @@ export async function connectRedis(target: RedisTarget, log: Logger, timeouts: R
   const subscriberConnection = () =>
     (subscriber ??= (client instanceof Cluster ? Promise.resolve(client) : connectExtra({ ...patientOptions(timeouts, timeouts.longestBlockMs), autoResubscribe: false })).then((sub) => {
       sub.on("message", (channel: string, message: string) => listeners.get(channel)?.forEach((fn) => fn(message)));
-      if (!(sub instanceof Cluster)) {
-        sub.on("ready", () => {
-          const channels = [...listeners.keys()];
-          // Failing, this connection dropped again: the next "ready" tries again.
-          if (channels.length > 0) sub.subscribe(...channels).catch((err: unknown) => log.warn("could not subscribe again after reconnecting to redis", { err }));
-        });
-      }
+      // Made again after it was lost (CLIENT KILL TYPE pubsub, an output buffer limit, this socket alone cut):
+      // once it listens again (SUBSCRIBE answered), whatever is read afresh misses nothing published after.
+      // Failing, this connection dropped again: the next "ready" tries again.
+      sub.on("ready", () => {
+        const channels = [...listeners.keys()];
+        if (channels.length === 0) return;
+        sub.subscribe(...channels).then(
+          () => resyncs.forEach((fn) => fn()),
+          (err: unknown) => log.warn("could not subscribe again after reconnecting to redis", { err }),
+        );
+      });
       return sub;
     }));
   return {
@@ -237,7 +244,7 @@ export async function connectRedis(target: RedisTarget, log: Logger, timeouts: R
       throw err;
     })),
     commandTimeoutMs: timeouts.commandTimeoutMs,
-    async subscribe(channel, fn) {
+    async subscribe(channel, fn, resync) {
       const sub = await subscriberConnection();
       let fns = listeners.get(channel);
       if (!fns) {
@@ -246,7 +253,11 @@ export async function connectRedis(target: RedisTarget, log: Logger, timeouts: R
         await sub.subscribe(channel);
       }
       fns.add(fn);
-      return () => void fns.delete(fn);
+      if (resync) resyncs.add(resync);
+      return () => {
+        fns.delete(fn);
+        if (resync) resyncs.delete(resync);
+      };
     },
     time() {
       if (!(client instanceof Cluster)) return client.time();

@@ -97,17 +97,31 @@ export async function pushItems(
   }
 }
 
-/** FAILED_PRECONDITION for a push refused because `key` is not a list; `err` itself otherwise. */
+/**
+ * FAILED_PRECONDITION for a write refused because `key` is not a list (or, when
+ * the script names another key and type, "SYWRONGTYPE <type> <wanted> <key>" of
+ * lib.lua's wrong_type, because that key is not of that type); `err` itself otherwise.
+ */
 async function notAList(client: RedisClient, key: string, err: unknown): Promise<unknown> {
   const message = err instanceof Error ? err.message : "";
-  // push.lua names the type; a plain LPUSH only says WRONGTYPE, so ask.
-  const type = /SYWRONGTYPE (\w+)/.exec(message)?.[1] ?? (message.startsWith("WRONGTYPE") ? await client.type(key).catch(() => "value of another type") : undefined);
+  // The scripts name the type; a plain LPUSH only says WRONGTYPE, so ask.
+  const named = /SYWRONGTYPE (\w+)(?: (\w+) (.*))?$/s.exec(message);
+  const type = named?.[1] ?? (message.startsWith("WRONGTYPE") ? await client.type(key).catch(() => "value of another type") : undefined);
   if (!type) return err;
+  const wanted = named?.[2] === "zset" ? "sorted set" : named?.[2] ?? "list";
+  const at = named?.[3] ?? key;
   return new SwitchyardError(
     "failed_precondition",
-    `key "${key}" holds a ${type}, not a list; delete or rename it before using it as a queue`,
-    { reason: "WRONG_KEY_TYPE", metadata: { key } },
+    `key "${at}" holds a ${type}, not a ${wanted}; delete or rename it: the queue "${key}" needs it (nothing was written)`,
+    { reason: "WRONG_KEY_TYPE", metadata: { key: at } },
   );
+}
+
+/** A script call's rejection: notAList's error when the script refused a key of another type (lib.lua wrong_type), else `err`. */
+function refusedType(client: RedisClient, queue: string) {
+  return async (err: unknown): Promise<never> => {
+    throw err instanceof Error && err.message.startsWith("SYWRONGTYPE") ? await notAList(client, queue, err) : err;
+  };
 }
 
 /** One item for {@link enqueueScheduled}. */
@@ -149,7 +163,9 @@ export async function settleDeadLetters(
   client: RedisClient, keys: QueueKeys, action: DeadLetterAction, which: { all: number } | { values: Buffer[] }, stream = false,
 ): Promise<number> {
   const args = "all" in which ? ["all", which.all] : ["values", ...which.values];
-  return (await call(client, "syDeadLetters", [keys.deadLetter, keys.queue, stream && action === "requeue" ? "requeue-stream" : action, ...args])) as number;
+  return (await call(client, "syDeadLetters", [keys.deadLetter, keys.queue, stream && action === "requeue" ? "requeue-stream" : action, ...args]).catch(
+    refusedType(client, keys.queue),
+  )) as number;
 }
 
 /** How declare.lua answered. */
@@ -259,7 +275,7 @@ export async function settleItems(client: RedisClient, keys: QueueKeys, ctx: Set
     ctx.now, ctx.maxDeliveries, keys.recovery ? "1" : "0", ctx.retryPolicy, Math.random(), ctx.publishTtlMs,
   ];
   for (const op of ops) args.push(actionLetters[op.action], op.delivery, op.reason ?? "", op.delayMs === undefined ? "" : Math.max(0, Math.round(op.delayMs)));
-  const flat = (await call(client, "sySettle", args)) as number[];
+  const flat = (await call(client, "sySettle", args).catch(refusedType(client, keys.queue))) as number[];
   const results: SettleResult[] = [];
   for (let i = 0; i < flat.length; i += 2) results.push({ code: settleCodes[flat[i]], dueMs: flat[i + 1] });
   return results;
@@ -361,7 +377,7 @@ export async function recoverStale(
   const [recovered, deadLettered, seen, earliestDueMs] = (await call(client, "syRecover", [
     keys.queue, keys.processing, keys.leases, keys.recovery, keys.deadLetter, keys.delayed, keys.returned,
     ctx.now, ctx.minIdleMs, ctx.limit, ctx.maxDeliveries, ctx.retryPolicy, Math.random(), ctx.reason, ctx.publishTtlMs,
-  ])) as number[];
+  ]).catch(refusedType(client, keys.queue))) as number[];
   return { recovered, deadLettered, seen, earliestDueMs };
 }
 
@@ -375,7 +391,7 @@ export async function adoptOrphans(client: RedisClient, keys: QueueKeys, now: nu
 export async function promoteDue(
   client: RedisClient, keys: QueueKeys, now: number, limit: number, publishTtlMs: number,
 ): Promise<{ moved: number; nextDueMs: number }> {
-  const [moved, nextDueMs] = (await call(client, "syPromote", [keys.delayed, keys.queue, now, limit, publishTtlMs])) as number[];
+  const [moved, nextDueMs] = (await call(client, "syPromote", [keys.delayed, keys.queue, now, limit, publishTtlMs]).catch(refusedType(client, keys.queue))) as number[];
   return { moved, nextDueMs };
 }
 

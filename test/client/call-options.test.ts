@@ -26,6 +26,16 @@ afterAll(async () => {
 const failure = (p: Promise<unknown>) => p.then(() => undefined, (e: grpc.ServiceError) => e);
 
 describe("unary calls", () => {
+  it("refuse a deadline grpc-js cannot keep, before sending; Infinity means none", async () => {
+    // grpc-js threw on these outside the call (an unhandled rejection): NaN failed the call, 1e15 left it pending forever.
+    for (const timeoutMs of [NaN, -1, 1e15]) {
+      const err = await failure(client.getQueue(Q, { timeoutMs }));
+      expect([err?.name, err?.message]).toEqual(["RangeError", expect.stringContaining(`getQueue's timeoutMs is ${timeoutMs}`)]);
+    }
+    expect((await client.getQueue(Q, { timeoutMs: Infinity })).name).toBe(Q);
+    expect(() => new SwitchyardClient(proxy.address, { timeoutMs: NaN })).toThrow(/ClientOptions.timeoutMs is NaN/);
+  });
+
   it("end at their own deadline with DEADLINE_EXCEEDED when no answer comes", async () => {
     proxy.blackhole();
     try {

@@ -101,6 +101,41 @@ describe("long handlers (issue 14)", () => {
     expect((await a.client.getQueueStats(Q)).completedTotal).toBe(1n);
   });
 
+  it("a running handler keeps its lease when UpdateQueue lowers min_idle; a delivery nobody extends is still recovered", async () => {
+    const clock = a.clock as ManualClock;
+    const [Q, IDLE] = ["{lowered}", "{lowered-idle}"];
+    for (const q of [Q, IDLE]) {
+      await a.client.createQueue({ name: q, mode: QueueMode.RELIABLE, minIdle: durationFromMs(60_000), recoverySet: `${q}.claims`, maxDeliveries: 1 });
+      await a.client.enqueue(q, ["render"]);
+    }
+    const contexts: HandlerContext[] = [];
+    let finish!: () => void;
+    const finished = new Promise<void>((ok) => (finish = ok));
+    const worker = runWorker({ client: a.client, queue: Q, concurrency: 2, clock, handler: (_d, ctx) => (contexts.push(ctx), finished) });
+    // A worker that never extends: told 60 s, its item may stay 60 s.
+    const idle = a.client.lease(IDLE, 1);
+    await idle.take(1);
+    await expect.poll(() => contexts.length).toBe(1);
+    // The worker was told 60 s and extends every 20 s; the queue now recovers after 3 s.
+    for (const q of [Q, IDLE]) await b.client.updateQueue({ name: q, minIdle: durationFromMs(3000) }, ["min_idle"]);
+    await expect.poll(() => a.app.queues.registry.cached(Q)?.minIdleMs).toBe(3000);
+    await expect.poll(() => a.app.queues.registry.cached(IDLE)?.minIdleMs).toBe(3000);
+    for (let s = 0; s < 30; s++) await clock.advance(1000);
+    expect(contexts).toHaveLength(1);
+    const stats = async (q: string) => (({ ready, processing, deadLetter }) => [ready, processing, deadLetter])(await a.client.getQueueStats(q));
+    expect([await stats(Q), await stats(IDLE)]).toEqual([[0n, 1n, 0n], [0n, 1n, 0n]]);
+    // 60 s after its delivery, nobody extended the idle one: recovered (dead-lettered: max_deliveries 1).
+    for (let s = 0; s < 35; s++) await clock.advance(1000);
+    expect(await stats(IDLE)).toEqual([0n, 0n, 1n]);
+    expect(await stats(Q)).toEqual([0n, 1n, 0n]);
+    finish();
+    await expect.poll(() => worker.processed).toBe(1);
+    await worker.stop();
+    await idle.close();
+    expect(contexts).toHaveLength(1);
+    expect((await a.client.getQueueStats(Q)).completedTotal).toBe(1n);
+  });
+
   it("the item of a worker killed mid-handler (SIGKILL) is delivered again", async () => {
     const Q = "{long-killed}";
     const clock = a.clock as ManualClock;

@@ -78,3 +78,21 @@ describe("PauseQueue across three instances", () => {
     await Promise.all([...workers, ...probeWorkers]);
   });
 });
+
+describe("PauseQueue while an instance's pub/sub connection is being made again", () => {
+  it("reaches that instance too: it reads the declarations afresh once it listens again", async () => {
+    const Q = "{paused-missed}";
+    const [a, b] = instances;
+    await a.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
+    // Redis drops every pub/sub connection (as an output buffer limit or CLIENT KILL does); the pause is published
+    // while they are gone, so no instance receives its event.
+    expect(await redis.plain.client("KILL", "TYPE", "pubsub")).toBeGreaterThanOrEqual(instances.length);
+    await b.client.pauseQueue(Q);
+    await expect.poll(() => instances.map((sy) => sy.app.queues.registry.cached(Q)?.paused), { timeout: 5000 }).toEqual([true, true, true]);
+    const probe = a.client.lease(Q, 1);
+    expect((await probe.opened).paused).toBe(true);
+    await a.client.enqueue(Q, ["held back"]);
+    expect(await a.client.getQueueStats(Q)).toMatchObject({ ready: 1n, processing: 0n, paused: true });
+    await probe.close();
+  });
+});

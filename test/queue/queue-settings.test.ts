@@ -97,6 +97,13 @@ describe("UpdateQueue", () => {
         code: grpc.status.FAILED_PRECONDITION, reason: "IMMUTABLE_FIELD", details: expect.stringContaining(`${path} cannot change while the queue is declared`),
       });
     }
+    // Not key names: the refusal says where they do change, not to declare the queue again.
+    expect(await refusal(a.client.updateQueue({ name: Q, paused: true }, ["paused"]))).toMatchObject({
+      code: grpc.status.INVALID_ARGUMENT, details: expect.stringContaining("PauseQueue and ResumeQueue"),
+    });
+    expect(await refusal(a.client.updateQueue({ name: Q }, ["create_time"]))).toMatchObject({
+      code: grpc.status.INVALID_ARGUMENT, details: expect.stringContaining("set by the server"),
+    });
     expect(await a.client.getQueue(Q)).toEqual(before);
   });
 });

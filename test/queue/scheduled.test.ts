@@ -149,7 +149,48 @@ describe("retries with backoff", () => {
     expect(ms((await sy.client.retry(b.leaseToken, { delayMs: 0 })).notBefore)).toBe(clock().now());
     const [c] = await lease.take(1);
     expect(c.deliveryCount).toBe(3);
+    // As far ahead as an Enqueue's delay may go, not 10,000 years (the most a Duration holds).
+    const far = await sy.client.retry(c.leaseToken, { delayMs: 315_576_000_000 * 1000 }).then(() => undefined, (e: grpc.ServiceError) => e);
+    expect([far?.code, far?.details]).toEqual([grpc.status.INVALID_ARGUMENT, expect.stringContaining("delay is more than 10 years")]);
     await sy.client.ack(c.leaseToken);
+    await lease.close();
+  });
+});
+
+describe("idempotency keys past their window", () => {
+  it("are forgotten at least as fast as enqueues add keys, so the keys kept stay bounded under batched enqueues", async () => {
+    const { sy, redis } = t;
+    const q = "{forget}";
+    await sy.client.createQueue({ name: q, mode: QueueMode.SIMPLE, idempotencyWindow: durationFromMs(1000) });
+    const sizes: number[] = [];
+    for (let round = 0; round < 4; round++) {
+      await sy.client.enqueue(q, Array.from({ length: 500 }, (_, i) => ({ payload: "x", idempotencyKey: `r${round}-${i}` })));
+      sizes.push(await redis.plain.zcard(`${q}.idempotency-time`), await redis.plain.hlen(`${q}.idempotency`));
+      await clock().advance(1001);
+    }
+    // Each call forgets the keys whose window passed (those of the round before): only its own 500 remain.
+    expect(sizes).toEqual(Array(8).fill(500));
+  });
+});
+
+describe("an ack's replies", () => {
+  it("keep their delay and idempotency key: a reply repeated with its key adds nothing, a delayed one waits", async () => {
+    const { sy, redis } = t;
+    await sy.client.createQueue({ name: "{asks}", mode: QueueMode.RELIABLE });
+    await sy.client.createQueue({ name: "{answers}", mode: QueueMode.RELIABLE });
+    await sy.client.enqueue("{asks}", ["a", "b"]);
+    const lease = sy.client.lease("{asks}", 2);
+    const [a, b] = await lease.take(2);
+    const reply = (payload: string) => ({ queue: "{answers}", items: [{ payload, delayMs: 60_000, idempotencyKey: "answer-1" }] });
+    const first = await sy.client.ack(a.leaseToken, reply("answer"));
+    // The same reply sent again (a worker that acked twice after a crash, say): the first id, nothing added.
+    const again = await sy.client.ack(b.leaseToken, reply("answer, again"));
+    expect(again.replyIds).toEqual(first.replyIds);
+    expect([await redis.plain.llen("{answers}"), await redis.plain.zcard("{answers}.delayed")]).toEqual([0, 1]);
+    await clock().advance(60_000);
+    const out = sy.client.lease("{answers}", 1);
+    expect((await out.take(1)).map((d) => [d.id, Buffer.from(d.payload).toString()])).toEqual([[first.replyIds[0], "answer"]]);
+    await out.close();
     await lease.close();
   });
 });

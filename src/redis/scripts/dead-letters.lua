@@ -8,10 +8,15 @@
   ARGV[1] "requeue" | "requeue-stream" | "delete"
   ARGV[2] "all": up to ARGV[3] dead letters, oldest first
           "values": the values ARGV[3..], one list entry each
-  Returns how many dead letters moved or went.
+  Returns how many dead letters moved or went; or, requeueing nothing, an error
+  "SYWRONGTYPE ..." when the queue key holds another type.
 ]]
 local to_stream = ARGV[1] == "requeue-stream"
 local requeue = ARGV[1] == "requeue" or to_stream
+if requeue then
+  local refused = wrong_type({ KEYS[2], to_stream and "stream" or "list" })
+  if refused then return refused end
+end
 local function put(value)
   if to_stream then redis.call("XADD", KEYS[2], "*", unpack(entry_fields(value)))
   else redis.call("LPUSH", KEYS[2], without_history(value)) end

@@ -17,8 +17,10 @@ if kind ~= "list" and kind ~= "none" then
   return redis.error_reply("SYWRONGTYPE " .. kind)
 end
 local now, window, ttl = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
--- Forget keys whose window passed (a few per call: the set stays bounded by the enqueue rate).
-for _, key in ipairs(redis.call("ZRANGEBYSCORE", KEYS[4], "-inf", now - window, "LIMIT", 0, 100)) do
+-- Forget keys whose window passed: up to 100 more than this call may add, so the set stays
+-- bounded by the keys of one window even when every call adds many.
+local forget = 100 + (#ARGV - 3) / 4
+for _, key in ipairs(redis.call("ZRANGEBYSCORE", KEYS[4], "-inf", now - window, "LIMIT", 0, forget)) do
   redis.call("ZREM", KEYS[4], key)
   redis.call("HDEL", KEYS[3], key)
 end

@@ -215,6 +215,22 @@ local function tombstone(k, fence, now)
 end
 
 --[[
+  Refuses, before any write, a key that holds another type than the script will
+  write to it (a Redis error mid-script keeps the writes before it: the item
+  taken out would be lost). `checks`: key, wanted type, key, wanted type, ...
+  Returns an error "SYWRONGTYPE <type> <wanted> <key>" for the first such key, else nil.
+]]
+local function wrong_type(checks)
+  for i = 1, #checks, 2 do
+    local kind = redis.call("TYPE", checks[i]).ok
+    if kind ~= "none" and kind ~= checks[i + 1] then
+      return redis.error_reply("SYWRONGTYPE " .. kind .. " " .. checks[i + 1] .. " " .. checks[i])
+    end
+  end
+  return nil
+end
+
+--[[
   Puts the item of a removed delivery back with its history: to the dead letters
   when `dead`, else into the delayed set when `delay` > 0, else onto the queue,
   at the front (taken next) or the back. Returns 2 when dead-lettered, else the

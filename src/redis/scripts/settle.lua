@@ -19,7 +19,8 @@
   Returns: a flat array, two numbers per settle: a code (1 done, 2 dead-lettered,
     -1 not held: settled already, -2 superseded: returned or recovered since,
     -3 unknown: no such fence was ever issued) and, for a retry that applied,
-    when the item is due (0: at once).
+    when the item is due (0: at once). Or, changing nothing, an error
+    "SYWRONGTYPE ..." when a settle would put an item back into a key of another type.
 ]]
 local now, max = tonumber(ARGV[1]), tonumber(ARGV[2])
 local recovery = ARGV[3] == "1"
@@ -28,6 +29,20 @@ local k = queue_context({
   queue = KEYS[1], processing = KEYS[2], leases = KEYS[3], recovery = KEYS[5],
   dead = KEYS[6], delayed = KEYS[7], returned = KEYS[8],
 }, recovery)
+-- Settles that put an item back need the keys they may write to be of their types (see
+-- wrong_type): a retry or return the queue, delayed set or dead letters, a kill the dead letters.
+local checks = {}
+for i = 7, #ARGV, 4 do
+  local action = ARGV[i]
+  if action == "r" or action == "b" or action == "u" then
+    checks = { KEYS[1], "list", KEYS[7], "zset", KEYS[6], "list" }
+    break
+  elseif action == "k" then
+    checks = { KEYS[6], "list" }
+  end
+end
+local refused = wrong_type(checks)
+if refused then return refused end
 local issued = tonumber(redis.call("GET", KEYS[4]) or "0")
 local live = tonumber(redis.call("HGET", KEYS[3], "live") or "0")
 local out = {}

@@ -1,0 +1,97 @@
+/**
+ * A key of a queue replaced by a value of another type (a stray SET by another
+ * Redis client) makes a script that puts an item back fail. Redis keeps the
+ * writes a script made before its error, so each such script checks the keys it
+ * will write first: nothing is moved, the caller gets FAILED_PRECONDITION
+ * WRONG_KEY_TYPE naming the key, and the item is still there once the key is fixed.
+ */
+import { describe, expect, it } from "vitest";
+import * as grpc from "@grpc/grpc-js";
+import { QueueMode } from "../../src/gen/switchyard/v1/queue_pb.js";
+import { errorDetails, errorReason } from "../../src/client/errors.js";
+import type { ManualClock } from "../../src/clock.js";
+import { createLogger } from "../../src/log.js";
+import { useSwitchyard } from "../helpers/switchyard.js";
+
+const warnings: { msg?: string; err?: { message?: string } }[] = [];
+const t = useSwitchyard({ log: createLogger("warn", (line) => warnings.push(JSON.parse(line) as (typeof warnings)[number])) });
+const clock = () => t.sy.clock as ManualClock;
+const refusal = (p: Promise<unknown>) => p.then(() => undefined, (e: grpc.ServiceError) => ({ code: e.code, reason: errorReason(e), key: errorDetails(e)?.metadata.key }));
+
+describe("a queue key of another type", () => {
+  it("keeps delayed items in their set until the queue key is a list again", async () => {
+    const { sy, redis } = t;
+    const q = "{wrong-promote}";
+    await sy.client.createQueue({ name: q, mode: QueueMode.RELIABLE });
+    const [id] = await sy.client.enqueue(q, [{ payload: "later", delayMs: 1000 }]);
+    await redis.plain.set(q, "not a list");
+    await clock().advance(1000);
+    // The mover tried, was refused, and will try again in a second.
+    await expect.poll(() => warnings.find((w) => w.msg?.startsWith("could not move due items"))?.err?.message).toContain(`key "${q}" holds a string, not a list`);
+    expect(await redis.plain.zcard(`${q}.delayed`)).toBe(1);
+    await redis.plain.del(q);
+    await clock().advance(1000);
+    const lease = sy.client.lease(q, 1);
+    expect((await lease.take(1)).map((d) => d.id)).toEqual([id]);
+    await lease.close();
+  });
+
+  it("refuses a retry that would lose its item, which stays held", async () => {
+    const { sy, redis } = t;
+    const q = "{wrong-settle}";
+    await sy.client.createQueue({ name: q, mode: QueueMode.RELIABLE });
+    const [a, b] = await sy.client.enqueue(q, ["a", "b"]);
+    const lease = sy.client.lease(q, 2);
+    const [da, db] = await lease.take(2);
+    await redis.plain.set(q, "not a list");
+    expect(await refusal(sy.client.retry(da.leaseToken))).toEqual({ code: grpc.status.FAILED_PRECONDITION, reason: "WRONG_KEY_TYPE", key: q });
+    await redis.plain.del(q);
+    await redis.plain.set(`${q}.delayed`, "not a sorted set");
+    expect(await refusal(sy.client.retry(db.leaseToken, { delayMs: 1000 }))).toEqual({
+      code: grpc.status.FAILED_PRECONDITION, reason: "WRONG_KEY_TYPE", key: `${q}.delayed`,
+    });
+    expect(await redis.plain.llen(`${q}.processing`)).toBe(2);
+    await redis.plain.del(`${q}.delayed`);
+    await sy.client.retry(da.leaseToken);
+    await sy.client.retry(db.leaseToken);
+    expect((await lease.take(2)).map((d) => d.id).sort()).toEqual([a, b].sort());
+    await lease.close();
+  });
+
+  it("keeps a stalled delivery claimed until the watchdog can put its item back", async () => {
+    const { sy, redis } = t;
+    const q = "{wrong-recover}";
+    await sy.client.createQueue({ name: q, mode: QueueMode.RELIABLE, recoverySet: `${q}.claims`, minIdle: { seconds: 1n, nanos: 0 } });
+    const [id] = await sy.client.enqueue(q, ["stalled"]);
+    const lease = sy.client.lease(q, 1);
+    await lease.take(1);
+    await redis.plain.set(q, "not a list");
+    await clock().advance(2000);
+    await expect.poll(() => warnings.find((w) => w.msg === "watchdog pass failed")?.err?.message).toContain(`key "${q}" holds a string, not a list`);
+    expect([await redis.plain.llen(`${q}.processing`), await redis.plain.zcard(`${q}.claims`)]).toEqual([1, 1]);
+    await redis.plain.del(q);
+    await clock().advance(2000);
+    const other = sy.client.lease(q, 1);
+    const [again] = await other.take(1);
+    expect([again.id, again.deliveryCount]).toEqual([id, 2]);
+    await other.close();
+    await lease.close();
+  });
+
+  it("refuses to requeue dead letters onto it, keeping them", async () => {
+    const { sy, redis } = t;
+    const q = "{wrong-requeue}";
+    await sy.client.createQueue({ name: q, mode: QueueMode.RELIABLE, maxDeliveries: 1 });
+    const [id] = await sy.client.enqueue(q, ["poison"]);
+    const lease = sy.client.lease(q, 1);
+    const [d] = await lease.take(1);
+    expect((await sy.client.retry(d.leaseToken)).deadLettered).toBe(true);
+    await redis.plain.set(q, "not a list");
+    expect(await refusal(sy.client.requeueDeadLetters(q, "all"))).toEqual({ code: grpc.status.FAILED_PRECONDITION, reason: "WRONG_KEY_TYPE", key: q });
+    expect(await redis.plain.llen(`${q}.dead`)).toBe(1);
+    await redis.plain.del(q);
+    expect(await sy.client.requeueDeadLetters(q, "all")).toBe(1);
+    expect((await lease.take(1)).map((x) => x.id)).toEqual([id]);
+    await lease.close();
+  });
+});
