@@ -1,7 +1,8 @@
 /**
  * Issue 12's scheduler defects, each on real instances sharing one real Redis
- * and one ManualClock: a mount just after a tick (5), a stale claim or
- * snapshot against a newer mount (8, 10), two updates in one millisecond (9).
+ * and one ManualClock: a mount just after a tick (5), a stale snapshot against
+ * a newer mount (10), two updates in one millisecond (9). A stale claim reply
+ * (8) needs its answers held at a link: stale-claim-reply.test.ts.
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { ManualClock, type Clock, type Timer } from "../../src/clock.js";
