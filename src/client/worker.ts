@@ -25,7 +25,12 @@ export interface HandlerContext {
   readonly deliveryCount: number;
   /** Why the previous delivery failed (a Retry's reason, or the watchdog's); empty on a first delivery. */
   readonly lastError: string;
-  /** Fires when the server drains the stream (it is shutting down) or the stream is lost: finish up or give up. */
+  /**
+   * Fires when the server drains the stream (it is shutting down), the stream is lost, or an extend
+   * is refused because the lease is no longer held (its reason is then a {@link SettleError} with
+   * `result.reason` LEASE_SUPERSEDED, say): finish up or give up. After a refused extend nothing is
+   * settled for this delivery, whatever the handler returns: the item may be someone else's now.
+   */
   readonly signal: AbortSignal;
   /** Extends the lease now; resolves to when the watchdog may next recover the item, rejects when the server refused. */
   extend(): Promise<Date>;
@@ -107,16 +112,42 @@ class Stream {
   }
 }
 
-function contextOf(s: Stream, d: Delivery): HandlerContext {
+/** Refusals that say the item is no longer this worker's: it was recovered (and may be someone else's now) or settled. */
+const LOST_LEASE = new Set(["LEASE_SUPERSEDED", "LEASE_NOT_HELD", "LEASE_UNKNOWN"]);
+
+/** One handler's delivery as the worker tracks it. */
+interface Job {
+  readonly s: Stream;
+  readonly d: Delivery;
+  /** Fires the handler's signal on its own (a lost lease); the stream's signal fires it too. */
+  readonly abort: AbortController;
+  /** An extend was refused as the lease no longer held: nothing is settled for this delivery. */
+  lost: boolean;
+  done: boolean;
+  timer?: { cancel(): void };
+}
+
+function contextOf(job: Job): HandlerContext {
+  const { s, d } = job;
+  let signal: AbortSignal | undefined;
   return {
     attempt: d.deliveryCount,
     deliveryCount: d.deliveryCount,
     lastError: d.lastError,
-    signal: s.abort.signal,
+    get signal() {
+      return (signal ??= AbortSignal.any([s.abort.signal, job.abort.signal]));
+    },
     async extend() {
       const r = await s.extend(d.leaseToken);
       if (!r) throw new Error("the lease stream ended: the item went back to the queue");
-      if (r.code !== 0) throw new SettleError(r);
+      if (r.code !== 0) {
+        const err = new SettleError(r);
+        if (LOST_LEASE.has(r.reason)) {
+          job.lost = true;
+          job.abort.abort(err);
+        }
+        throw err;
+      }
       return new Date(r.expireTime ? timestampMs(r.expireTime) : 0);
     },
   };
@@ -132,31 +163,35 @@ export function runWorker(options: WorkerOptions): Worker {
   let processed = 0;
   const running = new Set<Promise<void>>();
 
-  const settle = (s: LeaseSession, d: Delivery, result: HandlerResult) => {
-    s.ack(d.leaseToken, result ? result.reply : undefined);
+  const settle = (job: Job, result: HandlerResult) => {
+    if (job.lost) return;
+    job.s.session.ack(job.d.leaseToken, result ? result.reply : undefined);
     processed++;
   };
-  const fail = (s: LeaseSession, d: Delivery, err: unknown) => {
-    options.onError?.(err, d);
-    s.retry(d.leaseToken, { reason: reasonOf(err) });
+  const fail = (job: Job, err: unknown) => {
+    options.onError?.(err, job.d);
+    if (job.lost) return;
+    job.s.session.retry(job.d.leaseToken, { reason: reasonOf(err) });
     processed++;
   };
 
   /**
-   * Extends `d`'s lease every third of min_idle until `done` is set; each
+   * Extends the job's lease every third of min_idle until it is done; each
    * extension waits for the server's answer (a ManualClock's advance waits for
-   * it too). A refused extension ends them: the item is no longer this worker's.
+   * it too). A refused extension ends them: the item is no longer this worker's
+   * (a lost lease also fires the handler's signal, see contextOf).
    */
-  const keepExtending = (s: Stream, d: Delivery, context: HandlerContext, state: { done: boolean; timer?: { cancel(): void } }) => {
+  const keepExtending = (job: Job, context: HandlerContext) => {
+    const s = job.s;
     if (s.minIdleMs <= 0) return;
     const arm = () => {
-      state.timer = clock.setTimer(Math.floor(s.minIdleMs / 3), async () => {
-        if (state.done || s.session.closed) return;
+      job.timer = clock.setTimer(Math.floor(s.minIdleMs / 3), async () => {
+        if (job.done || s.session.closed) return;
         try {
           await context.extend();
-          if (!state.done) arm();
+          if (!job.done) arm();
         } catch (err) {
-          if (!state.done && !s.session.closed) options.onError?.(err, d);
+          if (!job.done && !s.session.closed) options.onError?.(err, job.d);
         }
       });
     };
@@ -165,25 +200,25 @@ export function runWorker(options: WorkerOptions): Worker {
 
   // A handler that returns at once is settled at once: no promise or timer per item.
   const handle = (s: Stream, d: Delivery) => {
-    const context = contextOf(s, d);
+    const job: Job = { s, d, abort: new AbortController(), lost: false, done: false };
+    const context = contextOf(job);
     let result: Promise<HandlerResult> | HandlerResult;
     try {
       result = options.handler(d, context);
     } catch (err) {
-      fail(s.session, d, err);
+      fail(job, err);
       return;
     }
     if (!isThenable(result)) {
-      settle(s.session, d, result);
+      settle(job, result);
       return;
     }
-    const state: { done: boolean; timer?: { cancel(): void } } = { done: false };
-    keepExtending(s, d, context, state);
+    keepExtending(job, context);
     const p = Promise.resolve(result)
-      .then((r) => settle(s.session, d, r), (err: unknown) => fail(s.session, d, err))
+      .then((r) => settle(job, r), (err: unknown) => fail(job, err))
       .finally(() => {
-        state.done = true;
-        state.timer?.cancel();
+        job.done = true;
+        job.timer?.cancel();
         running.delete(p);
       });
     running.add(p);

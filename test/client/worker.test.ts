@@ -4,8 +4,8 @@ import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import { QueueMode } from "../../src/gen/switchyard/v1/queue_pb.js";
-import { runWorker, type HandlerContext } from "../../src/client/worker.js";
-import type { ManualClock } from "../../src/clock.js";
+import { runWorker, SettleError, type HandlerContext } from "../../src/client/worker.js";
+import { ManualClock } from "../../src/clock.js";
 import { SwitchyardClient } from "../../src/client/client.js";
 import { startProxy } from "../helpers/proxy.js";
 import { startRedis, type TestRedis } from "../helpers/redis.js";
@@ -190,6 +190,44 @@ describe("long handlers (issue 14)", () => {
     await worker.stop();
     c.client.close();
     expect(await redis.plain.llen(`${Q}.processing`)).toBe(0);
+  });
+  it("fires the handler's signal when an extend is refused as superseded, and acks nothing for it", async () => {
+    const Q = "{long-superseded}";
+    const serverClock = a.clock as ManualClock;
+    // The worker's clock stands still while the server's passes min_idle: its extends come too late.
+    const workerClock = new ManualClock(serverClock.now());
+    await declareLong(Q);
+    await a.client.enqueue(Q, ["render"]);
+    const contexts: HandlerContext[] = [];
+    const errors: unknown[] = [];
+    const worker = runWorker({
+      client: a.client,
+      queue: Q,
+      concurrency: 1,
+      clock: workerClock,
+      onError: (err) => errors.push(err),
+      handler: (_d, ctx) => {
+        contexts.push(ctx);
+        // The first delivery works on until told to stop, then reports success: that must not be acked.
+        return ctx.attempt === 1 ? new Promise<void>((ok) => ctx.signal.addEventListener("abort", () => ok())) : undefined;
+      },
+    });
+    await expect.poll(() => contexts.length).toBe(1);
+    for (let s = 0; s <= MIN_IDLE_MS / 1000; s++) await serverClock.advance(1000);
+    // The watchdog took the item back; the worker's next automatic extend is refused.
+    await workerClock.advance(MIN_IDLE_MS / 3);
+    await expect.poll(() => contexts[0].signal.aborted).toBe(true);
+    const reason = contexts[0].signal.reason as unknown;
+    expect(reason).toBeInstanceOf(SettleError);
+    expect((reason as SettleError).result.reason).toBe("LEASE_SUPERSEDED");
+    await expect(contexts[0].extend()).rejects.toMatchObject({ result: { reason: "LEASE_SUPERSEDED" } });
+    // The item is delivered again (to this worker) and acked once; the first delivery counts for nothing.
+    await expect.poll(() => contexts.map((c) => c.attempt)).toEqual([1, 2]);
+    await expect.poll(() => worker.processed).toBe(1);
+    await worker.stop();
+    expect(worker.processed).toBe(1);
+    expect(errors).toContainEqual(reason);
+    expect(await a.client.getQueueStats(Q)).toMatchObject({ ready: 0n, processing: 0n, deadLetter: 0n, completedTotal: 1n });
   });
 });
 
