@@ -48,14 +48,21 @@ export interface WorkerOptions {
   handler: (delivery: Delivery, context: HandlerContext) => Promise<HandlerResult> | HandlerResult;
   /** Told about handler failures, refused extends and lost streams. */
   onError?: (err: unknown, delivery?: Delivery) => void;
-  /** The clock the lease extensions run on (tests pass the server's ManualClock). */
+  /** The clock the lease extensions and stop()'s grace run on (tests pass a ManualClock). */
   clock?: Clock;
+  /** How long stop() waits for running handlers after firing their signals (default 30 s, as the server's shutdown grace). */
+  stopGraceMs?: number;
 }
 
 /** A running worker. */
 export interface Worker {
-  /** Stops leasing, waits for running handlers, then closes the stream. */
-  stop(): Promise<void>;
+  /**
+   * Stops leasing, fires every running handler's signal, waits for them up to
+   * `stopGraceMs`, then closes the stream; resolves to the deliveries whose
+   * handlers had not finished (the server returned those items to the queue;
+   * whatever such a handler returns later is not settled).
+   */
+  stop(): Promise<Delivery[]>;
   /** Items handled so far (acked or retried). */
   readonly processed: number;
 }
@@ -121,7 +128,7 @@ interface Job {
   readonly d: Delivery;
   /** Fires the handler's signal on its own (a lost lease); the stream's signal fires it too. */
   readonly abort: AbortController;
-  /** An extend was refused as the lease no longer held: nothing is settled for this delivery. */
+  /** Nothing is settled for this delivery: an extend was refused as the lease no longer held, or stop() gave up on it. */
   lost: boolean;
   done: boolean;
   timer?: { cancel(): void };
@@ -161,7 +168,9 @@ export function runWorker(options: WorkerOptions): Worker {
   let stopping = false;
   let session: LeaseSession | undefined;
   let processed = 0;
-  const running = new Set<Promise<void>>();
+  const stopGraceMs = options.stopGraceMs ?? 30_000;
+  /** Handlers running, each with the promise that settles when it has finished and been settled. */
+  const running = new Map<Job, Promise<void>>();
 
   const settle = (job: Job, result: HandlerResult) => {
     if (job.lost) return;
@@ -219,9 +228,9 @@ export function runWorker(options: WorkerOptions): Worker {
       .finally(() => {
         job.done = true;
         job.timer?.cancel();
-        running.delete(p);
+        running.delete(job);
       });
-    running.add(p);
+    running.set(job, p);
   };
 
   const loop = async () => {
@@ -251,12 +260,20 @@ export function runWorker(options: WorkerOptions): Worker {
     async stop() {
       stopping = true;
       session?.setCredit(0);
-      await Promise.all(running);
+      const stopped = new Error("the worker is stopping");
+      for (const job of running.keys()) job.abort.abort(stopped);
+      let grace: { cancel(): void } | undefined;
+      await Promise.race([Promise.all(running.values()), new Promise<void>((ok) => (grace = clock.setTimer(stopGraceMs, () => ok())))]);
+      grace?.cancel();
+      const unfinished = [...running.keys()].map((job) => job.d);
+      // Their results are not settled: the stream closes now, and its items go back to the queue.
+      for (const job of running.keys()) job.lost = true;
       // Let the settles written above reach the server before the stream ends.
       await new Promise((r) => setImmediate(r));
       await session?.close();
       await done;
       if (ownClient) client.close();
+      return unfinished;
     },
   };
 }

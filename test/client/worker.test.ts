@@ -229,6 +229,43 @@ describe("long handlers (issue 14)", () => {
     expect(errors).toContainEqual(reason);
     expect(await a.client.getQueueStats(Q)).toMatchObject({ ready: 0n, processing: 0n, deadLetter: 0n, completedTotal: 1n });
   });
+
+  it("stop() fires every running handler's signal, waits up to stopGraceMs, then closes: what did not finish goes back", async () => {
+    const Q = "{stop-grace}";
+    const clock = new ManualClock();
+    await a.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
+    const [polite, stubborn] = await a.client.enqueue(Q, ["polite", "stubborn"]);
+    const signals = new Map<string, AbortSignal>();
+    const worker = runWorker({
+      client: a.client,
+      queue: Q,
+      concurrency: 2,
+      clock,
+      stopGraceMs: 5000,
+      handler: (d, ctx) => {
+        signals.set(d.id, ctx.signal);
+        // One finishes when told to; the other never does.
+        return new Promise<void>((ok) => d.id === polite && ctx.signal.addEventListener("abort", () => ok()));
+      },
+    });
+    await expect.poll(() => signals.size).toBe(2);
+    let stoppedWith: string[] | undefined;
+    const stopped = worker.stop().then((left) => (stoppedWith = left.map((d) => d.id)));
+    expect([signals.get(polite)?.aborted, signals.get(stubborn)?.aborted]).toEqual([true, true]);
+    expect(String(signals.get(stubborn)?.reason)).toContain("stopping");
+    // The polite handler's ack goes out; stop() waits for the other until the grace passes on the worker's clock.
+    await expect.poll(async () => (await a.client.getQueueStats(Q)).completedTotal).toBe(1n);
+    expect(stoppedWith).toBeUndefined();
+    await clock.advance(4999);
+    expect(stoppedWith).toBeUndefined();
+    await clock.advance(1);
+    await stopped;
+    expect(stoppedWith).toEqual([stubborn]);
+    expect(worker.processed).toBe(1);
+    // The closed stream's unsettled item went back to the queue.
+    await expect.poll(async () => (await a.client.getQueueStats(Q)).ready).toBe(1n);
+    expect(await a.client.getQueueStats(Q)).toMatchObject({ ready: 1n, processing: 0n, completedTotal: 1n });
+  });
 });
 
 describe("a worker whose stream is lost", () => {
