@@ -2,7 +2,9 @@
  * runWorker: leases from one queue and runs a handler per item, up to
  * `concurrency` at once. Success acks (with the handler's reply, if any); a
  * throw retries, with the error's message as the reason. A lost stream is
- * reopened with backoff until `stop()`.
+ * reopened with backoff until `stop()`; handlers still running from the lost
+ * stream count against `concurrency` (the new stream opens with the credit
+ * they leave, raised as they finish).
  *
  * A handler still running extends its lease every third of the queue's
  * min_idle (the stream's open answer carries it), so the watchdog never hands
@@ -87,6 +89,8 @@ class Stream {
   readonly abort = new AbortController();
   /** min_idle of the queue (0: none, no extensions needed). */
   minIdleMs = 0;
+  /** The credit this stream was last given. */
+  credit = 0;
   private readonly extends = new Map<string, ((r: SettleResult | undefined) => void)[]>();
 
   constructor(readonly session: LeaseSession) {
@@ -134,7 +138,8 @@ interface Job {
   timer?: { cancel(): void };
 }
 
-function contextOf(job: Job): HandlerContext {
+/** A handler's context; `onLost` is told when an extend finds the lease no longer held. */
+function contextOf(job: Job, onLost: () => void): HandlerContext {
   const { s, d } = job;
   let signal: AbortSignal | undefined;
   return {
@@ -152,6 +157,7 @@ function contextOf(job: Job): HandlerContext {
         if (LOST_LEASE.has(r.reason)) {
           job.lost = true;
           job.abort.abort(err);
+          onLost();
         }
         throw err;
       }
@@ -166,7 +172,10 @@ export function runWorker(options: WorkerOptions): Worker {
   const client = typeof options.client === "string" ? new SwitchyardClient(options.client) : options.client;
   const clock = options.clock ?? systemClock;
   let stopping = false;
-  let session: LeaseSession | undefined;
+  /** The newest stream (it may have ended since). */
+  let current: Stream | undefined;
+  /** Wakes the loop waiting for a handler to finish (or for stop()). */
+  let wake: (() => void) | undefined;
   let processed = 0;
   const stopGraceMs = options.stopGraceMs ?? 30_000;
   /** Handlers running, each with the promise that settles when it has finished and been settled. */
@@ -207,10 +216,24 @@ export function runWorker(options: WorkerOptions): Worker {
     arm();
   };
 
+  /**
+   * Gives the current stream the credit the handlers it does not hold leave:
+   * those still running from a lost stream, or whose lease was lost, count
+   * against `concurrency` until they finish (the server freed their credit).
+   */
+  const refreshCredit = () => {
+    const s = current;
+    if (!s || stopping || s.session.closed) return;
+    let elsewhere = 0;
+    for (const job of running.keys()) if (job.s !== s || job.lost) elsewhere++;
+    const credit = Math.max(0, options.concurrency - elsewhere);
+    if (credit !== s.credit) s.session.setCredit((s.credit = credit));
+  };
+
   // A handler that returns at once is settled at once: no promise or timer per item.
   const handle = (s: Stream, d: Delivery) => {
     const job: Job = { s, d, abort: new AbortController(), lost: false, done: false };
-    const context = contextOf(job);
+    const context = contextOf(job, refreshCredit);
     let result: Promise<HandlerResult> | HandlerResult;
     try {
       result = options.handler(d, context);
@@ -229,13 +252,21 @@ export function runWorker(options: WorkerOptions): Worker {
         job.done = true;
         job.timer?.cancel();
         running.delete(job);
+        if (job.s !== current || job.lost) refreshCredit();
+        wake?.();
       });
     running.set(job, p);
   };
 
   const loop = async () => {
     for (let attempt = 0; !stopping; ) {
-      const s = new Stream((session = client.lease(options.queue, options.concurrency, { group: options.group })));
+      // Handlers still running from a lost stream take their share of the concurrency: wait until one is free.
+      while (running.size >= options.concurrency && !stopping) await new Promise<void>((ok) => (wake = ok));
+      wake = undefined;
+      if (stopping) break;
+      const credit = options.concurrency - running.size;
+      const s = (current = new Stream(client.lease(options.queue, credit, { group: options.group })));
+      s.credit = credit;
       try {
         const opened = await s.session.opened;
         s.minIdleMs = opened.minIdle ? durationMs(opened.minIdle) : 0;
@@ -259,7 +290,8 @@ export function runWorker(options: WorkerOptions): Worker {
     },
     async stop() {
       stopping = true;
-      session?.setCredit(0);
+      wake?.();
+      current?.session.setCredit(0);
       const stopped = new Error("the worker is stopping");
       for (const job of running.keys()) job.abort.abort(stopped);
       let grace: { cancel(): void } | undefined;
@@ -270,7 +302,7 @@ export function runWorker(options: WorkerOptions): Worker {
       for (const job of running.keys()) job.lost = true;
       // Let the settles written above reach the server before the stream ends.
       await new Promise((r) => setImmediate(r));
-      await session?.close();
+      await current?.session.close();
       await done;
       if (ownClient) client.close();
       return unfinished;

@@ -6,6 +6,7 @@ import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import { QueueMode } from "../../src/gen/switchyard/v1/queue_pb.js";
 import { runWorker, SettleError, type HandlerContext } from "../../src/client/worker.js";
 import { ManualClock } from "../../src/clock.js";
+import type { LeaseStream } from "../../src/queue/lease-stream.js";
 import { SwitchyardClient } from "../../src/client/client.js";
 import { startProxy } from "../helpers/proxy.js";
 import { startRedis, type TestRedis } from "../helpers/redis.js";
@@ -295,6 +296,42 @@ describe("a worker whose stream is lost", () => {
       await expect.poll(() => seen, { timeout: 10_000 }).toEqual([[1, id], [2, id]]);
       await expect.poll(() => worker.processed).toBeGreaterThanOrEqual(2);
     } finally {
+      await worker.stop();
+      client.close();
+      await proxy.close();
+    }
+    expect(await a.client.getQueueStats(Q)).toMatchObject({ ready: 0n, processing: 0n });
+  });
+
+  it("opens the new stream with credit for the handlers still running from the old one, and raises it as they finish", async () => {
+    const Q = "{lost-credit}";
+    await a.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
+    await a.client.enqueue(Q, ["render"]);
+    const proxy = await startProxy(a.address);
+    const client = new SwitchyardClient(proxy.address);
+    const finish: (() => void)[] = [];
+    // The server's credit for this queue's streams (a lost stream's ends with it).
+    const credits = () => [...(a.app.queues["streams"] as Set<LeaseStream>)].filter((s) => s.queue === Q && !s.closed).map((s) => s.credit);
+    const worker = runWorker({
+      client,
+      queue: Q,
+      concurrency: 2,
+      // Every delivery ignores its signal and runs until the test lets it finish.
+      handler: () => new Promise<void>((ok) => finish.push(ok)),
+    });
+    try {
+      await expect.poll(() => finish.length).toBe(1);
+      expect(credits()).toEqual([2]);
+      expect(proxy.cut()).toBeGreaterThan(0);
+      // The item came back and the new stream got it again, while the first handler still runs: 2 of 2.
+      await expect.poll(() => finish.length, { timeout: 10_000 }).toBe(2);
+      expect(credits()).toEqual([1]);
+      finish[0]();
+      await expect.poll(credits).toEqual([2]);
+      finish[1]();
+      await expect.poll(async () => (await a.client.getQueueStats(Q)).completedTotal).toBe(1n);
+    } finally {
+      for (const ok of finish) ok();
       await worker.stop();
       client.close();
       await proxy.close();
