@@ -65,7 +65,7 @@ export interface Worker {
    * whatever such a handler returns later is not settled).
    */
   stop(): Promise<Delivery[]>;
-  /** Items handled so far (acked or retried). */
+  /** Settles (acks and retries) sent so far; a result that found its stream ended is not counted. */
   readonly processed: number;
 }
 
@@ -176,7 +176,8 @@ export function runWorker(options: WorkerOptions): Worker {
   let current: Stream | undefined;
   /** Wakes the loop waiting for a handler to finish (or for stop()). */
   let wake: (() => void) | undefined;
-  let processed = 0;
+  /** Settles sent on streams that have ended (the current one counts its own). */
+  let processedBefore = 0;
   const stopGraceMs = options.stopGraceMs ?? 30_000;
   /** Handlers running, each with the promise that settles when it has finished and been settled. */
   const running = new Map<Job, Promise<void>>();
@@ -184,13 +185,11 @@ export function runWorker(options: WorkerOptions): Worker {
   const settle = (job: Job, result: HandlerResult) => {
     if (job.lost) return;
     job.s.session.ack(job.d.leaseToken, result ? result.reply : undefined);
-    processed++;
   };
   const fail = (job: Job, err: unknown) => {
     options.onError?.(err, job.d);
     if (job.lost) return;
     job.s.session.retry(job.d.leaseToken, { reason: reasonOf(err) });
-    processed++;
   };
 
   /**
@@ -279,6 +278,9 @@ export function runWorker(options: WorkerOptions): Worker {
       } catch (err) {
         if (!stopping) options.onError?.(err);
       }
+      await s.session.ended;
+      processedBefore += s.session.settlesSent;
+      current = undefined;
       if (!stopping) await sleep(Math.min(100 * 2 ** attempt++, 5000));
     }
   };
@@ -286,7 +288,7 @@ export function runWorker(options: WorkerOptions): Worker {
 
   return {
     get processed() {
-      return processed;
+      return processedBefore + (current?.session.settlesSent ?? 0);
     },
     async stop() {
       stopping = true;
