@@ -61,8 +61,8 @@ export interface Worker {
   /**
    * Stops leasing, fires every running handler's signal, waits for them up to
    * `stopGraceMs`, then closes the stream; resolves to the deliveries whose
-   * handlers had not finished (the server returned those items to the queue;
-   * whatever such a handler returns later is not settled).
+   * handlers had not finished (whatever such a handler returns later is not
+   * settled; a reliable queue got their items back when the stream closed).
    */
   stop(): Promise<Delivery[]>;
   /** Settles (acks and retries) sent so far; a result that found its stream ended is not counted. */
