@@ -457,6 +457,7 @@ export class LeaseSession implements AsyncIterable<Delivery> {
   private readonly resultListeners: ((r: SettleResult) => void)[] = [];
   private readonly drainListeners: (() => void)[] = [];
   private heartbeats = 0;
+  private settles = 0;
   /** Acks without replies waiting to go out as one ack_batch at the end of this event-loop turn. */
   private acks: string[] = [];
   /** The server accepts ack_batch (it said so when the stream opened). */
@@ -503,6 +504,11 @@ export class LeaseSession implements AsyncIterable<Delivery> {
     this.send({ case: "open", value: { queue, credit, maxMessageBytes, group } });
   }
 
+  /** Acks, retries and drops written to the stream so far (not those made after it ended, which go nowhere). */
+  get settlesSent(): number {
+    return this.settles;
+  }
+
   /** Heartbeats received so far. */
   get heartbeatCount(): number {
     return this.heartbeats;
@@ -521,14 +527,18 @@ export class LeaseSession implements AsyncIterable<Delivery> {
   /** Sends a message, after any acks waiting to be batched, so the server sees settles in the order they were made. */
   private send(kind: MessageInitShape<typeof LeaseRequestSchema>["kind"]): void {
     this.flushAcks();
-    if (!this.done) this.stream.write(create(LeaseRequestSchema, { kind }));
+    if (this.done) return;
+    this.stream.write(create(LeaseRequestSchema, { kind }));
+    if (kind?.case === "ack" || kind?.case === "retry" || kind?.case === "drop") this.settles++;
   }
 
   private flushAcks(): void {
     if (this.acks.length === 0) return;
     const leaseTokens = this.acks;
     this.acks = [];
-    if (!this.done) this.stream.write(create(LeaseRequestSchema, { kind: { case: "ackBatch", value: { leaseTokens } } }));
+    if (this.done) return;
+    this.stream.write(create(LeaseRequestSchema, { kind: { case: "ackBatch", value: { leaseTokens } } }));
+    this.settles += leaseTokens.length;
   }
 
   /** Calls `fn` with every settle result (failures and extends). */

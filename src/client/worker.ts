@@ -2,7 +2,9 @@
  * runWorker: leases from one queue and runs a handler per item, up to
  * `concurrency` at once. Success acks (with the handler's reply, if any); a
  * throw retries, with the error's message as the reason. A lost stream is
- * reopened with backoff until `stop()`.
+ * reopened with backoff until `stop()`; handlers still running from the lost
+ * stream count against `concurrency` (the new stream opens with the credit
+ * they leave, raised as they finish).
  *
  * A handler still running extends its lease every third of the queue's
  * min_idle (the stream's open answer carries it), so the watchdog never hands
@@ -25,7 +27,12 @@ export interface HandlerContext {
   readonly deliveryCount: number;
   /** Why the previous delivery failed (a Retry's reason, or the watchdog's); empty on a first delivery. */
   readonly lastError: string;
-  /** Fires when the server drains the stream (it is shutting down) or the stream is lost: finish up or give up. */
+  /**
+   * Fires when the server drains the stream (it is shutting down), the stream is lost, or an extend
+   * is refused because the lease is no longer held (its reason is then a {@link SettleError} with
+   * `result.reason` LEASE_SUPERSEDED, say): finish up or give up. After a refused extend nothing is
+   * settled for this delivery, whatever the handler returns: the item may be someone else's now.
+   */
   readonly signal: AbortSignal;
   /** Extends the lease now; resolves to when the watchdog may next recover the item, rejects when the server refused. */
   extend(): Promise<Date>;
@@ -43,15 +50,22 @@ export interface WorkerOptions {
   handler: (delivery: Delivery, context: HandlerContext) => Promise<HandlerResult> | HandlerResult;
   /** Told about handler failures, refused extends and lost streams. */
   onError?: (err: unknown, delivery?: Delivery) => void;
-  /** The clock the lease extensions run on (tests pass the server's ManualClock). */
+  /** The clock the lease extensions and stop()'s grace run on (tests pass a ManualClock). */
   clock?: Clock;
+  /** How long stop() waits for running handlers after firing their signals (default 30 s, as the server's shutdown grace). */
+  stopGraceMs?: number;
 }
 
 /** A running worker. */
 export interface Worker {
-  /** Stops leasing, waits for running handlers, then closes the stream. */
-  stop(): Promise<void>;
-  /** Items handled so far (acked or retried). */
+  /**
+   * Stops leasing, fires every running handler's signal, waits for them up to
+   * `stopGraceMs`, then closes the stream; resolves to the deliveries whose
+   * handlers had not finished (whatever such a handler returns later is not
+   * settled; a reliable queue got their items back when the stream closed).
+   */
+  stop(): Promise<Delivery[]>;
+  /** Settles (acks and retries) sent so far; a result that found its stream ended is not counted. */
   readonly processed: number;
 }
 
@@ -75,6 +89,8 @@ class Stream {
   readonly abort = new AbortController();
   /** min_idle of the queue (0: none, no extensions needed). */
   minIdleMs = 0;
+  /** The credit this stream was last given. */
+  credit = 0;
   private readonly extends = new Map<string, ((r: SettleResult | undefined) => void)[]>();
 
   constructor(readonly session: LeaseSession) {
@@ -107,16 +123,44 @@ class Stream {
   }
 }
 
-function contextOf(s: Stream, d: Delivery): HandlerContext {
+/** Refusals that say the item is no longer this worker's: it was recovered (and may be someone else's now) or settled. */
+const LOST_LEASE = new Set(["LEASE_SUPERSEDED", "LEASE_NOT_HELD", "LEASE_UNKNOWN"]);
+
+/** One handler's delivery as the worker tracks it. */
+interface Job {
+  readonly s: Stream;
+  readonly d: Delivery;
+  /** Fires the handler's signal on its own (a lost lease); the stream's signal fires it too. */
+  readonly abort: AbortController;
+  /** Nothing is settled for this delivery: an extend was refused as the lease no longer held, or stop() gave up on it. */
+  lost: boolean;
+  done: boolean;
+  timer?: { cancel(): void };
+}
+
+/** A handler's context; `onLost` is told when an extend finds the lease no longer held. */
+function contextOf(job: Job, onLost: () => void): HandlerContext {
+  const { s, d } = job;
+  let signal: AbortSignal | undefined;
   return {
     attempt: d.deliveryCount,
     deliveryCount: d.deliveryCount,
     lastError: d.lastError,
-    signal: s.abort.signal,
+    get signal() {
+      return (signal ??= AbortSignal.any([s.abort.signal, job.abort.signal]));
+    },
     async extend() {
       const r = await s.extend(d.leaseToken);
       if (!r) throw new Error("the lease stream ended: the item went back to the queue");
-      if (r.code !== 0) throw new SettleError(r);
+      if (r.code !== 0) {
+        const err = new SettleError(r);
+        if (LOST_LEASE.has(r.reason)) {
+          job.lost = true;
+          job.abort.abort(err);
+          onLost();
+        }
+        throw err;
+      }
       return new Date(r.expireTime ? timestampMs(r.expireTime) : 0);
     },
   };
@@ -128,70 +172,100 @@ export function runWorker(options: WorkerOptions): Worker {
   const client = typeof options.client === "string" ? new SwitchyardClient(options.client) : options.client;
   const clock = options.clock ?? systemClock;
   let stopping = false;
-  let session: LeaseSession | undefined;
-  let processed = 0;
-  const running = new Set<Promise<void>>();
+  /** The newest stream (it may have ended since). */
+  let current: Stream | undefined;
+  /** Wakes the loop waiting for a handler to finish (or for stop()). */
+  let wake: (() => void) | undefined;
+  /** Settles sent on streams that have ended (the current one counts its own). */
+  let processedBefore = 0;
+  const stopGraceMs = options.stopGraceMs ?? 30_000;
+  /** Handlers running, each with the promise that settles when it has finished and been settled. */
+  const running = new Map<Job, Promise<void>>();
 
-  const settle = (s: LeaseSession, d: Delivery, result: HandlerResult) => {
-    s.ack(d.leaseToken, result ? result.reply : undefined);
-    processed++;
+  const settle = (job: Job, result: HandlerResult) => {
+    if (job.lost) return;
+    job.s.session.ack(job.d.leaseToken, result ? result.reply : undefined);
   };
-  const fail = (s: LeaseSession, d: Delivery, err: unknown) => {
-    options.onError?.(err, d);
-    s.retry(d.leaseToken, { reason: reasonOf(err) });
-    processed++;
+  const fail = (job: Job, err: unknown) => {
+    options.onError?.(err, job.d);
+    if (job.lost) return;
+    job.s.session.retry(job.d.leaseToken, { reason: reasonOf(err) });
   };
 
   /**
-   * Extends `d`'s lease every third of min_idle until `done` is set; each
+   * Extends the job's lease every third of min_idle until it is done; each
    * extension waits for the server's answer (a ManualClock's advance waits for
-   * it too). A refused extension ends them: the item is no longer this worker's.
+   * it too). A refused extension ends them: the item is no longer this worker's
+   * (a lost lease also fires the handler's signal, see contextOf).
    */
-  const keepExtending = (s: Stream, d: Delivery, context: HandlerContext, state: { done: boolean; timer?: { cancel(): void } }) => {
+  const keepExtending = (job: Job, context: HandlerContext) => {
+    const s = job.s;
     if (s.minIdleMs <= 0) return;
     const arm = () => {
-      state.timer = clock.setTimer(Math.floor(s.minIdleMs / 3), async () => {
-        if (state.done || s.session.closed) return;
+      job.timer = clock.setTimer(Math.floor(s.minIdleMs / 3), async () => {
+        if (job.done || s.session.closed) return;
         try {
           await context.extend();
-          if (!state.done) arm();
+          if (!job.done) arm();
         } catch (err) {
-          if (!state.done && !s.session.closed) options.onError?.(err, d);
+          if (!job.done && !s.session.closed) options.onError?.(err, job.d);
         }
       });
     };
     arm();
   };
 
+  /**
+   * Gives the current stream the credit the handlers it does not hold leave:
+   * those still running from a lost stream, or whose lease was lost, count
+   * against `concurrency` until they finish (the server freed their credit).
+   */
+  const refreshCredit = () => {
+    const s = current;
+    if (!s || stopping || s.session.closed) return;
+    let elsewhere = 0;
+    for (const job of running.keys()) if (job.s !== s || job.lost) elsewhere++;
+    const credit = Math.max(0, options.concurrency - elsewhere);
+    if (credit !== s.credit) s.session.setCredit((s.credit = credit));
+  };
+
   // A handler that returns at once is settled at once: no promise or timer per item.
   const handle = (s: Stream, d: Delivery) => {
-    const context = contextOf(s, d);
+    const job: Job = { s, d, abort: new AbortController(), lost: false, done: false };
+    const context = contextOf(job, refreshCredit);
     let result: Promise<HandlerResult> | HandlerResult;
     try {
       result = options.handler(d, context);
     } catch (err) {
-      fail(s.session, d, err);
+      fail(job, err);
       return;
     }
     if (!isThenable(result)) {
-      settle(s.session, d, result);
+      settle(job, result);
       return;
     }
-    const state: { done: boolean; timer?: { cancel(): void } } = { done: false };
-    keepExtending(s, d, context, state);
+    keepExtending(job, context);
     const p = Promise.resolve(result)
-      .then((r) => settle(s.session, d, r), (err: unknown) => fail(s.session, d, err))
+      .then((r) => settle(job, r), (err: unknown) => fail(job, err))
       .finally(() => {
-        state.done = true;
-        state.timer?.cancel();
-        running.delete(p);
+        job.done = true;
+        job.timer?.cancel();
+        running.delete(job);
+        if (job.s !== current || job.lost) refreshCredit();
+        wake?.();
       });
-    running.add(p);
+    running.set(job, p);
   };
 
   const loop = async () => {
     for (let attempt = 0; !stopping; ) {
-      const s = new Stream((session = client.lease(options.queue, options.concurrency, { group: options.group })));
+      // Handlers still running from a lost stream take their share of the concurrency: wait until one is free.
+      while (running.size >= options.concurrency && !stopping) await new Promise<void>((ok) => (wake = ok));
+      wake = undefined;
+      if (stopping) break;
+      const credit = options.concurrency - running.size;
+      const s = (current = new Stream(client.lease(options.queue, credit, { group: options.group })));
+      s.credit = credit;
       try {
         const opened = await s.session.opened;
         s.minIdleMs = opened.minIdle ? durationMs(opened.minIdle) : 0;
@@ -204,6 +278,9 @@ export function runWorker(options: WorkerOptions): Worker {
       } catch (err) {
         if (!stopping) options.onError?.(err);
       }
+      await s.session.ended;
+      processedBefore += s.session.settlesSent;
+      current = undefined;
       if (!stopping) await sleep(Math.min(100 * 2 ** attempt++, 5000));
     }
   };
@@ -211,17 +288,26 @@ export function runWorker(options: WorkerOptions): Worker {
 
   return {
     get processed() {
-      return processed;
+      return processedBefore + (current?.session.settlesSent ?? 0);
     },
     async stop() {
       stopping = true;
-      session?.setCredit(0);
-      await Promise.all(running);
+      wake?.();
+      current?.session.setCredit(0);
+      const stopped = new Error("the worker is stopping");
+      for (const job of running.keys()) job.abort.abort(stopped);
+      let grace: { cancel(): void } | undefined;
+      await Promise.race([Promise.all(running.values()), new Promise<void>((ok) => (grace = clock.setTimer(stopGraceMs, () => ok())))]);
+      grace?.cancel();
+      const unfinished = [...running.keys()].map((job) => job.d);
+      // Their results are not settled: the stream closes now, and its items go back to the queue.
+      for (const job of running.keys()) job.lost = true;
       // Let the settles written above reach the server before the stream ends.
       await new Promise((r) => setImmediate(r));
-      await session?.close();
+      await current?.session.close();
       await done;
       if (ownClient) client.close();
+      return unfinished;
     },
   };
 }

@@ -4,8 +4,9 @@ import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import { QueueMode } from "../../src/gen/switchyard/v1/queue_pb.js";
-import { runWorker, type HandlerContext } from "../../src/client/worker.js";
-import type { ManualClock } from "../../src/clock.js";
+import { runWorker, SettleError, type HandlerContext } from "../../src/client/worker.js";
+import { ManualClock } from "../../src/clock.js";
+import type { LeaseStream } from "../../src/queue/lease-stream.js";
 import { SwitchyardClient } from "../../src/client/client.js";
 import { startProxy } from "../helpers/proxy.js";
 import { startRedis, type TestRedis } from "../helpers/redis.js";
@@ -191,6 +192,81 @@ describe("long handlers (issue 14)", () => {
     c.client.close();
     expect(await redis.plain.llen(`${Q}.processing`)).toBe(0);
   });
+  it("fires the handler's signal when an extend is refused as superseded, and acks nothing for it", async () => {
+    const Q = "{long-superseded}";
+    const serverClock = a.clock as ManualClock;
+    // The worker's clock stands still while the server's passes min_idle: its extends come too late.
+    const workerClock = new ManualClock(serverClock.now());
+    await declareLong(Q);
+    await a.client.enqueue(Q, ["render"]);
+    const contexts: HandlerContext[] = [];
+    const errors: unknown[] = [];
+    const worker = runWorker({
+      client: a.client,
+      queue: Q,
+      concurrency: 1,
+      clock: workerClock,
+      onError: (err) => errors.push(err),
+      handler: (_d, ctx) => {
+        contexts.push(ctx);
+        // The first delivery works on until told to stop, then reports success: that must not be acked.
+        return ctx.attempt === 1 ? new Promise<void>((ok) => ctx.signal.addEventListener("abort", () => ok())) : undefined;
+      },
+    });
+    await expect.poll(() => contexts.length).toBe(1);
+    for (let s = 0; s <= MIN_IDLE_MS / 1000; s++) await serverClock.advance(1000);
+    // The watchdog took the item back; the worker's next automatic extend is refused.
+    await workerClock.advance(MIN_IDLE_MS / 3);
+    await expect.poll(() => contexts[0].signal.aborted).toBe(true);
+    const reason = contexts[0].signal.reason as unknown;
+    expect(reason).toBeInstanceOf(SettleError);
+    expect((reason as SettleError).result.reason).toBe("LEASE_SUPERSEDED");
+    await expect(contexts[0].extend()).rejects.toMatchObject({ result: { reason: "LEASE_SUPERSEDED" } });
+    // The item is delivered again (to this worker) and acked once; the first delivery counts for nothing.
+    await expect.poll(() => contexts.map((c) => c.attempt)).toEqual([1, 2]);
+    await expect.poll(() => worker.processed).toBe(1);
+    await worker.stop();
+    expect(worker.processed).toBe(1);
+    expect(errors).toContainEqual(reason);
+    expect(await a.client.getQueueStats(Q)).toMatchObject({ ready: 0n, processing: 0n, deadLetter: 0n, completedTotal: 1n });
+  });
+
+  it("stop() fires every running handler's signal, waits up to stopGraceMs, then closes: what did not finish goes back", async () => {
+    const Q = "{stop-grace}";
+    const clock = new ManualClock();
+    await a.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
+    const [polite, stubborn] = await a.client.enqueue(Q, ["polite", "stubborn"]);
+    const signals = new Map<string, AbortSignal>();
+    const worker = runWorker({
+      client: a.client,
+      queue: Q,
+      concurrency: 2,
+      clock,
+      stopGraceMs: 5000,
+      handler: (d, ctx) => {
+        signals.set(d.id, ctx.signal);
+        // One finishes when told to; the other never does.
+        return new Promise<void>((ok) => d.id === polite && ctx.signal.addEventListener("abort", () => ok()));
+      },
+    });
+    await expect.poll(() => signals.size).toBe(2);
+    let stoppedWith: string[] | undefined;
+    const stopped = worker.stop().then((left) => (stoppedWith = left.map((d) => d.id)));
+    expect([signals.get(polite)?.aborted, signals.get(stubborn)?.aborted]).toEqual([true, true]);
+    expect(String(signals.get(stubborn)?.reason)).toContain("stopping");
+    // The polite handler's ack goes out; stop() waits for the other until the grace passes on the worker's clock.
+    await expect.poll(async () => (await a.client.getQueueStats(Q)).completedTotal).toBe(1n);
+    expect(stoppedWith).toBeUndefined();
+    await clock.advance(4999);
+    expect(stoppedWith).toBeUndefined();
+    await clock.advance(1);
+    await stopped;
+    expect(stoppedWith).toEqual([stubborn]);
+    expect(worker.processed).toBe(1);
+    // The closed stream's unsettled item went back to the queue.
+    await expect.poll(async () => (await a.client.getQueueStats(Q)).ready).toBe(1n);
+    expect(await a.client.getQueueStats(Q)).toMatchObject({ ready: 1n, processing: 0n, completedTotal: 1n });
+  });
 });
 
 describe("a worker whose stream is lost", () => {
@@ -218,8 +294,46 @@ describe("a worker whose stream is lost", () => {
       await expect.poll(() => String(reason)).toContain("the lease stream ended");
       // The server returned the item when the stream ended; the worker's new stream gets it.
       await expect.poll(() => seen, { timeout: 10_000 }).toEqual([[1, id], [2, id]]);
-      await expect.poll(() => worker.processed).toBeGreaterThanOrEqual(2);
+      // Only the second delivery was settled: the first one's retry had no stream to go on.
+      await expect.poll(async () => (await a.client.getQueueStats(Q)).completedTotal).toBe(1n);
+      expect(worker.processed).toBe(1);
     } finally {
+      await worker.stop();
+      client.close();
+      await proxy.close();
+    }
+    expect(await a.client.getQueueStats(Q)).toMatchObject({ ready: 0n, processing: 0n });
+  });
+
+  it("opens the new stream with credit for the handlers still running from the old one, and raises it as they finish", async () => {
+    const Q = "{lost-credit}";
+    await a.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
+    await a.client.enqueue(Q, ["render"]);
+    const proxy = await startProxy(a.address);
+    const client = new SwitchyardClient(proxy.address);
+    const finish: (() => void)[] = [];
+    // The server's credit for this queue's streams (a lost stream's ends with it).
+    const credits = () => [...(a.app.queues["streams"] as Set<LeaseStream>)].filter((s) => s.queue === Q && !s.closed).map((s) => s.credit);
+    const worker = runWorker({
+      client,
+      queue: Q,
+      concurrency: 2,
+      // Every delivery ignores its signal and runs until the test lets it finish.
+      handler: () => new Promise<void>((ok) => finish.push(ok)),
+    });
+    try {
+      await expect.poll(() => finish.length).toBe(1);
+      expect(credits()).toEqual([2]);
+      expect(proxy.cut()).toBeGreaterThan(0);
+      // The item came back and the new stream got it again, while the first handler still runs: 2 of 2.
+      await expect.poll(() => finish.length, { timeout: 10_000 }).toBe(2);
+      expect(credits()).toEqual([1]);
+      finish[0]();
+      await expect.poll(credits).toEqual([2]);
+      finish[1]();
+      await expect.poll(async () => (await a.client.getQueueStats(Q)).completedTotal).toBe(1n);
+    } finally {
+      for (const ok of finish) ok();
       await worker.stop();
       client.close();
       await proxy.close();
