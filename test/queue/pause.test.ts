@@ -6,7 +6,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { QueueMode } from "../../src/gen/switchyard/v1/queue_pb.js";
 import type { LeaseSession } from "../../src/client/client.js";
-import { startRedis, type TestRedis } from "../helpers/redis.js";
+import { onCluster, startRedis, type TestRedis } from "../helpers/redis.js";
 import { startSwitchyard, type TestSwitchyard } from "../helpers/switchyard.js";
 
 let redis: TestRedis;
@@ -79,7 +79,11 @@ describe("PauseQueue across three instances", () => {
   });
 });
 
-describe("PauseQueue while an instance's pub/sub connection is being made again", () => {
+// Standalone only: on a cluster, ioredis's ClusterSubscriber makes its lost connection again on
+// another node and subscribes it itself, telling the instance nothing, so there is no moment to
+// read the declarations afresh (a pause published in that gap is learnt when the command
+// connection reconnects; see the closing note of issue 14).
+describe.skipIf(onCluster)("PauseQueue while an instance's pub/sub connection is being made again", () => {
   it("reaches that instance too: it reads the declarations afresh once it listens again", async () => {
     const Q = "{paused-missed}";
     const [a, b] = instances;
