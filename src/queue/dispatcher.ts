@@ -3,17 +3,21 @@
  *
  * One pump per queue: while the streams have open credit (and the queue is not
  * paused), it takes up to that many items in one call (lease.lua for reliable
- * queues, pop.lua for simple ones) and shares them out. When the queue is empty
+ * queues, pop.lua for simple ones) and shares them out. Up to
+ * LEASE_CALLS_IN_FLIGHT calls run at once, each for credit the calls before it
+ * have not asked for: credit freed by an ack is asked for at once, not a round
+ * trip later, once the call in flight has answered. When the queue is empty
  * it waits on one blocking connection with `BLMOVE queue queue RIGHT RIGHT`: a
  * move onto the same end of the same list, which changes nothing and returns as
  * soon as the list has an item. Waking up moves nothing, so a wake-up lost to a
  * closed connection or an instance crash loses no item.
  *
  * Invariants: the pump never asks for more items than the streams' open credit
- * (nothing popped that no worker can take); an item taken for a stream that
+ * less what the calls in flight asked for (nothing popped that no worker can take); an item taken for a stream that
  * cannot take it goes back to the front of the queue, uncounted. A lease call
  * whose answer is lost (a cut connection, a timeout) may still have run: before
- * its next lease the pump gives back, uncounted, every delivery of this instance
+ * its next lease the pump waits until no call is in flight (their answers give
+ * their items holders) and gives back, uncounted, every delivery of this instance
  * that no stream holds (`reconcile`), so none stays in processing without a holder.
  */
 import type { Clock } from "../clock.js";
@@ -24,6 +28,9 @@ import { keysOf, type QueueConfig } from "./declaration.js";
 import { decodeItem, type StoredItem } from "./envelope.js";
 import type { Delivery, LeaseStream } from "./lease-stream.js";
 import { deliveryField, tokenFormatter, type LeaseRef } from "./token.js";
+
+/** Most lease calls one pump has in flight (on the one command connection, so Redis runs and answers them in order). */
+export const LEASE_CALLS_IN_FLIGHT = 4;
 
 /** Tuning for dispatchers. */
 export interface DispatchOptions {
@@ -65,6 +72,22 @@ export class QueueDispatcher {
   private closed = false;
   /** A lease call failed with its outcome unknown: reconcile before the next. */
   private unsure = false;
+  /** Lease calls sent and not answered yet, and the credit they asked for. */
+  private inFlight = 0;
+  private asked = 0;
+  /** The last answer had fewer items than asked for: the queue was empty after them. */
+  private emptied = false;
+  /**
+   * Items no stream took, in queue order, with the items of every answer after them
+   * (taken behind them): given back together once no call is in flight, so the queue
+   * gets them back in their order.
+   */
+  private refused: Taken[] = [];
+  /** The first failure of a lease call since the pump last looked, and failures in a row. */
+  private failed?: unknown;
+  private failures = 0;
+  /** Wakes the pump waiting for an answer or for credit. */
+  private poke?: () => void;
   private blocker?: RedisClient;
   /** The pending blocking wake-up, if any. */
   private blocking?: Promise<void>;
@@ -94,9 +117,17 @@ export class QueueDispatcher {
     if (i >= 0) this.streams.splice(i, 1);
   }
 
-  /** Starts the pump if it is idle; call whenever credit opens or the queue resumes. */
+  /** Starts the pump if it is idle, or wakes it; call whenever credit opens or the queue resumes. */
   kick(): void {
-    if (!this.pumping && !this.closed) void this.pump();
+    if (this.closed) return;
+    if (!this.pumping) void this.pump();
+    else this.wakePump();
+  }
+
+  private wakePump(): void {
+    const poke = this.poke;
+    this.poke = undefined;
+    poke?.();
   }
 
   /** Ends a wait for items at once (the queue was paused or changed). */
@@ -108,6 +139,7 @@ export class QueueDispatcher {
   close(): void {
     this.closed = true;
     this.wake?.();
+    this.wakePump();
     this.blocker?.disconnect();
     this.blocker = undefined;
   }
@@ -128,27 +160,42 @@ export class QueueDispatcher {
   private async pump(): Promise<void> {
     this.pumping = true;
     try {
-      let failures = 0;
       while (!this.closed) {
         try {
-          if (this.unsure) {
-            await this.host.reconcile(this.config);
+          if (this.failed !== undefined || this.unsure) {
+            // Reconcile sees only deliveries no call in flight will still hand to a stream.
+            if (this.inFlight > 0) {
+              await this.answer();
+              continue;
+            }
+            const err = this.failed;
+            this.failed = undefined;
+            if (err !== undefined) throw err;
             this.unsure = false;
+            await this.host.reconcile(this.config).catch((e: unknown) => {
+              this.unsure = true;
+              throw e;
+            });
           }
           if (this.config.paused) break;
-          const want = Math.min(this.freeCredit(), this.host.options.leaseBatch);
-          if (want <= 0) break;
-          const taken = await this.take(want);
-          failures = 0;
-          if (taken.length > 0) this.distribute(taken);
-          // Fewer than asked for: the queue was empty after them, so wait rather than ask again
-          // (at a trickle that saves a lease call per item; an item pushed meanwhile still wakes it).
-          if (taken.length < want) await this.waitForItems();
+          const want = Math.min(this.freeCredit() - this.asked, this.host.options.leaseBatch);
+          if (want > 0 && !this.emptied && this.refused.length === 0 && this.inFlight < LEASE_CALLS_IN_FLIGHT) {
+            this.lease(want);
+            continue;
+          }
+          if (this.inFlight > 0) await this.answer();
+          else if (want <= 0) break;
+          else {
+            // Fewer than asked for: the queue was empty after them, so wait rather than ask again
+            // (at a trickle that saves a lease call per item; an item pushed meanwhile still wakes it).
+            this.emptied = false;
+            await this.waitForItems();
+          }
         } catch (err) {
           if (this.closed) break;
-          failures++;
+          this.failures++;
           this.host.log.warn("lease pump failed; retrying", { queue: this.config.name, err });
-          await new Promise((r) => setTimeout(r, Math.min(50 * 2 ** failures, 1000)));
+          await new Promise((r) => setTimeout(r, Math.min(50 * 2 ** this.failures, 1000)));
         }
       }
     } finally {
@@ -156,17 +203,46 @@ export class QueueDispatcher {
     }
   }
 
+  /** Sends one lease call for `want` items; its answer shares them out and wakes the pump. */
+  private lease(want: number): void {
+    this.inFlight++;
+    this.asked += want;
+    void this.take(want)
+      .then((taken) => {
+        this.failures = 0;
+        this.emptied = taken.length < want;
+        if (this.refused.length > 0) this.refused.push(...taken);
+        else if (taken.length > 0) this.distribute(taken);
+      })
+      .catch((err: unknown) => {
+        // Its outcome is unknown: a failure may have leased items for nobody.
+        if (this.config.mode === "reliable") this.unsure = true;
+        this.failed ??= err;
+      })
+      .finally(() => {
+        this.inFlight--;
+        this.asked -= want;
+        if (this.inFlight === 0 && this.refused.length > 0) {
+          this.giveBack(this.refused);
+          this.refused = [];
+        }
+        this.kick();
+      });
+  }
+
+  /** Waits until a lease call answers or credit opens. */
+  private answer(): Promise<void> {
+    return new Promise((resolve) => (this.poke = resolve));
+  }
+
   protected async take(max: number): Promise<Taken[]> {
     const { config, host } = this;
     const keys = keysOf(config);
     const { name } = config;
     if (config.mode === "reliable") {
-      // Until its answer arrives the call's outcome is unknown: a failure may have leased items for nobody.
-      this.unsure = true;
       const items = await leaseItems(host.redis.client, keys, {
         now: host.clock.now(), max, recoveryTtlMs: config.recoveryTtlMs, owner: host.owner,
       });
-      this.unsure = false;
       return items.map((it) => ({ ref: { queue: name, fence: it.fence, owner: host.owner }, value: it.value }));
     }
     const { first, values } = await popItems(host.redis.client, keys, max);
@@ -258,7 +334,7 @@ export class QueueDispatcher {
     }
     this.next = n === 0 ? 0 : (this.next + 1) % n;
     refused.push(...taken.slice(i));
-    if (refused.length > 0) this.giveBack(refused);
+    this.refused.push(...refused);
   }
 
   /** An item that can never be delivered: to the dead letters with `reason` (a simple queue has none: it is dropped). */

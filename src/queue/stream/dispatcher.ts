@@ -24,6 +24,8 @@ import { entryItem } from "./entries.js";
 
 export class StreamDispatcher extends QueueDispatcher {
   private cursor = "0-0";
+  /** Counts rescans: a lease call sent before the last one leaves the cursor at its start. */
+  private rescans = 0;
   private wakeId = "$";
   private readonly streamToken: ReturnType<typeof streamTokenFormatter>;
 
@@ -40,6 +42,7 @@ export class StreamDispatcher extends QueueDispatcher {
 
   protected override async take(max: number): Promise<Taken[]> {
     const { config, host, group } = this;
+    const rescans = this.rescans;
     let lease;
     try {
       lease = await leaseStreamEntries(host.redis.client, keysOf(config), {
@@ -50,7 +53,7 @@ export class StreamDispatcher extends QueueDispatcher {
       if (err instanceof Error && err.message.includes("NOGROUP")) await restoreGroups(host.redis.client, config.name, config.groups);
       throw err;
     }
-    this.cursor = lease.cursor;
+    if (rescans === this.rescans) this.cursor = lease.cursor;
     if (lease.wakeId) this.wakeId = lease.wakeId;
     if (lease.deadLettered > 0) this.onDeadLettered(lease.deadLettered);
     return lease.entries.map((e, i) => ({
@@ -71,6 +74,7 @@ export class StreamDispatcher extends QueueDispatcher {
    */
   rescan(): void {
     this.cursor = "0-0";
+    this.rescans++;
     this.pushed();
   }
 

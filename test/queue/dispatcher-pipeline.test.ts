@@ -1,0 +1,90 @@
+/**
+ * Credit freed while a lease call waits for its answer is asked for at once:
+ * the pump sends another call for it (up to LEASE_CALLS_IN_FLIGHT), rather
+ * than a round trip later. Redis holds the calls (CLIENT PAUSE WRITE) so the
+ * test sees them all sent before any answers. Each asks only for credit the
+ * calls before it did not; and when the streams' credit shrinks meanwhile,
+ * the items no stream can take go back together, in queue order.
+ */
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { ManualClock } from "../../src/clock.js";
+import { createLogger } from "../../src/log.js";
+import { connectRedis, type RedisConnection } from "../../src/redis/connection.js";
+import { pushItems } from "../../src/redis/scripts.js";
+import { BulkStrings } from "../../src/redis/bulk-strings.js";
+import { validateQueueSpec } from "../../src/queue/declaration.js";
+import { QueueDispatcher } from "../../src/queue/dispatcher.js";
+import { LeaseStream, type Delivery } from "../../src/queue/lease-stream.js";
+import type { LeaseRef } from "../../src/queue/token.js";
+import { testDispatchHost } from "../helpers/dispatch.js";
+import { startStandaloneRedis, type StandaloneRedis } from "../helpers/redis.js";
+
+const log = createLogger("error");
+let redis: StandaloneRedis;
+let conn: RedisConnection;
+
+beforeAll(async () => {
+  redis = await startStandaloneRedis();
+  conn = await connectRedis(redis.target, log);
+});
+afterAll(async () => {
+  await conn.close();
+  await redis.stop();
+});
+
+/** The command connection as Redis lists it: `b` in flags while paused, qbuf = bytes of the calls queued behind. */
+async function commandClient(id: number): Promise<{ blocked: boolean; qbuf: number }> {
+  const line = (await redis.plain.client("LIST", "ID", id)) as string;
+  return { blocked: /flags=\S*b/.test(line), qbuf: Number(line.match(/qbuf=(\d+)/)?.[1]) };
+}
+
+describe("a pump with credit freed while its lease call is in flight", () => {
+  for (const shrink of [false, true]) {
+    it(shrink ? "gives back what the shrunk credit cannot take, in queue order" : "sends a call per freed unit at once", async () => {
+      const clock = new ManualClock();
+      const config = validateQueueSpec({ name: `{pipeline-${shrink}}`, mode: "reliable" }, clock.now());
+      const givenBack: number[][] = [];
+      const host = { ...testDispatchHost(conn, clock, log), giveBack: (_: unknown, refs: LeaseRef[]) => void givenBack.push(refs.map((r) => r.fence)) };
+      const dispatcher = new QueueDispatcher(config, host);
+      const batches: Delivery[][] = [];
+      const sink = { deliver: (b: Delivery[]) => batches.push(b) > 0, heartbeat() {}, fail() {}, drain() {}, end() {} };
+      const stream = new LeaseStream(config, 3, sink, clock.now());
+      await pushItems(conn.client, config.name, 0, [BulkStrings.of(["1", "2", "3", "4", "5", "6", "7"].map((p) => Buffer.from(p)))]);
+      dispatcher.add(stream);
+      await expect.poll(() => batches.length).toBe(1);
+      const id = Number(await conn.client.client("ID"));
+
+      await redis.plain.client("PAUSE", 60_000, "WRITE");
+      try {
+        const free = (i: number) => {
+          stream.held.delete(batches[0][i].token);
+          dispatcher.kick();
+        };
+        free(0);
+        await expect.poll(async () => (await commandClient(id)).blocked).toBe(true);
+        free(1);
+        await expect.poll(async () => (await commandClient(id)).qbuf).toBeGreaterThan(0);
+        const oneCall = (await commandClient(id)).qbuf;
+        free(2);
+        // Three calls of one item each sent: one held by the pause, two queued behind it.
+        await expect.poll(async () => (await commandClient(id)).qbuf).toBe(2 * oneCall);
+        if (shrink) stream.credit = 1;
+      } finally {
+        await redis.plain.client("UNPAUSE");
+      }
+
+      const payloads = (b: Delivery[]) => b.map((d) => Buffer.from(d.item.payload).toString());
+      if (!shrink) {
+        await expect.poll(() => batches.length).toBe(4);
+        expect(batches.map(payloads)).toEqual([["1", "2", "3"], ["4"], ["5"], ["6"]]);
+      } else {
+        await expect.poll(() => givenBack.length).toBe(1);
+        expect(batches.map(payloads)).toEqual([["1", "2", "3"], ["4"]]);
+        // Items 5 and 6 (fences 5, 6) back in one call, pushed last first so 5 is at the front again.
+        expect(givenBack).toEqual([[6, 5]]);
+      }
+      expect(await redis.plain.llen(config.name)).toBe(1);
+      dispatcher.close();
+    });
+  }
+});
