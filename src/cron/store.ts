@@ -152,10 +152,15 @@ export class JobStore {
     });
   }
 
-  /** Sets a job's status, from any status (SPEC C2); the one it has already is a no-op. */
-  async setStatus(id: string, status: JobStatusCode, actor: string): Promise<JobRecord> {
+  /**
+   * Sets a job's status, from any status (SPEC C2); the one it has already is a
+   * no-op. Nothing is saved when `allowed` throws for a job about to run (the
+   * caller may not make it fire at its target).
+   */
+  async setStatus(id: string, status: JobStatusCode, actor: string, allowed?: (job: JobFields) => void): Promise<JobRecord> {
     return this.mutate(id, (job) => {
       if (job.status === status) return undefined;
+      if (status === RUNNING) allowed?.(job);
       const now = this.clock.now();
       return { ...job, status, updateTimeMs: now, updateActor: actor, activeSinceMs: status === RUNNING ? now : job.activeSinceMs };
     });

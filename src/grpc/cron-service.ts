@@ -44,7 +44,7 @@ import { jobTargetNeeds } from "./access.js";
 /** Who made a change: the caller's token name, certificate subject, or "anonymous". */
 const actor = (call: grpc.ServerUnaryCall<unknown, unknown>) => callerOf(call.metadata).name;
 
-/** Refuses a job whose queue target the caller may not enqueue onto (the access table cannot see a stored target). */
+/** Refuses a job whose queue target the caller may not enqueue onto (the access table cannot see a stored target); checked wherever a call makes a job fire: create, update, run once, resume or publish. */
 const mayTarget = (call: grpc.ServerUnaryCall<unknown, unknown>, method: string) => (job: { target: string }) => {
   const err = refusal(method, callerOf(call.metadata), jobTargetNeeds(job.target));
   if (err) throw err;
@@ -100,10 +100,12 @@ export function cronServiceHandlers({ store, logs, scheduler, clock }: CronParts
       create(PauseJobResponseSchema, { job: await show(await store.setStatus(req.id, PAUSED, actor(call))) }),
     ),
     resumeJob: unary(log, "ResumeJob", async (req: { id: string }, call) =>
-      create(ResumeJobResponseSchema, { job: await show(await store.setStatus(req.id, RUNNING, actor(call))) }),
+      create(ResumeJobResponseSchema, { job: await show(await store.setStatus(req.id, RUNNING, actor(call), mayTarget(call, "ResumeJob"))) }),
     ),
     setJobStatus: unary(log, "SetJobStatus", async (req: SetJobStatusRequest, call) =>
-      create(SetJobStatusResponseSchema, { job: await show(await store.setStatus(req.id, statusCode(req.status), actor(call))) }),
+      create(SetJobStatusResponseSchema, {
+        job: await show(await store.setStatus(req.id, statusCode(req.status), actor(call), mayTarget(call, "SetJobStatus"))),
+      }),
     ),
     runOnce: unary(log, "RunOnce", async (req: { id: string }, call) =>
       create(RunOnceResponseSchema, { runId: await scheduler.runOnce(req.id, mayTarget(call, "RunOnce")) }),

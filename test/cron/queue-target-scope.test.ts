@@ -1,7 +1,7 @@
 /**
  * Issue 12, defect 2: a job whose target is `queue:X` enqueues onto X when it
- * runs, so CreateJob, UpdateJob and RunOnce of such a job need queue:enqueue
- * on X besides their sys:job scope; a caller refused Enqueue on {payments}
+ * runs, so CreateJob, UpdateJob, RunOnce, ResumeJob and SetJobStatus(RUNNING)
+ * of such a job need queue:enqueue on X besides their sys:job scope; a caller refused Enqueue on {payments}
  * cannot enqueue there through a job. Real gRPC, real Redis, real tokens.
  */
 import { randomBytes } from "node:crypto";
@@ -9,6 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { tokenHash } from "../../src/auth/authenticator.js";
 import { SwitchyardClient } from "../../src/client/client.js";
 import { QueueMode } from "../../src/gen/switchyard/v1/queue_pb.js";
+import { JobStatus } from "../../src/gen/switchyard/v1/cron_pb.js";
 import { Code, statusOf } from "../helpers/grpc-status.js";
 import { startRedis, type TestRedis } from "../helpers/redis.js";
 import { startSwitchyard, type TestSwitchyard } from "../helpers/switchyard.js";
@@ -87,5 +88,20 @@ describe("a queue target needs queue:enqueue on its queue", () => {
     // The holder of the scope runs it: the item arrives, so the refused call would have been seen by now.
     await as("payer").runOnce(pay.id);
     await expect.poll(ready).toBe(before + 1);
+  });
+
+  it("ResumeJob or SetJobStatus(RUNNING) of a job that targets {payments} is PERMISSION_DENIED and leaves it as it was", async () => {
+    const pay = await as("payer").createJob({ name: "payday", target: `queue:${PAYMENTS}`, schedule: "0 0 3 * * *" });
+    for (const publish of [() => as("scheduler").resumeJob(pay.id), () => as("scheduler").setJobStatus(pay.id, JobStatus.RUNNING)]) {
+      const r = await statusOf(publish());
+      expect(r.code, r.details).toBe(Code.PERMISSION_DENIED);
+      expect(r.details).toContain(`queue:enqueue:${PAYMENTS}`);
+      expect((await as("admin").getJob(pay.id)).status).toBe(JobStatus.UNPUBLISHED);
+    }
+    // Stopping it needs no enqueue scope; running it again does.
+    await as("payer").resumeJob(pay.id);
+    expect((await as("scheduler").pauseJob(pay.id)).status).toBe(JobStatus.PAUSED);
+    expect((await statusOf(as("scheduler").resumeJob(pay.id))).code).toBe(Code.PERMISSION_DENIED);
+    expect((await as("payer").setJobStatus(pay.id, JobStatus.RUNNING)).status).toBe(JobStatus.RUNNING);
   });
 });
