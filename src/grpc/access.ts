@@ -203,6 +203,7 @@ export const accessRules: Readonly<Record<string, AccessRule>> = {
     scopes: ["sys:job:update"],
     audit: (r: UpdateJobRequest) => ({ target: r.job?.id ?? "", detail: r.updateMask?.paths.length ? `fields=${r.updateMask.paths.join(",")}` : "" }),
   },
+  // And, to RUNNING, enqueue on a queue target: the handler checks the stored job (jobTargetNeeds).
   [`${C}SetJobStatus`]: {
     scopes: ["sys:job:update"],
     audit: (r: SetJobStatusRequest) => ({ target: r.id, detail: `status=${JobStatus[r.status] ?? r.status}` }),
@@ -210,6 +211,7 @@ export const accessRules: Readonly<Record<string, AccessRule>> = {
   [`${C}DeleteJob`]: { scopes: ["sys:job:delete"], audit: id },
   [`${C}BatchDeleteJobs`]: { scopes: ["sys:job:delete"], audit: (r: BatchDeleteJobsRequest) => ({ target: r.ids.join(",") }) },
   [`${C}PauseJob`]: { scopes: ["sys:job:pause"], audit: id },
+  // And enqueue on a queue target: the handler checks the stored job (jobTargetNeeds).
   [`${C}ResumeJob`]: { scopes: ["sys:job:resume"], audit: id },
   // And enqueue on a queue target: the handler checks the stored job (jobTargetNeeds).
   [`${C}RunOnce`]: {
