@@ -23,7 +23,7 @@
 import type { Clock } from "../clock.js";
 import type { Logger } from "../log.js";
 import type { RedisClient, RedisConnection } from "../redis/connection.js";
-import { leaseItems, popItems } from "../redis/scripts.js";
+import { leaseItems, popItems, type LeaseAfter, type LeasedItem } from "../redis/scripts.js";
 import { keysOf, type QueueConfig } from "./declaration.js";
 import { decodeItem, type StoredItem } from "./envelope.js";
 import type { Delivery, LeaseStream } from "./lease-stream.js";
@@ -203,11 +203,30 @@ export class QueueDispatcher {
     }
   }
 
+  /**
+   * A lease to travel beside settles already going to Redis (settle-lease.lua,
+   * see Settler): when the pump would lease now, it sends `send(lease)` as one of
+   * its calls, for the credit no call has asked for, and takes its answer's
+   * items as its own lease's. False when it would not (nothing is sent): a
+   * call is in flight that must answer first, the queue was empty at the last
+   * look (a push wakes the pump), or a failure waits to be reconciled.
+   */
+  leaseBeside(send: (lease: LeaseAfter) => Promise<LeasedItem[]>): boolean {
+    if (this.closed || this.config.paused || this.config.mode !== "reliable") return false;
+    if (this.failed !== undefined || this.unsure || this.emptied || this.wake || this.refused.length > 0) return false;
+    if (this.inFlight >= LEASE_CALLS_IN_FLIGHT) return false;
+    const want = Math.min(this.freeCredit() - this.asked, this.host.options.leaseBatch);
+    if (want <= 0) return false;
+    const lease = { max: want, recoveryTtlMs: this.config.recoveryTtlMs, owner: this.host.owner };
+    this.lease(want, () => send(lease).then((items) => this.taken(items)));
+    return true;
+  }
+
   /** Sends one lease call for `want` items; its answer shares them out and wakes the pump. */
-  private lease(want: number): void {
+  private lease(want: number, call = () => this.take(want)): void {
     this.inFlight++;
     this.asked += want;
-    void this.take(want)
+    void call()
       .then((taken) => {
         this.failures = 0;
         this.emptied = taken.length < want;
@@ -240,13 +259,19 @@ export class QueueDispatcher {
     const keys = keysOf(config);
     const { name } = config;
     if (config.mode === "reliable") {
-      const items = await leaseItems(host.redis.client, keys, {
+      return this.taken(await leaseItems(host.redis.client, keys, {
         now: host.clock.now(), max, recoveryTtlMs: config.recoveryTtlMs, owner: host.owner,
-      });
-      return items.map((it) => ({ ref: { queue: name, fence: it.fence, owner: host.owner }, value: it.value }));
+      }));
     }
     const { first, values } = await popItems(host.redis.client, keys, max);
     return values.map((value, i) => ({ ref: { queue: name, fence: first + i, owner: "" }, value }));
+  }
+
+  /** A reliable queue's leased items as this instance's deliveries. */
+  private taken(items: LeasedItem[]): Taken[] {
+    const { name } = this.config;
+    const owner = this.host.owner;
+    return items.map((it) => ({ ref: { queue: name, fence: it.fence, owner }, value: it.value }));
   }
 
   /**

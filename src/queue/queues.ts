@@ -8,7 +8,7 @@ import type { Logger } from "../log.js";
 import { noMetrics, type Metrics } from "../metrics/hooks.js";
 import { MAX_REPLICA_WAIT_MS, type RedisConnection } from "../redis/connection.js";
 import { FramedCommand, type BulkStrings } from "../redis/bulk-strings.js";
-import { enqueueScheduled, pushItems, type DeadLetterAction, type SettleCode, type SettleOp } from "../redis/scripts.js";
+import { enqueueScheduled, pushItems, type DeadLetterAction, type SettleCode, type SettleOp, type SettleResult } from "../redis/scripts.js";
 import { systemKeys } from "../redis/keys.js";
 import { keysOf, type QueueConfig } from "./declaration.js";
 import { DelayedItems } from "./delayed.js";
@@ -262,7 +262,14 @@ export class Queues {
     private readonly log: Logger,
     private readonly metrics: Metrics = noMetrics,
   ) {
-    this.settler = new Settler(redis.client, clock, metrics);
+    // Settles carry their queue's next lease when its pump would lease now; else the pump is woken to lease on its own.
+    this.settler = new Settler(redis.client, clock, metrics, (config, send) => {
+      const dispatcher = this.dispatchers.get(config.name);
+      if (!dispatcher) return false;
+      if (dispatcher.leaseBeside(send)) return true;
+      dispatcher.kick();
+      return false;
+    });
     this.pushes = new PushBatcher((queue, ttlMs, values) => this.push(queue, ttlMs, values), options.maxItemsPerEnqueue);
     this.pending = new ByteBudget(options.maxPendingEnqueueBytes);
     this.returns = new Returns(this.settler, (name) => registry.cached(name), log);
@@ -321,7 +328,7 @@ export class Queues {
       stream.credit = 0;
       stream.sink.drain(graceMs);
     }
-    const settled = () => [...this.streams].every((s) => s.held.size === 0);
+    const settled = () => [...this.streams].every((s) => s.held.size === 0 && s.settling.size === 0);
     if (!settled()) {
       await new Promise<void>((done) => {
         const timer = systemClock.setTimer(graceMs, done);
@@ -713,13 +720,52 @@ export class Queues {
     );
   }
 
-  /** Marks a delivery as no longer held by its stream, freeing a unit of credit. */
+  /** Marks a delivery as no longer held by its stream (nor settling), freeing its unit of credit. */
   private release(token: string, ownStream?: LeaseStream): void {
-    const stream = ownStream?.held.has(token) ? ownStream : this.holders.get(token);
-    if (!stream || !stream.held.delete(token)) return;
+    const stream = ownStream?.held.has(token) || ownStream?.settling.has(token) ? ownStream : this.holders.get(token);
+    if (!stream) return;
+    const held = stream.held.delete(token);
+    if (!held && !stream.settling.delete(token)) return;
     this.holders.delete(token);
     stream.claimedMs?.delete(token);
-    this.dispatcherOf(stream)?.kick();
+    if (held) this.dispatcherOf(stream)?.kick();
+    this.onRelease?.();
+  }
+
+  /**
+   * A settle that frees its delivery (ack, retry, drop) of a reliable queue goes
+   * to Redis: its stream's credit is free at once, so the pump's next lease
+   * travels with the settle (settle-lease.lua) rather than a round trip after its answer. The delivery stays this
+   * instance's (its holder entry kept, so reconcile never takes it for nobody's)
+   * until the answer releases it; call `unsettled` if no answer came.
+   */
+  private settling(token: string, ownStream?: LeaseStream): void {
+    const stream = ownStream?.held.has(token) ? ownStream : this.holders.get(token);
+    const ref = stream?.held.get(token);
+    // A stream queue's settle and its group's next read are separate calls: a retried entry, parked by its
+    // settle, is read again next, so its credit frees with the answer (release) as before.
+    if (!stream || !ref || stream.group) return;
+    stream.held.delete(token);
+    stream.settling.set(token, ref);
+    // No kick: the settle carries the lease this credit asks for (the Settler's refill), or wakes the pump.
+  }
+
+  /**
+   * A settle whose outcome is unknown (Redis could not be asked): its delivery
+   * is held again, as before it was sent; if its stream has closed meanwhile,
+   * it goes back to the queue as the stream's other items did.
+   */
+  private unsettled(token: string): void {
+    const stream = this.holders.get(token);
+    const ref = stream?.settling.get(token);
+    if (!stream || !ref) return;
+    stream.settling.delete(token);
+    if (!stream.closed) {
+      stream.held.set(token, ref);
+      return;
+    }
+    this.holders.delete(token);
+    void this.returns.give(stream.config, fieldsOf([ref]), "return");
     this.onRelease?.();
   }
 
@@ -775,7 +821,14 @@ export class Queues {
     if (opts.delayMs !== undefined && (!Number.isFinite(opts.delayMs) || opts.delayMs < 0)) throw invalid("delay must not be negative", "delay");
     if (opts.delayMs !== undefined && opts.delayMs > MAX_SCHEDULE_MS) throw invalid("delay is more than 10 years (an Enqueue's delay is held to the same)", "delay");
     const op: SettleOp = { action, delivery: deliveryField(ref), reason: cutReason(opts.reason), delayMs: opts.delayMs };
-    const result = await this.settler.settle(config, op);
+    if (frees) this.settling(token, fromStream);
+    let result: SettleResult;
+    try {
+      result = await this.settler.settle(config, op);
+    } catch (err) {
+      if (frees) this.unsettled(token);
+      throw err;
+    }
     if (frees || result.code !== "done") this.release(token, fromStream);
     if (result.code !== "done" && result.code !== "dead_lettered") throw settleError(result.code, action, ref);
     // The worker claimed it again: its announced min_idle runs from now (keepAnnouncedMinIdle).
@@ -835,7 +888,14 @@ export class Queues {
         }
       }
       if (popped > 0) this.metrics.items(config.name, "acked", popped);
-      const results = await this.settler.settleMany(config, settles.map(({ ref }) => ({ action: "ack", delivery: deliveryField(ref) })));
+      for (const { token } of settles) this.settling(token, fromStream);
+      let results: SettleResult[];
+      try {
+        results = await this.settler.settleMany(config, settles.map(({ ref }) => ({ action: "ack", delivery: deliveryField(ref) })));
+      } catch (err) {
+        for (const { token } of settles) this.unsettled(token);
+        throw err;
+      }
       settles.forEach(({ token, ref }, i) => {
         this.release(token, fromStream);
         const { code } = results[i];

@@ -6,7 +6,11 @@
 import type { Clock } from "../clock.js";
 import { noMetrics, type ItemEvent, type Metrics } from "../metrics/hooks.js";
 import type { RedisClient } from "../redis/connection.js";
-import { policyArg, settleItems, settleStreamItems, type SettleAction, type SettleOp, type SettleResult } from "../redis/scripts.js";
+import type { QueueKeys } from "../redis/keys.js";
+import {
+  policyArg, settleAndLease, settleItems, settleStreamItems,
+  type LeaseAfter, type LeasedItem, type SettleAction, type SettleContext, type SettleOp, type SettleResult,
+} from "../redis/scripts.js";
 import { keysOf, type QueueConfig } from "./declaration.js";
 
 /** A caller waiting for the results of its ops: `count` of them from `from` in its batch. */
@@ -16,6 +20,14 @@ interface Waiter {
   resolve: (results: SettleResult[]) => void;
   reject: (err: unknown) => void;
 }
+
+/**
+ * Offers the settles of a reliable queue, as they go to Redis, to carry the
+ * lease the credit they free asks for: `send` leases beside them in the same
+ * call, if the queue's pump takes it up (QueueDispatcher.leaseBeside); false
+ * if it does not (it has been woken to lease on its own).
+ */
+export type Refill = (config: QueueConfig, send: (lease: LeaseAfter) => Promise<LeasedItem[]>) => boolean;
 
 interface Pending {
   config: QueueConfig;
@@ -48,6 +60,7 @@ export class Settler {
     private readonly client: RedisClient,
     private readonly clock: Clock,
     private readonly metrics: Metrics = noMetrics,
+    private readonly refill?: Refill,
   ) {}
 
   /** Applies `op` with the next batch; resolves to its result. */
@@ -81,6 +94,19 @@ export class Settler {
     for (const batch of batches) void this.apply(batch);
   }
 
+  /** One settle call; a reliable queue's last one offers to carry its pump's next lease (Refill). */
+  private send(config: QueueConfig, keys: QueueKeys, ctx: SettleContext, ops: SettleOp[], last: boolean): Promise<SettleResult[]> {
+    if (config.mode === "stream") return settleStreamItems(this.client, keys, ctx, ops);
+    if (!last || config.mode !== "reliable" || !this.refill) return settleItems(this.client, keys, ctx, ops);
+    let call: Promise<SettleResult[]> | undefined;
+    this.refill(config, (lease) => {
+      const both = settleAndLease(this.client, keys, ctx, ops, lease);
+      call = both.then((r) => r.results);
+      return both.then((r) => r.leased);
+    });
+    return call ?? settleItems(this.client, keys, ctx, ops);
+  }
+
   /** Sends one batch in script calls of at most CHUNK settles (pipelined); a waiter fails if a call its ops were in failed. */
   private async apply(batch: Pending): Promise<void> {
     const { config, ops } = batch;
@@ -91,12 +117,13 @@ export class Settler {
       publishTtlMs: config.publishTtlMs,
       minIdleMs: config.minIdleMs,
     };
-    const settle = config.mode === "stream" ? settleStreamItems : settleItems;
+    const keys = keysOf(config);
     const calls: Promise<SettleResult[]>[] = [];
     for (let i = 0; i < ops.length; i += CHUNK) {
       const chunk = ops.slice(i, i + CHUNK);
+      const last = i + CHUNK >= ops.length;
       calls.push(
-        settle(this.client, keysOf(config), ctx, chunk).then((results) => {
+        this.send(config, keys, ctx, chunk, last).then((results) => {
           count(this.metrics, config.name, chunk, results);
           return results;
         }),

@@ -25,6 +25,7 @@ const pushLua = load("push");
 const definitions = {
   syLease: { numberOfKeys: 5, lua: withLib("lease") },
   sySettle: { numberOfKeys: 8, lua: withLib("settle") },
+  sySettleLease: { numberOfKeys: 8, lua: withLib("settle-lease") },
   syRecover: { numberOfKeys: 7, lua: withLib("recover") },
   syAdopt: { numberOfKeys: 4, lua: withLib("adopt") },
   syPop: { numberOfKeys: 2, lua: load("pop") },
@@ -219,6 +220,11 @@ export async function leaseItems(
     keys.queue, keys.processing, keys.leases, keys.fence, keys.recovery || unused(keys),
     lease.now, lease.max, keys.recovery ? "1" : "0", lease.recoveryTtlMs, lease.owner,
   ])) as (Buffer | number)[];
+  return leasedItems(flat);
+}
+
+/** lease.lua's flat answer as items. */
+function leasedItems(flat: readonly (Buffer | number)[]): LeasedItem[] {
   const items: LeasedItem[] = [];
   for (let i = 0; i < flat.length; i += 2) items.push({ value: flat[i] as Buffer, fence: Number(flat[i + 1]) });
   return items;
@@ -270,14 +276,48 @@ export interface SettleContext {
 
 /** settle.lua: applies settles whose deliveries are live; one result per settle, in order. */
 export async function settleItems(client: RedisClient, keys: QueueKeys, ctx: SettleContext, ops: readonly SettleOp[]): Promise<SettleResult[]> {
-  const args: (string | number)[] = [
+  const args = settleArgs(keys, ctx);
+  pushOps(args, ops);
+  return settleResults((await call(client, "sySettle", args).catch(refusedType(client, keys.queue))) as number[]);
+}
+
+/** A lease that follows settles in the same call (settle-lease.lua): lease.lua's arguments. */
+export interface LeaseAfter {
+  max: number;
+  recoveryTtlMs: number;
+  owner: string;
+}
+
+/**
+ * settle-lease.lua: settleItems, then leaseItems for `lease.max` items, in one
+ * call (one round trip). A settle refused for a key of another type refuses the
+ * whole call, leasing nothing.
+ */
+export async function settleAndLease(
+  client: RedisClient, keys: QueueKeys, ctx: SettleContext, ops: readonly SettleOp[], lease: LeaseAfter,
+): Promise<{ results: SettleResult[]; leased: LeasedItem[] }> {
+  const args: (string | number)[] = [...settleArgs(keys, ctx), lease.max, lease.recoveryTtlMs, lease.owner];
+  pushOps(args, ops);
+  const [settled, flat] = (await call(client, "sySettleLeaseBuffer", args).catch(refusedType(client, keys.queue))) as [number[], (Buffer | number)[]];
+  return { results: settleResults(settled), leased: leasedItems(flat) };
+}
+
+/** settle.lua's keys and first six arguments. */
+function settleArgs(keys: QueueKeys, ctx: SettleContext): (string | number)[] {
+  return [
     keys.queue, keys.processing, keys.leases, keys.fence, keys.recovery || unused(keys), keys.deadLetter, keys.delayed, keys.returned,
     ctx.now, ctx.maxDeliveries, keys.recovery ? "1" : "0", ctx.retryPolicy, Math.random(), ctx.publishTtlMs,
   ];
+}
+
+/** settle.lua's quadruples: action, field, reason, delay. */
+function pushOps(args: (string | number)[], ops: readonly SettleOp[]): void {
   for (const op of ops) args.push(actionLetters[op.action], op.delivery, op.reason ?? "", op.delayMs === undefined ? "" : Math.max(0, Math.round(op.delayMs)));
-  const flat = (await call(client, "sySettle", args).catch(refusedType(client, keys.queue))) as number[];
+}
+
+function settleResults(flat: readonly number[]): SettleResult[] {
   const results: SettleResult[] = [];
-  for (let i = 0; i < flat.length; i += 2) results.push({ code: settleCodes[flat[i]], dueMs: flat[i + 1] });
+  for (let i = 0; i < flat.length; i += 2) results.push({ code: settleCodes[flat[i]], dueMs: Number(flat[i + 1]) });
   return results;
 }
 

@@ -17,30 +17,4 @@
   (while a cluster slot migrates, a key that disappears mid-script is "non
   local" and the script would stop halfway, with items moved but never delivered).
 ]]
-local max = math.min(tonumber(ARGV[2]), redis.call("LLEN", KEYS[1]))
-if max <= 0 then return {} end
-local recovery = ARGV[3] == "1"
-local owner = ARGV[5]
-local out = {}
-for _ = 1, max do
-  local value = redis.call("LMOVE", KEYS[1], KEYS[2], "RIGHT", "LEFT")
-  local fence = redis.call("INCR", KEYS[4])
-  local field = fence .. "@" .. owner
-  local kind = "-"
-  if recovery then
-    local sha = redis.sha1hex(value)
-    -- The first live delivery of a value claims under the value itself (the seed's record);
-    -- an equal value leased meanwhile gets a member of its own, so each delivery has its claim.
-    -- (A value that looks like a derived member never claims under itself.)
-    local plain = string.sub(value, 1, #DERIVED) ~= DERIVED
-    if plain and redis.call("HSETNX", KEYS[3], "m:" .. sha, field) == 1 then kind = "v" else kind = "d" end
-    redis.call("HINCRBY", KEYS[3], "n:" .. sha, 1)
-    redis.call("ZADD", KEYS[5], ARGV[1], claim_member(kind, value, field))
-  end
-  redis.call("HSET", KEYS[3], field, kind .. ":" .. value)
-  out[#out + 1] = value
-  out[#out + 1] = fence
-end
-redis.call("HINCRBY", KEYS[3], "live", max)
-if recovery and tonumber(ARGV[4]) > 0 then redis.call("PEXPIRE", KEYS[5], ARGV[4]) end
-return out
+return lease_items(KEYS, ARGV)

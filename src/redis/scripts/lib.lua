@@ -295,3 +295,109 @@ local function entry_envelope(id, fields, deliveries, err)
   parts[#parts + 1] = len_field(5, h)
   return table.concat(parts)
 end
+
+--[[
+  settle.lua's work, shared with settle-lease.lua: KEYS and ARGV[1..6] as
+  settle.lua's, the settles' quadruples from ARGV[from]. Returns settle.lua's
+  answer (or its SYWRONGTYPE error reply, having changed nothing).
+]]
+local function settle_all(KEYS, ARGV, from)
+  local now, max = tonumber(ARGV[1]), tonumber(ARGV[2])
+  local recovery = ARGV[3] == "1"
+  local policy, seed, ttl = ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
+  local k = queue_context({
+    queue = KEYS[1], processing = KEYS[2], leases = KEYS[3], recovery = KEYS[5],
+    dead = KEYS[6], delayed = KEYS[7], returned = KEYS[8],
+  }, recovery)
+  -- Settles that put an item back need the keys they may write to be of their types (see
+  -- wrong_type): a retry or return the queue, delayed set or dead letters, a kill the dead letters.
+  local checks = {}
+  for i = from, #ARGV, 4 do
+    local action = ARGV[i]
+    if action == "r" or action == "b" or action == "u" then
+      checks = { KEYS[1], "list", KEYS[7], "zset", KEYS[6], "list" }
+      break
+    elseif action == "k" then
+      checks = { KEYS[6], "list" }
+    end
+  end
+  local refused = wrong_type(checks)
+  if refused then return refused end
+  local issued = tonumber(redis.call("GET", KEYS[4]) or "0")
+  local live = tonumber(redis.call("HGET", KEYS[3], "live") or "0")
+  local out = {}
+  for i = from, #ARGV, 4 do
+    local action, field, reason, delay = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+    local record = live > 0 and redis.call("HGET", KEYS[3], field)
+    local code, due = 1, 0
+    if not record then
+      local fence = fence_of(field)
+      if not fence or fence < 1 or fence > issued then code = -3
+      elseif redis.call("ZSCORE", KEYS[8], fence) then code = -2
+      else code = -1 end
+    else
+      local kind, value = parse_record(record)
+      if action == "x" then
+        if kind ~= "-" and k.claims > 0 then redis.call("ZADD", KEYS[5], "XX", now, claim_member(kind, value, field)) end
+      elseif action ~= "c" then
+        remove_delivery(k, field, kind, value)
+        live = live - 1
+        if action == "a" or action == "d" then
+          redis.call("HINCRBY", KEYS[3], "completed", 1)
+        elseif action == "u" then
+          redis.call("RPUSH", KEYS[1], value)
+        else
+          local before, last = read_item(value)
+          local count = before + 1
+          local err = action == "b" and last or reason
+          local wait = 0
+          if action == "r" then
+            wait = delay == "" and backoff(policy, count, nth_random(seed, i)) or tonumber(delay)
+          end
+          local dead = action == "k" or (max > 0 and count >= max)
+          local fence = fence_of(field)
+          due = put_back(k, value, count, err, fence, now, wait, action == "b", dead, ttl)
+          if due < 0 then code, due = 2, 0 end
+          if action == "b" then tombstone(k, fence, now) end
+        end
+      end
+    end
+    out[#out + 1] = code
+    out[#out + 1] = due
+  end
+  return out
+end
+
+--[[
+  lease.lua's work, shared with settle-lease.lua: KEYS[1..5] as lease.lua's;
+  ARGV a table of lease.lua's five arguments. Returns lease.lua's answer.
+]]
+local function lease_items(KEYS, ARGV)
+  local max = math.min(tonumber(ARGV[2]), redis.call("LLEN", KEYS[1]))
+  if max <= 0 then return {} end
+  local recovery = ARGV[3] == "1"
+  local owner = ARGV[5]
+  local out = {}
+  for _ = 1, max do
+    local value = redis.call("LMOVE", KEYS[1], KEYS[2], "RIGHT", "LEFT")
+    local fence = redis.call("INCR", KEYS[4])
+    local field = fence .. "@" .. owner
+    local kind = "-"
+    if recovery then
+      local sha = redis.sha1hex(value)
+      -- The first live delivery of a value claims under the value itself (the seed's record);
+      -- an equal value leased meanwhile gets a member of its own, so each delivery has its claim.
+      -- (A value that looks like a derived member never claims under itself.)
+      local plain = string.sub(value, 1, #DERIVED) ~= DERIVED
+      if plain and redis.call("HSETNX", KEYS[3], "m:" .. sha, field) == 1 then kind = "v" else kind = "d" end
+      redis.call("HINCRBY", KEYS[3], "n:" .. sha, 1)
+      redis.call("ZADD", KEYS[5], ARGV[1], claim_member(kind, value, field))
+    end
+    redis.call("HSET", KEYS[3], field, kind .. ":" .. value)
+    out[#out + 1] = value
+    out[#out + 1] = fence
+  end
+  redis.call("HINCRBY", KEYS[3], "live", max)
+  if recovery and tonumber(ARGV[4]) > 0 then redis.call("PEXPIRE", KEYS[5], ARGV[4]) end
+  return out
+end

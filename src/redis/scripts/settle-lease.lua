@@ -1,0 +1,17 @@
+#!lua flags=allow-oom
+--[[
+  Settles deliveries of a reliable queue, then leases for the credit they freed,
+  in one call (one round trip where a stream's turn would take two): settle.lua's
+  work, then lease.lua's.
+  KEYS as settle.lua's (lease.lua's are its first five).
+  ARGV[1..6] as settle.lua's   ARGV[7] max items to lease   ARGV[8] recovery ttl (ms, 0: none)
+  ARGV[9] owner: the leasing instance's id   ARGV[10..] settle.lua's quadruples
+  Returns: { settle.lua's answer, lease.lua's answer }. A settle refused for a
+  key of another type refuses the whole call, changing nothing (leasing nothing).
+  Runs when Redis is out of memory (allow-oom), as lease.lua does: settles free
+  memory, and leasing is how a full Redis drains.
+]]
+local settled = settle_all(KEYS, ARGV, 10)
+if settled.err then return settled end
+local leased = lease_items(KEYS, { ARGV[1], ARGV[7], ARGV[3], ARGV[8], ARGV[9] })
+return { settled, leased }
