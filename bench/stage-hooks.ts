@@ -166,22 +166,35 @@ async function install(): Promise<void> {
     woken.set(self, 2);
     return orig.call(self);
   });
-  wrap("QueueDispatcher", P(QueueDispatcher), "take", (orig, self, args) => {
-    const t0 = monoUs();
-    const how = woken.get(self) ?? 0;
+  // A lease goes out on its own (take) or with a settle (leaseBeside); either way its answer's items become deliveries in `taken`.
+  const leaseSent = new WeakMap<object, { t0: number; how: number }>();
+  const sent = (self: object) => {
+    leaseSent.set(self, { t0: monoUs(), how: woken.get(self) ?? 0 });
     woken.delete(self);
-    const p = orig.apply(self, args) as Promise<{ value: Buffer; ref: { fence: number } }[]>;
-    return p.then((taken) => {
-      const t1 = monoUs();
-      for (const t of taken) {
-        const s = seqOfJson(decodeItem(t.value).payload);
-        fenceSeq.set(t.ref.fence, s);
-        stamp("s.lease", s, t0);
-        stamp("s.leased", s, t1);
-        if (!via.has(s)) via.set(s, how);
-      }
-      return taken;
-    });
+  };
+  wrap("QueueDispatcher", P(QueueDispatcher), "take", (orig, self, args) => {
+    sent(self);
+    return orig.apply(self, args);
+  });
+  wrap("QueueDispatcher", P(QueueDispatcher), "leaseBeside", (orig, self, args) => {
+    const started = monoUs();
+    const how = woken.get(self) ?? 0;
+    const carried = orig.apply(self, args) as boolean;
+    if (carried) leaseSent.set(self, { t0: started, how });
+    return carried;
+  });
+  wrap("QueueDispatcher", P(QueueDispatcher), "taken", (orig, self, args) => {
+    const t1 = monoUs();
+    const { t0, how } = leaseSent.get(self) ?? { t0: t1, how: 0 };
+    const taken = orig.apply(self, args) as { value: Buffer; ref: { fence: number } }[];
+    for (const t of taken) {
+      const s = seqOfJson(decodeItem(t.value).payload);
+      fenceSeq.set(t.ref.fence, s);
+      stamp("s.lease", s, t0);
+      stamp("s.leased", s, t1);
+      if (!via.has(s)) via.set(s, how);
+    }
+    return taken;
   });
   wrap("QueueDispatcher", P(QueueDispatcher), "distribute", (orig, self, [taken]) => {
     const t = monoUs();
@@ -196,7 +209,9 @@ async function install(): Promise<void> {
       for (const s of seqs) stamp("s.acked", s, t);
     });
   });
-  const ackSeqs = (ops: { action: string; fence: number }[]) => ops.filter((o) => o.action === "a").map((o) => fenceSeq.get(o.fence) ?? -1);
+  // Settle ops name their delivery as "<fence>@<owner>" (SettleOp).
+  const ackSeqs = (ops: { action: string; delivery: string }[]) =>
+    ops.filter((o) => o.action === "ack").map((o) => fenceSeq.get(Number(o.delivery.slice(0, o.delivery.indexOf("@")))) ?? -1);
   wrap("Settler", P(Settler), "apply", (orig, self, [batch]) => {
     for (const s of ackSeqs(batch.ops)) stamp("s.settle", s);
     return orig.call(self, batch);

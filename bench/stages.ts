@@ -267,7 +267,9 @@ const consumeReport = (times: Times) =>
     ["hop worker → server (ack)", (p) => at("s.ackRead", p) - at("w.ack", p)],
     ["server: ack read → settle sent (gathering)", (p) => at("s.settle", p) - at("s.ackRead", p)],
     ["settle script round trip", (p) => at("s.settled", p) - at("s.settle", p)],
-    ["server: settled → next lease sent", (p, s) => at("s.lease", s) - at("s.settled", p)],
+    // A lease carried by the settle call (settle-lease.lua) went out before the settle's answer: negative here, and its
+    // round trip below is the settle's.
+    ["server: settled → next lease sent (< 0: sent with the settle)", (p, s) => at("s.lease", s) - at("s.settled", p)],
     ["lease script round trip", (_p, s) => at("s.leased", s) - at("s.lease", s)],
     ["server: lease back → delivery written", (_p, s) => at("s.deliver", s) - at("s.leased", s)],
     ["hop server → worker", (_p, s) => at("w.read", s) - at("s.deliver", s)],

@@ -1,0 +1,36 @@
+// Diagnostic: CPU time per item in each process (from /proc/<pid>/stat: user + system, or system
+// alone with --sys) while one worker process consumes a prefilled reliable queue at concurrency C,
+// Switchyard (server child, worker process) and BullMQ (worker process), deployed shape, on one
+// Redis. The prefill is not counted. At c = 1 every item costs each process its wake-ups: on a
+// VM a socket write that wakes a sleeping process is dear, and Switchyard's extra hop pays it twice.
+//   node bench/diagnostics/cpu-per-item.mjs [C] [ITEMS] [--sys]   (after npm run bench built dist-bench/)
+import { readFileSync } from "node:fs";
+import { Deployed } from "../../dist-bench/deployed.js";
+import { startBenchRedis } from "../../dist-bench/env.js";
+
+const args = process.argv.slice(2).filter((a) => !a.startsWith("--"));
+const sysOnly = process.argv.includes("--sys");
+const c = Number(args[0] ?? 1), n = Number(args[1] ?? 5000);
+/** CPU ms a process has used so far. */
+const cpuMs = (pid) => {
+  const f = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1].split(" ");
+  const ticks = sysOnly ? Number(f[12]) : Number(f[11]) + Number(f[12]);
+  return ticks * 10; // USER_HZ = 100
+};
+const redis = await startBenchRedis();
+const d = await Deployed.start(redis, { workers: 1 });
+try {
+  for (const system of ["switchyard", "bullmq"]) {
+    await d.consume(system, "reliable", 1, c, 2000); // warm-up
+    const pids = { redis: redis.server.process.pid, ...(system === "switchyard" ? { server: d.serverPid } : {}), worker: d.workerPids[system][0] };
+    let before;
+    const rate = await d.consume(system, "reliable", 1, c, n, async () => {
+      before = Object.fromEntries(Object.entries(pids).map(([role, pid]) => [role, cpuMs(pid)]));
+    });
+    const per = Object.entries(pids).map(([role, pid]) => `${role} ${(((cpuMs(pid) - before[role]) * 1000) / n).toFixed(0)}`);
+    console.log(`${system}, c = ${c}, ${n} items (${rate.toFixed(0)}/s): ${sysOnly ? "system " : ""}CPU µs per item: ${per.join(", ")}`);
+  }
+} finally {
+  await d.stop();
+  await redis.stop();
+}
