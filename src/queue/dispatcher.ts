@@ -77,6 +77,8 @@ export class QueueDispatcher {
   private asked = 0;
   /** The last answer had fewer items than asked for: the queue was empty after them. */
   private emptied = false;
+  /** Pushes this instance has sent to the queue (see `pushed`): a lease sent before one may have missed its items. */
+  private pushes = 0;
   /**
    * Items no stream took, in queue order, with the items of every answer after them
    * (taken behind them): given back together once no call is in flight, so the queue
@@ -226,10 +228,12 @@ export class QueueDispatcher {
   private lease(want: number, call = () => this.take(want)): void {
     this.inFlight++;
     this.asked += want;
+    const pushes = this.pushes;
     void call()
       .then((taken) => {
         this.failures = 0;
-        this.emptied = taken.length < want;
+        // Short, the queue was empty behind it, unless a push went out after it: then lease again, not wait.
+        this.emptied = taken.length < want && this.pushes === pushes;
         if (this.refused.length > 0) this.refused.push(...taken);
         else if (taken.length > 0) this.distribute(taken);
       })
@@ -311,10 +315,13 @@ export class QueueDispatcher {
    * This instance has just sent a push to the queue, on the command connection.
    * If the pump waits for items, it leases now: its lease script goes out on
    * the same connection behind the push, so Redis runs it right after, a round
-   * trip sooner than the blocking wake-up would have let it. Other instances
+   * trip sooner than the blocking wake-up would have let it. A lease already
+   * in flight ran before the push: if it comes back short, the pump leases
+   * again rather than waiting on a wake-up (a round trip more). Other instances
    * still learn of the items from their own wake-ups.
    */
   pushed(): void {
+    this.pushes++;
     this.wake?.();
   }
 

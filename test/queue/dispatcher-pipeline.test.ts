@@ -88,3 +88,36 @@ describe("a pump with credit freed while its lease call is in flight", () => {
     });
   }
 });
+
+describe("a push sent while the pump's lease is in flight", () => {
+  it("is leased by the next call at once: the short answer does not send the pump to wait on a wake-up", async () => {
+    const clock = new ManualClock();
+    const config = validateQueueSpec({ name: "{pushed-in-flight}", mode: "reliable" }, clock.now());
+    const dispatcher = new QueueDispatcher(config, testDispatchHost(conn, clock, log));
+    const batches: Delivery[][] = [];
+    const sink = { deliver: (b: Delivery[]) => batches.push(b) > 0, heartbeat() {}, fail() {}, drain() {}, end() {} };
+    const id = Number(await conn.client.client("ID"));
+    const blmoves = async () => Number((await redis.plain.info("commandstats")).match(/cmdstat_blmove:calls=(\d+)/)?.[1] ?? 0);
+    const before = await blmoves();
+
+    await redis.plain.client("PAUSE", 60_000, "WRITE");
+    try {
+      // The queue is empty: the lease call goes out and waits behind the pause.
+      dispatcher.add(new LeaseStream(config, 1, sink, clock.now()));
+      await expect.poll(async () => (await commandClient(id)).blocked).toBe(true);
+      // This instance pushes behind it, on the same connection: Redis runs the lease first, and it finds nothing.
+      const pushed = pushItems(conn.client, config.name, 0, [BulkStrings.of([Buffer.from("late")])]);
+      dispatcher.pushed();
+      await expect.poll(async () => (await commandClient(id)).qbuf).toBeGreaterThan(0);
+      await redis.plain.client("UNPAUSE");
+      await pushed;
+    } finally {
+      await redis.plain.client("UNPAUSE");
+    }
+    await expect.poll(() => batches.length).toBe(1);
+    expect(Buffer.from(batches[0][0].item.payload).toString()).toBe("late");
+    expect(await blmoves()).toBe(before);
+    dispatcher.close();
+  });
+});
+
