@@ -1,0 +1,75 @@
+/**
+ * Review of "settle carries the next lease" (131e1c6): a reliable settle frees
+ * its stream's credit as it goes out. When Redis refuses it, the delivery is
+ * held again; nothing the pump leased meanwhile may then take the stream past
+ * its credit (SPEC Q8, Q14: "the server never moves an item for a stream that
+ * has no open credit").
+ */
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { QueueMode } from "../../src/gen/switchyard/v1/queue_pb.js";
+import type { LeaseStream } from "../../src/queue/lease-stream.js";
+import { queueKeys } from "../../src/redis/keys.js";
+import { startLink, type Link } from "../helpers/link.js";
+import { startStandaloneRedis, type StandaloneRedis } from "../helpers/redis.js";
+import { startSwitchyard, type TestSwitchyard } from "../helpers/switchyard.js";
+
+let redis: StandaloneRedis;
+let link: Link;
+let sy: TestSwitchyard | undefined;
+
+beforeAll(async () => {
+  redis = await startStandaloneRedis();
+  link = await startLink(redis.socketPath);
+});
+afterEach(async () => {
+  await sy?.stop();
+  sy = undefined;
+  await redis.flushAll();
+});
+afterAll(async () => {
+  await link?.close();
+  await redis?.stop();
+});
+
+const streamsOf = (s: TestSwitchyard, q: string) =>
+  [...(s.app.queues as unknown as { streams: Set<LeaseStream> }).streams].filter((x) => x.queue === q);
+const evals = (requests: readonly string[]) => (requests.join("").match(/\r\neval(sha)?\r\n/gi) ?? []).length;
+
+describe("a settle Redis refuses while the pump leases on its own (its queue was empty: no lease rode along)", () => {
+  it("leaves its delivery held, and the stream never holds more than its credit", async () => {
+    sy = await startSwitchyard(redis, { config: { redis: { kind: "standalone", url: `redis://${link.address}` } } });
+    const Q = "{refill-over}";
+    const credit = 2;
+    await sy.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
+    await sy.client.enqueue(Q, ["first"]);
+    const lease = sy.client.lease(Q, credit);
+    const [first] = await lease.take(1);
+    const [stream] = streamsOf(sy, Q);
+    // Fewer items than credit: the pump now waits for items on its blocking connection, so the settle below carries no lease.
+    await new Promise((r) => setTimeout(r, 200));
+    const { delayed } = queueKeys(Q, "", "", "");
+    await redis.plain.set(delayed, "not a sorted set"); // the retry below is refused (SYWRONGTYPE), changing nothing
+    const holding = link.hold((chunk) => {
+      const text = chunk.toString("latin1");
+      return /\r\neval(sha)?\r\n/i.test(text) && text.includes(delayed);
+    });
+    const refused = new Promise<number>((ok) => lease.onSettleResult((r) => r.leaseToken === first.leaseToken && ok(r.code)));
+    lease.retry(first.leaseToken, { delayMs: 1000 });
+    const held = await holding;
+    // Another producer pushes meanwhile: the pump wakes and leases, on the command connection, behind the settle.
+    await redis.plain.lpush(Q, "second", "third");
+    await expect.poll(() => evals(held.requests)).toBe(2);
+    held.forward();
+    await expect.poll(() => held.replies.includes("SYWRONGTYPE")).toBe(true);
+    held.release();
+    expect(await refused).not.toBe(0);
+    await new Promise((r) => setTimeout(r, 200));
+    // The refused retry left "first" with the stream, as it was.
+    expect([...stream.held.keys()]).toContain(first.leaseToken);
+    // ... so at most one more item may have been moved for it.
+    expect(stream.held.size + stream.settling.size).toBeLessThanOrEqual(credit);
+    expect(await redis.plain.llen(`${Q}.processing`)).toBeLessThanOrEqual(credit);
+    await redis.plain.del(delayed);
+    await lease.close();
+  });
+});
