@@ -73,3 +73,37 @@ describe("a settle Redis refuses while the pump leases on its own (its queue was
     await lease.close();
   });
 });
+
+describe("an instance that stops while a settle with a lease beside it is in flight", () => {
+  it("does not leave the live instances while that settle's delivery, refused, is still in processing", async () => {
+    sy = await startSwitchyard(redis, { config: { redis: { kind: "standalone", url: `redis://${link.address}` } } });
+    const Q = "{refill-stop}";
+    await sy.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
+    await sy.client.enqueue(Q, ["first"]);
+    const lease = sy.client.lease(Q, 1);
+    const [first] = await lease.take(1);
+    const { delayed } = queueKeys(Q, "", "", "");
+    await redis.plain.set(delayed, "not a sorted set"); // the retry below is refused (SYWRONGTYPE), and so is giving it back
+    const holding = link.hold((chunk) => {
+      const text = chunk.toString("latin1");
+      return /\r\neval(sha)?\r\n/i.test(text) && text.includes(delayed);
+    });
+    lease.retry(first.leaseToken, { delayMs: 1000 });
+    const held = await holding;
+    const queues = sy.app.queues as unknown as { stop(): Promise<void>; instances: { id: string; keys: { alive: string } } };
+    const { id, keys } = queues.instances;
+    expect(await redis.plain.zscore(keys.alive, id)).not.toBeNull();
+    const stopping = queues.stop(1000);
+    await new Promise((r) => setTimeout(r, 100));
+    held.forward();
+    await expect.poll(() => held.replies.includes("SYWRONGTYPE")).toBe(true);
+    held.release();
+    await stopping;
+    // "first" is still this instance's delivery in processing, and nothing will return it once the
+    // process is gone unless another instance can: this one must still count as live (to be reaped).
+    expect(await redis.plain.llen(`${Q}.processing`)).toBe(1);
+    expect(await redis.plain.zscore(keys.alive, id)).not.toBeNull();
+    await redis.plain.del(delayed);
+    await lease.close().catch(() => undefined);
+  });
+});
