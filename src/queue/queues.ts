@@ -404,8 +404,12 @@ export class Queues {
     const groups = [...this.dispatchers.values()].filter((d): d is StreamDispatcher => d instanceof StreamDispatcher);
     for (const d of this.dispatchers.values()) d.close();
     this.dispatchers.clear();
-    await Promise.all([...this.streams].map((s) => this.closeStream(s)));
-    const returned = await this.returns.idle(returnWithinMs);
+    const open = [...this.streams];
+    await Promise.all(open.map((s) => this.closeStream(s)));
+    // A delivery whose settle is in flight is neither held nor returning: it is released by its answer, or
+    // returned (unsettled) if none comes. Until then this instance may not count everything as back.
+    const answered = await this.settlesAnswered(open, returnWithinMs);
+    const returned = (await this.returns.idle(returnWithinMs)) && answered;
     this.returns.stop();
     // Stream queues: this instance's consumers leave their groups, once they hold nothing.
     if (returned) {
@@ -413,6 +417,26 @@ export class Queues {
     }
     if (returned) await this.instances.leave().catch((err: unknown) => this.log.warn("could not leave the live instances", { err }));
     else this.log.warn("some items could not be returned to their queues; another instance will return them", { items: this.returns.size });
+  }
+
+  /** Resolves to true once no stream of `streams` has a settle in flight, false after `timeoutMs` (wall time). */
+  private async settlesAnswered(streams: readonly LeaseStream[], timeoutMs: number): Promise<boolean> {
+    const answered = () => streams.every((s) => s.settling.size === 0);
+    if (answered()) return true;
+    const before = this.onRelease;
+    try {
+      return await new Promise<boolean>((done) => {
+        const timer = systemClock.setTimer(timeoutMs, () => done(answered()));
+        this.onRelease = () => {
+          before?.();
+          if (!answered()) return;
+          timer.cancel();
+          done(true);
+        };
+      });
+    } finally {
+      this.onRelease = before;
+    }
   }
 
   /** Closes the dispatchers of queue `name` (for a stream queue, one per group). */
