@@ -7,6 +7,7 @@
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { QueueMode } from "../../src/gen/switchyard/v1/queue_pb.js";
+import type { ManualClock } from "../../src/clock.js";
 import type { LeaseStream } from "../../src/queue/lease-stream.js";
 import { queueKeys } from "../../src/redis/keys.js";
 import { startLink, type Link } from "../helpers/link.js";
@@ -105,5 +106,93 @@ describe("an instance that stops while a settle with a lease beside it is in fli
     expect(await redis.plain.zscore(keys.alive, id)).not.toBeNull();
     await redis.plain.del(delayed);
     await lease.close().catch(() => undefined);
+  });
+});
+
+describe("a settle whose answer is lost after Redis ran it, with the next lease beside it", () => {
+  it("acks its item once; the item leased beside it goes back uncounted and reaches the stream, once, with every other", async () => {
+    sy = await startSwitchyard(redis, { config: { redis: { kind: "standalone", url: `redis://${link.address}` } } });
+    const Q = "{refill-lost}";
+    await sy.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
+    await sy.client.enqueue(Q, ["a", "b", "c"]);
+    const lease = sy.client.lease(Q, 1);
+    const [a] = await lease.take(1);
+    const { delayed } = queueKeys(Q, "", "", "");
+    let dropped = 0;
+    let header = "";
+    link.drop = (chunk) => {
+      const text = chunk.toString("latin1");
+      if (dropped > 0 || !/\r\neval(sha)?\r\n/i.test(text) || !text.includes(delayed)) return false;
+      dropped++;
+      header = text.slice(0, text.indexOf("\r\n"));
+      return true;
+    };
+    lease.ack(a.leaseToken);
+    await expect.poll(() => dropped).toBe(1);
+    link.drop = undefined;
+    expect(header).toBe("*24"); // settle-lease.lua: the ack and a lease
+    // Redis ran it: "a" acked, "b" leased for nobody until this instance reconciles and gives it back.
+    await expect.poll(async () => [await redis.plain.llen(Q), await redis.plain.llen(`${Q}.processing`)], { timeout: 10_000 })
+      .toEqual([2, 0]);
+    // The stream still counts "a" (its ack had no answer) until the heartbeat's check finds it settled.
+    await (sy.clock as ManualClock).advance(20_000);
+    const rest = [...(await lease.take(1))];
+    lease.ack(rest[0].leaseToken);
+    rest.push(...(await lease.take(1)));
+    lease.ack(rest[1].leaseToken);
+    expect(rest.map((d) => [Buffer.from(d.payload).toString(), d.deliveryCount])).toEqual([["b", 1], ["c", 1]]);
+    await expect.poll(async () => [await redis.plain.llen(Q), await redis.plain.llen(`${Q}.processing`)]).toEqual([0, 0]);
+    expect(new Set([a.fence, ...rest.map((d) => d.fence)]).size).toBe(3);
+    await lease.close();
+  });
+});
+
+describe("a stream that closes while its settle, with a lease beside it, is in flight", () => {
+  async function setUp(Q: string, ran: boolean) {
+    sy = await startSwitchyard(redis, { config: { redis: { kind: "standalone", url: `redis://${link.address}` } } });
+    await sy.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
+    await sy.client.enqueue(Q, ["a", "b", "c"]);
+    const lease = sy.client.lease(Q, 1);
+    const [a] = await lease.take(1);
+    const { delayed } = queueKeys(Q, "", "", "");
+    const holding = link.hold((chunk) => {
+      const text = chunk.toString("latin1");
+      return /\r\neval(sha)?\r\n/i.test(text) && text.includes(delayed);
+    });
+    lease.ack(a.leaseToken);
+    const held = await holding;
+    expect(held.requests[0].startsWith("*24\r\n")).toBe(true);
+    // Redis runs it now (its answer held) or never.
+    if (ran) {
+      held.forward();
+      await expect.poll(() => held.replies.length).toBeGreaterThan(0);
+    }
+    await lease.close();
+    await expect.poll(() => streamsOf(sy!, Q).length).toBe(0);
+    return { a, held };
+  }
+  const payloads = async (Q: string, n: number) => {
+    const again = sy!.client.lease(Q, n);
+    const got = await again.take(n);
+    for (const d of got) again.ack(d.leaseToken);
+    await expect.poll(() => redis.plain.llen(`${Q}.processing`)).toBe(0);
+    await again.close();
+    return got.map((d) => [Buffer.from(d.payload).toString(), d.deliveryCount]);
+  };
+
+  it("answered: the item is acked, and the item leased for the closed stream goes back uncounted", async () => {
+    const Q = "{refill-close}";
+    const { held } = await setUp(Q, true);
+    held.release();
+    await expect.poll(async () => [await redis.plain.llen(Q), await redis.plain.llen(`${Q}.processing`)]).toEqual([2, 0]);
+    expect(await payloads(Q, 2)).toEqual([["b", 1], ["c", 1]]);
+  });
+
+  it("unanswered (its connection cut before Redis ran it): the item goes back to the front, counted, as a closed stream's items do", async () => {
+    const Q = "{refill-close-cut}";
+    await setUp(Q, false);
+    link.cut();
+    await expect.poll(async () => [await redis.plain.llen(Q), await redis.plain.llen(`${Q}.processing`)], { timeout: 10_000 }).toEqual([3, 0]);
+    expect(await payloads(Q, 3)).toEqual([["a", 2], ["b", 1], ["c", 1]]);
   });
 });
