@@ -196,3 +196,27 @@ describe("a stream that closes while its settle, with a lease beside it, is in f
     expect(await payloads(Q, 3)).toEqual([["a", 2], ["b", 1], ["c", 1]]);
   });
 });
+
+describe("a lease beside settles that Redis refuses after the settles ran (the queue key is of another type)", () => {
+  it("does not report the settles it applied as failed, nor keep their deliveries held", async () => {
+    sy = await startSwitchyard(redis, { config: { redis: { kind: "standalone", url: `redis://${link.address}` } } });
+    const Q = "{refill-queue-type}";
+    await sy.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
+    await sy.client.enqueue(Q, ["a"]);
+    const lease = sy.client.lease(Q, 1);
+    const [a] = await lease.take(1);
+    const [stream] = streamsOf(sy, Q);
+    await redis.plain.set(Q, "not a list"); // someone else's key, under the queue's name
+    const result = new Promise<number>((ok) => lease.onSettleResult((r) => r.leaseToken === a.leaseToken && ok(r.code)));
+    lease.ack(a.leaseToken);
+    const code = await result;
+    // The ack applied: "a" is gone from processing ...
+    await expect.poll(() => redis.plain.llen(`${Q}.processing`)).toBe(0);
+    expect(await redis.plain.hget(`${Q}.leases`, "completed")).toBe("1");
+    // ... so the worker must be told it did, and the stream must not count it any more.
+    expect(code).toBe(0);
+    expect(stream.held.size + stream.settling.size).toBe(0);
+    await redis.plain.del(Q);
+    await lease.close();
+  });
+});
