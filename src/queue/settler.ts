@@ -102,7 +102,10 @@ export class Settler {
     this.refill(config, ops, (lease) => {
       const both = settleAndLease(this.client, keys, ctx, ops, lease);
       call = both.then((r) => r.results);
-      return both.then((r) => r.leased);
+      return both.then((r) => {
+        if (r.leased instanceof Error) throw r.leased;
+        return r.leased;
+      });
     });
     return call ?? settleItems(this.client, keys, ctx, ops);
   }
