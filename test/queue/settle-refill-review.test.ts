@@ -221,3 +221,68 @@ describe("a lease beside settles that Redis refuses after the settles ran (the q
     await lease.close();
   });
 });
+
+describe("settles with a lease beside them: dead letters, a paused queue, the same token twice", () => {
+  it("a retry reaching max_deliveries dead-letters its item in the same call that leases the next", async () => {
+    sy = await startSwitchyard(redis);
+    const Q = "{refill-dead}";
+    await sy.client.createQueue({ name: Q, mode: QueueMode.RELIABLE, maxDeliveries: 1, deadLetterList: `${Q}.dead` });
+    await sy.client.enqueue(Q, ["a", "b"]);
+    const lease = sy.client.lease(Q, 1);
+    const [a] = await lease.take(1);
+    lease.retry(a.leaseToken);
+    const [b] = await lease.take(1);
+    expect([Buffer.from(b.payload).toString(), b.deliveryCount]).toEqual(["b", 1]);
+    expect(await redis.plain.llen(`${Q}.dead`)).toBe(1);
+    lease.ack(b.leaseToken);
+    await expect.poll(async () => [await redis.plain.llen(Q), await redis.plain.llen(`${Q}.processing`)]).toEqual([0, 0]);
+    const [stream] = streamsOf(sy, Q);
+    expect(stream.held.size + stream.settling.size).toBe(0);
+    await lease.close();
+  });
+
+  it("a paused queue: an ack leases nothing beside it; resumed, the next item comes", async () => {
+    sy = await startSwitchyard(redis);
+    const Q = "{refill-paused}";
+    await sy.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
+    await sy.client.enqueue(Q, ["a", "b"]);
+    const lease = sy.client.lease(Q, 1);
+    const [a] = await lease.take(1);
+    await sy.client.pauseQueue(Q);
+    lease.ack(a.leaseToken);
+    await expect.poll(() => redis.plain.llen(`${Q}.processing`)).toBe(0);
+    await new Promise((r) => setTimeout(r, 200));
+    expect(await redis.plain.llen(Q)).toBe(1);
+    await sy.client.resumeQueue(Q);
+    const [b] = await lease.take(1);
+    expect(Buffer.from(b.payload).toString()).toBe("b");
+    lease.ack(b.leaseToken);
+    await expect.poll(() => redis.plain.llen(`${Q}.processing`)).toBe(0);
+    await lease.close();
+  });
+
+  it("the same token acked twice, on the stream and by a unary Ack, in one turn: acked once, credit freed once", async () => {
+    sy = await startSwitchyard(redis);
+    const Q = "{refill-twice}";
+    await sy.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
+    await sy.client.enqueue(Q, ["a", "b", "c"]);
+    const lease = sy.client.lease(Q, 1);
+    const [a] = await lease.take(1);
+    const unary = sy.client.ack(a.leaseToken).then(() => "ok", () => "refused");
+    lease.ack(a.leaseToken);
+    const [b] = await lease.take(1);
+    expect(Buffer.from(b.payload).toString()).toBe("b");
+    await unary;
+    const [stream] = streamsOf(sy, Q);
+    await new Promise((r) => setTimeout(r, 200));
+    expect(stream.held.size + stream.settling.size).toBe(1);
+    expect(await redis.plain.llen(`${Q}.processing`)).toBe(1);
+    expect(await redis.plain.hget(`${Q}.leases`, "completed")).toBe("1");
+    lease.ack(b.leaseToken);
+    const [c] = await lease.take(1);
+    expect(Buffer.from(c.payload).toString()).toBe("c");
+    lease.ack(c.leaseToken);
+    await expect.poll(() => redis.plain.llen(`${Q}.processing`)).toBe(0);
+    await lease.close();
+  });
+});
