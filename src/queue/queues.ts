@@ -262,12 +262,16 @@ export class Queues {
     private readonly log: Logger,
     private readonly metrics: Metrics = noMetrics,
   ) {
-    // Settles carry their queue's next lease when its pump would lease now; else the pump is woken to lease on its own.
-    this.settler = new Settler(redis.client, clock, metrics, (config, send) => {
+    // Settles carry their queue's next lease when its pump would lease now. Only then is their credit free
+    // before their answer (in the same call as the lease it pays for, so a refused settle refuses its lease too);
+    // else their deliveries stay held until the answer, as before.
+    this.settler = new Settler(redis.client, clock, metrics, (config, ops, send) => {
       const dispatcher = this.dispatchers.get(config.name);
       if (!dispatcher) return false;
+      const freed = this.settling(config, ops);
+      if (freed.length === 0) return false;
       if (dispatcher.leaseBeside(send)) return true;
-      dispatcher.kick();
+      this.heldAgain(freed);
       return false;
     });
     this.pushes = new PushBatcher((queue, ttlMs, values) => this.push(queue, ttlMs, values), options.maxItemsPerEnqueue);
@@ -400,8 +404,12 @@ export class Queues {
     const groups = [...this.dispatchers.values()].filter((d): d is StreamDispatcher => d instanceof StreamDispatcher);
     for (const d of this.dispatchers.values()) d.close();
     this.dispatchers.clear();
-    await Promise.all([...this.streams].map((s) => this.closeStream(s)));
-    const returned = await this.returns.idle(returnWithinMs);
+    const open = [...this.streams];
+    await Promise.all(open.map((s) => this.closeStream(s)));
+    // A delivery whose settle is in flight is neither held nor returning: it is released by its answer, or
+    // returned (unsettled) if none comes. Until then this instance may not count everything as back.
+    const answered = await this.settlesAnswered(open, returnWithinMs);
+    const returned = (await this.returns.idle(returnWithinMs)) && answered;
     this.returns.stop();
     // Stream queues: this instance's consumers leave their groups, once they hold nothing.
     if (returned) {
@@ -409,6 +417,26 @@ export class Queues {
     }
     if (returned) await this.instances.leave().catch((err: unknown) => this.log.warn("could not leave the live instances", { err }));
     else this.log.warn("some items could not be returned to their queues; another instance will return them", { items: this.returns.size });
+  }
+
+  /** Resolves to true once no stream of `streams` has a settle in flight, false after `timeoutMs` (wall time). */
+  private async settlesAnswered(streams: readonly LeaseStream[], timeoutMs: number): Promise<boolean> {
+    const answered = () => streams.every((s) => s.settling.size === 0);
+    if (answered()) return true;
+    const before = this.onRelease;
+    try {
+      return await new Promise<boolean>((done) => {
+        const timer = systemClock.setTimer(timeoutMs, () => done(answered()));
+        this.onRelease = () => {
+          before?.();
+          if (!answered()) return;
+          timer.cancel();
+          done(true);
+        };
+      });
+    } finally {
+      this.onRelease = before;
+    }
   }
 
   /** Closes the dispatchers of queue `name` (for a stream queue, one per group). */
@@ -733,21 +761,43 @@ export class Queues {
   }
 
   /**
-   * A settle that frees its delivery (ack, retry, drop) of a reliable queue goes
-   * to Redis: its stream's credit is free at once, so the pump's next lease
-   * travels with the settle (settle-lease.lua) rather than a round trip after its answer. The delivery stays this
-   * instance's (its holder entry kept, so reconcile never takes it for nobody's)
-   * until the answer releases it; call `unsettled` if no answer came.
+   * Settles that free their delivery (ack, retry, drop) of a reliable queue,
+   * about to go to Redis in one call with the lease their credit pays for
+   * (settle-lease.lua, see Settler): each delivery a stream here holds moves to
+   * its `settling`, so the lease can count that credit free. Its holder entry
+   * stays (reconcile never takes it for nobody's) until the answer releases it;
+   * `unsettled` if no answer came, `heldAgain` if the lease does not go. Only
+   * settles in that very call may free credit early: a settle sent without the
+   * lease could be refused after the pump leased for its credit on its own.
+   * Resolves to the tokens moved.
    */
-  private settling(token: string, ownStream?: LeaseStream): void {
-    const stream = ownStream?.held.has(token) ? ownStream : this.holders.get(token);
-    const ref = stream?.held.get(token);
-    // A stream queue's settle and its group's next read are separate calls: a retried entry, parked by its
-    // settle, is read again next, so its credit frees with the answer (release) as before.
-    if (!stream || !ref || stream.group) return;
-    stream.held.delete(token);
-    stream.settling.set(token, ref);
-    // No kick: the settle carries the lease this credit asks for (the Settler's refill), or wakes the pump.
+  private settling(config: QueueConfig, ops: readonly SettleOp[]): string[] {
+    const token = tokenFormatter(config.name);
+    const moved: string[] = [];
+    for (const op of ops) {
+      if (op.action !== "ack" && op.action !== "retry" && op.action !== "drop") continue;
+      const at = op.delivery.indexOf("@");
+      const t = token(Number(op.delivery.slice(0, at)), op.delivery.slice(at + 1));
+      const stream = this.holders.get(t);
+      const ref = stream?.held.get(t);
+      // A stream queue's settle and its group's next read are separate calls (they never come here).
+      if (!stream || !ref || stream.group) continue;
+      stream.held.delete(t);
+      stream.settling.set(t, ref);
+      moved.push(t);
+    }
+    return moved;
+  }
+
+  /** Deliveries `settling` moved, held again: the lease they were to pay for does not go with them. */
+  private heldAgain(tokens: readonly string[]): void {
+    for (const t of tokens) {
+      const stream = this.holders.get(t);
+      const ref = stream?.settling.get(t);
+      if (!stream || !ref) continue;
+      stream.settling.delete(t);
+      stream.held.set(t, ref);
+    }
   }
 
   /**
@@ -821,7 +871,6 @@ export class Queues {
     if (opts.delayMs !== undefined && (!Number.isFinite(opts.delayMs) || opts.delayMs < 0)) throw invalid("delay must not be negative", "delay");
     if (opts.delayMs !== undefined && opts.delayMs > MAX_SCHEDULE_MS) throw invalid("delay is more than 10 years (an Enqueue's delay is held to the same)", "delay");
     const op: SettleOp = { action, delivery: deliveryField(ref), reason: cutReason(opts.reason), delayMs: opts.delayMs };
-    if (frees) this.settling(token, fromStream);
     let result: SettleResult;
     try {
       result = await this.settler.settle(config, op);
@@ -888,7 +937,6 @@ export class Queues {
         }
       }
       if (popped > 0) this.metrics.items(config.name, "acked", popped);
-      for (const { token } of settles) this.settling(token, fromStream);
       let results: SettleResult[];
       try {
         results = await this.settler.settleMany(config, settles.map(({ ref }) => ({ action: "ack", delivery: deliveryField(ref) })));

@@ -22,12 +22,12 @@ interface Waiter {
 }
 
 /**
- * Offers the settles of a reliable queue, as they go to Redis, to carry the
+ * Offers the settles `ops` of a reliable queue, as they go to Redis, to carry the
  * lease the credit they free asks for: `send` leases beside them in the same
  * call, if the queue's pump takes it up (QueueDispatcher.leaseBeside); false
- * if it does not (it has been woken to lease on its own).
+ * if it does not (they go alone, and free their credit with their answer).
  */
-export type Refill = (config: QueueConfig, send: (lease: LeaseAfter) => Promise<LeasedItem[]>) => boolean;
+export type Refill = (config: QueueConfig, ops: readonly SettleOp[], send: (lease: LeaseAfter) => Promise<LeasedItem[]>) => boolean;
 
 interface Pending {
   config: QueueConfig;
@@ -99,10 +99,13 @@ export class Settler {
     if (config.mode === "stream") return settleStreamItems(this.client, keys, ctx, ops);
     if (!last || config.mode !== "reliable" || !this.refill) return settleItems(this.client, keys, ctx, ops);
     let call: Promise<SettleResult[]> | undefined;
-    this.refill(config, (lease) => {
+    this.refill(config, ops, (lease) => {
       const both = settleAndLease(this.client, keys, ctx, ops, lease);
       call = both.then((r) => r.results);
-      return both.then((r) => r.leased);
+      return both.then((r) => {
+        if (r.leased instanceof Error) throw r.leased;
+        return r.leased;
+      });
     });
     return call ?? settleItems(this.client, keys, ctx, ops);
   }

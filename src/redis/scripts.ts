@@ -291,15 +291,17 @@ export interface LeaseAfter {
 /**
  * settle-lease.lua: settleItems, then leaseItems for `lease.max` items, in one
  * call (one round trip). A settle refused for a key of another type refuses the
- * whole call, leasing nothing.
+ * whole call, leasing nothing; a lease that fails after the settles applied
+ * comes back as its Error in `leased`, beside their results.
  */
 export async function settleAndLease(
   client: RedisClient, keys: QueueKeys, ctx: SettleContext, ops: readonly SettleOp[], lease: LeaseAfter,
-): Promise<{ results: SettleResult[]; leased: LeasedItem[] }> {
+): Promise<{ results: SettleResult[]; leased: LeasedItem[] | Error }> {
   const args: (string | number)[] = [...settleArgs(keys, ctx), lease.max, lease.recoveryTtlMs, lease.owner];
   pushOps(args, ops);
-  const [settled, flat] = (await call(client, "sySettleLeaseBuffer", args).catch(refusedType(client, keys.queue))) as [number[], (Buffer | number)[]];
-  return { results: settleResults(settled), leased: leasedItems(flat) };
+  const [settled, flat] = (await call(client, "sySettleLeaseBuffer", args).catch(refusedType(client, keys.queue))) as [number[], (Buffer | number)[] | Error];
+  // The settles applied even when the lease after them failed: that error is the lease's alone.
+  return { results: settleResults(settled), leased: flat instanceof Error ? flat : leasedItems(flat) };
 }
 
 /** settle.lua's keys and first six arguments. */
