@@ -239,6 +239,8 @@ export class Queues {
   private draining = false;
   /** Told once when a drain starts (open EnqueueStreams, which then end). */
   private readonly drainListeners = new Set<() => void>();
+  /** Held deliveries whose settle failed and whose check could not be sent either: checked once the connection is ready. */
+  private readonly rechecks = new Set<string>();
   /** Called after every release while draining. */
   private onRelease?: () => void;
   private readonly settler: Settler;
@@ -315,6 +317,9 @@ export class Queues {
 
   private readonly onReconnect = () => {
     for (const d of this.dispatchers.values()) d.markUnsure();
+    const tokens = [...this.rechecks];
+    this.rechecks.clear();
+    for (const token of tokens) this.recheck(token);
   };
 
   /**
@@ -820,6 +825,26 @@ export class Queues {
   }
 
   /**
+   * A settle whose call failed (a timeout, a lost connection) may still have
+   * applied, its answer lost: if its delivery is still held here, look now
+   * rather than at the stream's next heartbeat, so a stream at credit 1 is not
+   * stalled by an ack that did apply. If Redis still cannot be asked, the
+   * heartbeat's check looks again.
+   */
+  private recheck(token: string): void {
+    const stream = this.holders.get(token);
+    const ref = stream?.held.get(token);
+    if (!stream || !ref) return;
+    this.settler.settle(stream.config, { action: "check", delivery: deliveryField(ref) }).then(
+      (r) => {
+        if (r.code !== "done") this.release(token, stream);
+      },
+      // Not asked (the connection is being made again, say): once it is ready (onReconnect).
+      () => void this.rechecks.add(token),
+    );
+  }
+
+  /**
    * Ends a stream: its unsettled reliable items go back to the front of the
    * queue at once (counted as a delivery), without waiting for min_idle. If
    * Redis cannot take them now, they are tried again until it can.
@@ -875,7 +900,10 @@ export class Queues {
     try {
       result = await this.settler.settle(config, op);
     } catch (err) {
-      if (frees) this.unsettled(token);
+      if (frees) {
+        this.unsettled(token);
+        this.recheck(token);
+      }
       throw err;
     }
     if (frees || result.code !== "done") this.release(token, fromStream);
@@ -941,7 +969,10 @@ export class Queues {
       try {
         results = await this.settler.settleMany(config, settles.map(({ ref }) => ({ action: "ack", delivery: deliveryField(ref) })));
       } catch (err) {
-        for (const { token } of settles) this.unsettled(token);
+        for (const { token } of settles) {
+          this.unsettled(token);
+          this.recheck(token);
+        }
         throw err;
       }
       settles.forEach(({ token, ref }, i) => {
