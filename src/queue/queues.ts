@@ -146,6 +146,14 @@ interface PreparedAppend {
   ttlMs: number;
 }
 
+/** FAILED_PRECONDITION for a read Redis refused because `key` is not a `type`; `err` itself otherwise. */
+function keyOfType(key: string, type: string, err: Error): Error {
+  if (!err.message.startsWith("WRONGTYPE")) return err;
+  return new SwitchyardError("failed_precondition", `key "${key}" is not a ${type}; delete or rename it: the queue needs it`, {
+    reason: "WRONG_KEY_TYPE", metadata: { key },
+  });
+}
+
 /** The key of the dispatcher serving a queue's streams (for a stream queue, those of one group). */
 function dispatcherKey(queue: string, group: string): string {
   return group ? `${queue}\n${group}` : queue;
@@ -1067,14 +1075,16 @@ export class Queues {
       };
     }
     const reliable = config.mode === "reliable";
+    // A key replaced by a value of another type (a stray write by another client) is named, not an INTERNAL error.
+    const read = <T>(key: string, type: string, value: Promise<T>) => value.catch((err: Error) => Promise.reject(keyOfType(key, type, err)));
     const [ready, processing, deadLetter, oldest, leased, completed, delayed] = await Promise.all([
-      client.llen(keys.queue),
-      reliable ? client.llen(keys.processing) : 0,
-      reliable ? client.llen(keys.deadLetter) : 0,
-      config.recoverySet ? client.zrange(config.recoverySet, 0, 0, "WITHSCORES") : [],
-      client.get(keys.fence),
-      reliable ? client.hget(keys.leases, "completed") : null,
-      client.zcard(keys.delayed),
+      read(keys.queue, "list", client.llen(keys.queue)),
+      reliable ? read(keys.processing, "list", client.llen(keys.processing)) : 0,
+      reliable ? read(keys.deadLetter, "list", client.llen(keys.deadLetter)) : 0,
+      config.recoverySet ? read(config.recoverySet, "sorted set", client.zrange(config.recoverySet, 0, 0, "WITHSCORES")) : [],
+      read(keys.fence, "string", client.get(keys.fence)),
+      reliable ? read(keys.leases, "hash", client.hget(keys.leases, "completed")) : null,
+      read(keys.delayed, "sorted set", client.zcard(keys.delayed)),
     ]);
     return {
       queue: name,

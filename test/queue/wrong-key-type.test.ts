@@ -94,4 +94,20 @@ describe("a queue key of another type", () => {
     expect((await lease.take(1)).map((x) => x.id)).toEqual([id]);
     await lease.close();
   });
+
+  it("answers GetQueueStats with FAILED_PRECONDITION naming the key, not INTERNAL, and counts again once it is fixed", async () => {
+    const { sy, redis } = t;
+    const q = "{wrong-stats}";
+    await sy.client.createQueue({ name: q, mode: QueueMode.RELIABLE, recoverySet: `${q}.claims`, minIdle: { seconds: 60n } });
+    await sy.client.enqueue(q, ["a"]);
+    for (const key of [q, `${q}.processing`, `${q}.dead`, `${q}.claims`, `${q}.leases`, `${q}.delayed`]) {
+      const saved = await redis.plain.dumpBuffer(key);
+      await redis.plain.del(key);
+      await redis.plain.sadd(key, "not what the queue keeps here");
+      expect(await refusal(sy.client.getQueueStats(q))).toEqual({ code: grpc.status.FAILED_PRECONDITION, reason: "WRONG_KEY_TYPE", key });
+      await redis.plain.del(key);
+      if (saved) await redis.plain.restore(key, 0, saved);
+    }
+    expect((await sy.client.getQueueStats(q)).ready).toBe(1n);
+  });
 });
