@@ -219,7 +219,7 @@ export async function leaseItems(
   const flat = (await call(client, "syLeaseBuffer", [
     keys.queue, keys.processing, keys.leases, keys.fence, keys.recovery || unused(keys),
     lease.now, lease.max, keys.recovery ? "1" : "0", lease.recoveryTtlMs, lease.owner,
-  ])) as (Buffer | number)[];
+  ]).catch(refusedType(client, keys.queue))) as (Buffer | number)[];
   return leasedItems(flat);
 }
 

@@ -110,4 +110,24 @@ describe("a queue key of another type", () => {
     }
     expect((await sy.client.getQueueStats(q)).ready).toBe(1n);
   });
+
+  it("leases nothing while the fence counter holds another type (no item moved without its record), and delivers once it is fixed", async () => {
+    const { sy, redis } = t;
+    const q = "{wrong-fence}";
+    await sy.client.createQueue({ name: q, mode: QueueMode.RELIABLE });
+    await redis.plain.hset(`${q}.fence`, "not", "a counter");
+    await sy.client.enqueue(q, ["a"]);
+    const seen = warnings.length;
+    const lease = sy.client.lease(q, 1);
+    const failed = () => warnings.slice(seen).find((w) => w.msg === "lease pump failed; retrying");
+    await expect.poll(() => failed() !== undefined).toBe(true);
+    expect([await redis.plain.llen(q), await redis.plain.llen(`${q}.processing`), await redis.plain.hlen(`${q}.leases`)]).toEqual([1, 0, 0]);
+    expect(failed()?.err?.message).toContain(`key "${q}.fence" holds a hash, not a string`);
+    await redis.plain.del(`${q}.fence`);
+    const [d] = await lease.take(1);
+    expect([Buffer.from(d.payload).toString(), d.fence, d.deliveryCount]).toEqual(["a", 1n, 1]);
+    await sy.client.ack(d.leaseToken);
+    await lease.close();
+  });
 });
+

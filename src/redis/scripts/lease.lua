@@ -10,7 +10,9 @@
   ARGV[1] now (ms)   ARGV[2] max items   ARGV[3] "1" with a recovery set
   ARGV[4] recovery ttl (ms, 0: none)   ARGV[5] owner: the leasing instance's id
   Returns: a flat array: value and fence of each moved item (its delivery
-  count is its history's deliveries plus one, read by the caller).
+  count is its history's deliveries plus one, read by the caller). Or, moving
+  nothing, an error "SYWRONGTYPE ..." when the fence counter, the leases hash
+  or the recovery set holds another type (lib.lua's wrong_type).
   Runs when Redis is out of memory (allow-oom): moving an item takes next to
   no memory, and leasing is how a full Redis drains.
   Moves no more than LLEN items: it never touches the queue once it is empty

@@ -376,6 +376,15 @@ local function lease_items(KEYS, ARGV)
   local max = math.min(tonumber(ARGV[2]), redis.call("LLEN", KEYS[1]))
   if max <= 0 then return {} end
   local recovery = ARGV[3] == "1"
+  -- The keys written after an item is moved must be of their types: a Redis error there would leave
+  -- the item moved with no record of its delivery (see wrong_type). The processing list LMOVE checks itself.
+  local checks = { KEYS[4], "string", KEYS[3], "hash" }
+  if recovery then
+    checks[5] = KEYS[5]
+    checks[6] = "zset"
+  end
+  local refused = wrong_type(checks)
+  if refused then return refused end
   local owner = ARGV[5]
   local out = {}
   for _ = 1, max do
