@@ -6,35 +6,23 @@
  * calls before it did not; and when the streams' credit shrinks meanwhile,
  * the items no stream can take go back together, in queue order.
  */
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { ManualClock } from "../../src/clock.js";
 import { createLogger } from "../../src/log.js";
-import { connectRedis, type RedisConnection } from "../../src/redis/connection.js";
 import { pushItems } from "../../src/redis/scripts.js";
 import { BulkStrings } from "../../src/redis/bulk-strings.js";
 import { validateQueueSpec } from "../../src/queue/declaration.js";
 import { QueueDispatcher } from "../../src/queue/dispatcher.js";
 import { LeaseStream, type Delivery } from "../../src/queue/lease-stream.js";
 import type { LeaseRef } from "../../src/queue/token.js";
-import { testDispatchHost } from "../helpers/dispatch.js";
-import { startStandaloneRedis, type StandaloneRedis } from "../helpers/redis.js";
+import { testDispatchHost, useDispatchRedis } from "../helpers/dispatch.js";
 
 const log = createLogger("error");
-let redis: StandaloneRedis;
-let conn: RedisConnection;
-
-beforeAll(async () => {
-  redis = await startStandaloneRedis();
-  conn = await connectRedis(redis.target, log);
-});
-afterAll(async () => {
-  await conn.close();
-  await redis.stop();
-});
+const t = useDispatchRedis(log);
 
 /** The command connection as Redis lists it: `b` in flags while paused, qbuf = bytes of the calls queued behind. */
 async function commandClient(id: number): Promise<{ blocked: boolean; qbuf: number }> {
-  const line = (await redis.plain.client("LIST", "ID", id)) as string;
+  const line = (await t.redis.plain.client("LIST", "ID", id)) as string;
   return { blocked: /flags=\S*b/.test(line), qbuf: Number(line.match(/qbuf=(\d+)/)?.[1]) };
 }
 
@@ -44,17 +32,17 @@ describe("a pump with credit freed while its lease call is in flight", () => {
       const clock = new ManualClock();
       const config = validateQueueSpec({ name: `{pipeline-${shrink}}`, mode: "reliable" }, clock.now());
       const givenBack: number[][] = [];
-      const host = { ...testDispatchHost(conn, clock, log), giveBack: (_: unknown, refs: LeaseRef[]) => void givenBack.push(refs.map((r) => r.fence)) };
+      const host = { ...testDispatchHost(t.conn, clock, log), giveBack: (_: unknown, refs: LeaseRef[]) => void givenBack.push(refs.map((r) => r.fence)) };
       const dispatcher = new QueueDispatcher(config, host);
       const batches: Delivery[][] = [];
       const sink = { deliver: (b: Delivery[]) => batches.push(b) > 0, heartbeat() {}, fail() {}, drain() {}, end() {} };
       const stream = new LeaseStream(config, 3, sink, clock.now());
-      await pushItems(conn.client, config.name, 0, [BulkStrings.of(["1", "2", "3", "4", "5", "6", "7"].map((p) => Buffer.from(p)))]);
+      await pushItems(t.conn.client, config.name, 0, [BulkStrings.of(["1", "2", "3", "4", "5", "6", "7"].map((p) => Buffer.from(p)))]);
       dispatcher.add(stream);
       await expect.poll(() => batches.length).toBe(1);
-      const id = Number(await conn.client.client("ID"));
+      const id = Number(await t.conn.client.client("ID"));
 
-      await redis.plain.client("PAUSE", 60_000, "WRITE");
+      await t.redis.plain.client("PAUSE", 60_000, "WRITE");
       try {
         const free = (i: number) => {
           stream.held.delete(batches[0][i].token);
@@ -70,7 +58,7 @@ describe("a pump with credit freed while its lease call is in flight", () => {
         await expect.poll(async () => (await commandClient(id)).qbuf).toBe(2 * oneCall);
         if (shrink) stream.credit = 1;
       } finally {
-        await redis.plain.client("UNPAUSE");
+        await t.redis.plain.client("UNPAUSE");
       }
 
       const payloads = (b: Delivery[]) => b.map((d) => Buffer.from(d.item.payload).toString());
@@ -83,7 +71,7 @@ describe("a pump with credit freed while its lease call is in flight", () => {
         // Items 5 and 6 (fences 5, 6) back in one call, pushed last first so 5 is at the front again.
         expect(givenBack).toEqual([[6, 5]]);
       }
-      expect(await redis.plain.llen(config.name)).toBe(1);
+      expect(await t.redis.plain.llen(config.name)).toBe(1);
       dispatcher.close();
     });
   }
@@ -93,26 +81,26 @@ describe("a push sent while the pump's lease is in flight", () => {
   it("is leased by the next call at once: the short answer does not send the pump to wait on a wake-up", async () => {
     const clock = new ManualClock();
     const config = validateQueueSpec({ name: "{pushed-in-flight}", mode: "reliable" }, clock.now());
-    const dispatcher = new QueueDispatcher(config, testDispatchHost(conn, clock, log));
+    const dispatcher = new QueueDispatcher(config, testDispatchHost(t.conn, clock, log));
     const batches: Delivery[][] = [];
     const sink = { deliver: (b: Delivery[]) => batches.push(b) > 0, heartbeat() {}, fail() {}, drain() {}, end() {} };
-    const id = Number(await conn.client.client("ID"));
-    const blmoves = async () => Number((await redis.plain.info("commandstats")).match(/cmdstat_blmove:calls=(\d+)/)?.[1] ?? 0);
+    const id = Number(await t.conn.client.client("ID"));
+    const blmoves = async () => Number((await t.redis.plain.info("commandstats")).match(/cmdstat_blmove:calls=(\d+)/)?.[1] ?? 0);
     const before = await blmoves();
 
-    await redis.plain.client("PAUSE", 60_000, "WRITE");
+    await t.redis.plain.client("PAUSE", 60_000, "WRITE");
     try {
       // The queue is empty: the lease call goes out and waits behind the pause.
       dispatcher.add(new LeaseStream(config, 1, sink, clock.now()));
       await expect.poll(async () => (await commandClient(id)).blocked).toBe(true);
       // This instance pushes behind it, on the same connection: Redis runs the lease first, and it finds nothing.
-      const pushed = pushItems(conn.client, config.name, 0, [BulkStrings.of([Buffer.from("late")])]);
+      const pushed = pushItems(t.conn.client, config.name, 0, [BulkStrings.of([Buffer.from("late")])]);
       dispatcher.pushed();
       await expect.poll(async () => (await commandClient(id)).qbuf).toBeGreaterThan(0);
-      await redis.plain.client("UNPAUSE");
+      await t.redis.plain.client("UNPAUSE");
       await pushed;
     } finally {
-      await redis.plain.client("UNPAUSE");
+      await t.redis.plain.client("UNPAUSE");
     }
     await expect.poll(() => batches.length).toBe(1);
     expect(Buffer.from(batches[0][0].item.payload).toString()).toBe("late");
