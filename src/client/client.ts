@@ -454,6 +454,8 @@ export class LeaseSession implements AsyncIterable<Delivery> {
   private readonly buffered: Delivery[] = [];
   private waiting?: () => void;
   private done = false;
+  /** close() half-closed the stream: nothing more can be written. */
+  private closing = false;
   private readonly resultListeners: ((r: SettleResult) => void)[] = [];
   private readonly drainListeners: (() => void)[] = [];
   private heartbeats = 0;
@@ -527,7 +529,7 @@ export class LeaseSession implements AsyncIterable<Delivery> {
   /** Sends a message, after any acks waiting to be batched, so the server sees settles in the order they were made. */
   private send(kind: MessageInitShape<typeof LeaseRequestSchema>["kind"]): void {
     this.flushAcks();
-    if (this.done) return;
+    if (this.done || this.closing) return;
     this.stream.write(create(LeaseRequestSchema, { kind }));
     if (kind?.case === "ack" || kind?.case === "retry" || kind?.case === "drop") this.settles++;
   }
@@ -536,7 +538,7 @@ export class LeaseSession implements AsyncIterable<Delivery> {
     if (this.acks.length === 0) return;
     const leaseTokens = this.acks;
     this.acks = [];
-    if (this.done) return;
+    if (this.done || this.closing) return;
     this.stream.write(create(LeaseRequestSchema, { kind: { case: "ackBatch", value: { leaseTokens } } }));
     this.settles += leaseTokens.length;
   }
@@ -625,10 +627,20 @@ export class LeaseSession implements AsyncIterable<Delivery> {
     this.send({ case: "credit", value: { credit } });
   }
 
+  /**
+   * Gives back deliveries never started, uncounted, to the front of their
+   * queue (a server that opened the stream with `releases`; RELIABLE and
+   * STREAM queues). One refused comes back as a settle result.
+   */
+  release(leaseTokens: readonly string[]): void {
+    if (leaseTokens.length > 0) this.send({ case: "release", value: { leaseTokens: [...leaseTokens] } });
+  }
+
   /** Ends the stream; the server returns unsettled items to the queue. */
   close(): Promise<grpc.ServiceError | undefined> {
     this.flushAcks();
-    if (!this.done) this.stream.end();
+    if (!this.done && !this.closing) this.stream.end();
+    this.closing = true;
     return this.ended;
   }
 

@@ -10,6 +10,15 @@
  * min_idle (the stream's open answer carries it), so the watchdog never hands
  * a long job to another worker while this one is alive; a worker that dies
  * stops extending, and its items come back.
+ *
+ * On RELIABLE and STREAM queues the worker also keeps `prefetch` deliveries
+ * (default: as many as `concurrency`) ready beyond those running, so a handler
+ * that finishes starts the next item without waiting a round trip for it.
+ * Those wait their turn in delivery order, their leases extended like a running
+ * handler's; the ones never started go back to the front of the queue,
+ * uncounted (LeaseRequest.release), when the worker stops or the server drains.
+ * A SIMPLE queue's items leave Redis when leased and cannot go back: there
+ * the worker takes no more than it runs.
  */
 import { durationMs, timestampMs } from "@bufbuild/protobuf/wkt";
 import type { Delivery, SettleResult } from "../gen/switchyard/v1/queue_pb.js";
@@ -45,8 +54,14 @@ export interface WorkerOptions {
   queue: string;
   /** STREAM queues: the consumer group to read as. */
   group?: string;
-  /** Items processed at once (the stream's credit). */
+  /** Handlers running at once. */
   concurrency: number;
+  /**
+   * Deliveries kept ready beyond the running handlers, on RELIABLE and STREAM
+   * queues (the stream's credit is concurrency + prefetch). Default: as many as
+   * concurrency; 0 takes no more than it runs. Ignored on SIMPLE queues.
+   */
+  prefetch?: number;
   handler: (delivery: Delivery, context: HandlerContext) => Promise<HandlerResult> | HandlerResult;
   /** Told about handler failures, refused extends and lost streams. */
   onError?: (err: unknown, delivery?: Delivery) => void;
@@ -59,7 +74,8 @@ export interface WorkerOptions {
 /** A running worker. */
 export interface Worker {
   /**
-   * Stops leasing, fires every running handler's signal, waits for them up to
+   * Stops leasing, gives back the deliveries it fetched ahead and never started
+   * (uncounted), fires every running handler's signal, waits for them up to
    * `stopGraceMs`, then closes the stream; resolves to the deliveries whose
    * handlers had not finished (whatever such a handler returns later is not
    * settled; a reliable queue got their items back when the stream closed).
@@ -91,6 +107,12 @@ class Stream {
   minIdleMs = 0;
   /** The credit this stream was last given. */
   credit = 0;
+  /** Deliveries taken ahead of the handlers (0 until the server said it takes back unstarted ones). */
+  prefetch = 0;
+  /** The highest credit the server accepts (0: not said). */
+  maxCredit = 0;
+  /** The server takes back deliveries never started (LeaseOpened.releases). */
+  releases = false;
   private readonly extends = new Map<string, ((r: SettleResult | undefined) => void)[]>();
 
   constructor(readonly session: LeaseSession) {
@@ -134,8 +156,10 @@ interface Job {
   readonly abort: AbortController;
   /** Nothing is settled for this delivery: an extend was refused as the lease no longer held, or stop() gave up on it. */
   lost: boolean;
+  /** Its handler has finished, or it will never start (given back, or its stream ended while it waited). */
   done: boolean;
   timer?: { cancel(): void };
+  context?: HandlerContext;
 }
 
 /** A handler's context; `onLost` is told when an extend finds the lease no longer held. */
@@ -171,6 +195,7 @@ export function runWorker(options: WorkerOptions): Worker {
   const ownClient = typeof options.client === "string";
   const client = typeof options.client === "string" ? new SwitchyardClient(options.client) : options.client;
   const clock = options.clock ?? systemClock;
+  const prefetch = Math.max(0, Math.floor(options.prefetch ?? options.concurrency));
   let stopping = false;
   /** The newest stream (it may have ended since). */
   let current: Stream | undefined;
@@ -181,6 +206,8 @@ export function runWorker(options: WorkerOptions): Worker {
   const stopGraceMs = options.stopGraceMs ?? 30_000;
   /** Handlers running, each with the promise that settles when it has finished and been settled. */
   const running = new Map<Job, Promise<void>>();
+  /** Deliveries received while every handler slot was taken, in delivery order. */
+  const waiting: Job[] = [];
 
   const settle = (job: Job, result: HandlerResult) => {
     if (job.lost) return;
@@ -191,6 +218,10 @@ export function runWorker(options: WorkerOptions): Worker {
     if (job.lost) return;
     job.s.session.retry(job.d.leaseToken, { reason: reasonOf(err) });
   };
+  const finished = (job: Job) => {
+    job.done = true;
+    job.timer?.cancel();
+  };
 
   /**
    * Extends the job's lease every third of min_idle until it is done; each
@@ -198,14 +229,14 @@ export function runWorker(options: WorkerOptions): Worker {
    * it too). A refused extension ends them: the item is no longer this worker's
    * (a lost lease also fires the handler's signal, see contextOf).
    */
-  const keepExtending = (job: Job, context: HandlerContext) => {
+  const keepExtending = (job: Job) => {
     const s = job.s;
     if (s.minIdleMs <= 0) return;
     const arm = () => {
       job.timer = clock.setTimer(Math.floor(s.minIdleMs / 3), async () => {
         if (job.done || s.session.closed) return;
         try {
-          await context.extend();
+          await job.context!.extend();
           if (!job.done) arm();
         } catch (err) {
           if (!job.done && !s.session.closed) options.onError?.(err, job.d);
@@ -219,42 +250,86 @@ export function runWorker(options: WorkerOptions): Worker {
    * Gives the current stream the credit the handlers it does not hold leave:
    * those still running from a lost stream, or whose lease was lost, count
    * against `concurrency` until they finish (the server freed their credit).
+   * Deliveries waiting for a handler are the stream's own: its prefetch covers them.
    */
   const refreshCredit = () => {
     const s = current;
     if (!s || stopping || s.session.closed) return;
     let elsewhere = 0;
     for (const job of running.keys()) if (job.s !== s || job.lost) elsewhere++;
-    const credit = Math.max(0, options.concurrency - elsewhere);
+    let credit = Math.max(0, options.concurrency - elsewhere);
+    if (credit > 0) credit += s.prefetch;
+    if (s.maxCredit > 0) credit = Math.min(credit, s.maxCredit);
     if (credit !== s.credit) s.session.setCredit((s.credit = credit));
   };
 
-  // A handler that returns at once is settled at once: no promise or timer per item.
-  const handle = (s: Stream, d: Delivery) => {
-    const job: Job = { s, d, abort: new AbortController(), lost: false, done: false };
-    const context = contextOf(job, refreshCredit);
+  // A handler that returns at once is settled at once: no promise per item.
+  const start = (job: Job) => {
+    const { s, d } = job;
     let result: Promise<HandlerResult> | HandlerResult;
     try {
-      result = options.handler(d, context);
+      result = options.handler(d, job.context!);
     } catch (err) {
+      finished(job);
       fail(job, err);
       return;
     }
     if (!isThenable(result)) {
+      finished(job);
       settle(job, result);
       return;
     }
-    keepExtending(job, context);
+    if (!job.timer) keepExtending(job);
     const p = Promise.resolve(result)
       .then((r) => settle(job, r), (err: unknown) => fail(job, err))
       .finally(() => {
-        job.done = true;
-        job.timer?.cancel();
+        finished(job);
         running.delete(job);
-        if (job.s !== current || job.lost) refreshCredit();
+        if (s !== current || job.lost) refreshCredit();
+        startWaiting();
         wake?.();
       });
     running.set(job, p);
+  };
+
+  /** Starts waiting deliveries while handler slots are free; those whose lease or stream is gone are skipped. */
+  const startWaiting = () => {
+    while (running.size < options.concurrency && waiting.length > 0 && !stopping) {
+      const job = waiting.shift()!;
+      if (job.lost || job.done || job.s.session.closed) finished(job);
+      else start(job);
+    }
+  };
+
+  /** Forgets waiting deliveries that will never start. */
+  const prune = () => {
+    let kept = 0;
+    for (const job of waiting) if (!job.done) waiting[kept++] = job;
+    waiting.length = kept;
+  };
+
+  const handle = (s: Stream, d: Delivery) => {
+    const job: Job = { s, d, abort: new AbortController(), lost: false, done: false };
+    job.context = contextOf(job, refreshCredit);
+    // Once stopping, what can go back waits to (a SIMPLE queue's item still runs: it cannot go back).
+    if (running.size < options.concurrency && waiting.length === 0 && !(stopping && s.releases)) {
+      start(job);
+      return;
+    }
+    waiting.push(job);
+    keepExtending(job);
+  };
+
+  /**
+   * Gives back what waits on stream `s` and never started: uncounted, where the
+   * server takes them back; else (a SIMPLE queue) they stay (the item cannot go back).
+   */
+  const giveBack = (s: Stream) => {
+    const back = waiting.filter((job) => job.s === s && !job.done && !job.lost);
+    if (back.length === 0 || !s.releases) return;
+    for (const job of back) finished(job);
+    prune();
+    s.session.release(back.map((job) => job.d.leaseToken));
   };
 
   const loop = async () => {
@@ -266,12 +341,21 @@ export function runWorker(options: WorkerOptions): Worker {
       const credit = options.concurrency - running.size;
       const s = (current = new Stream(client.lease(options.queue, credit, { group: options.group })));
       s.credit = credit;
+      // The server is shutting down: what never started goes to a worker of another instance now.
+      s.session.onDrain(() => void giveBack(s));
       try {
         const opened = await s.session.opened;
         s.minIdleMs = opened.minIdle ? durationMs(opened.minIdle) : 0;
+        s.maxCredit = opened.maxCredit;
+        s.releases = opened.releases;
+        if (opened.releases && !s.session.drained) {
+          s.prefetch = prefetch;
+          refreshCredit();
+        }
         attempt = 0;
         for (let batch = await s.session.nextBatch(); batch.length > 0; batch = await s.session.nextBatch()) {
           for (const d of batch) handle(s, d);
+          if (s.session.drained || stopping) giveBack(s);
         }
         const err = await s.session.ended;
         if (err && !stopping) options.onError?.(err);
@@ -279,6 +363,10 @@ export function runWorker(options: WorkerOptions): Worker {
         if (!stopping) options.onError?.(err);
       }
       await s.session.ended;
+      // The server returned what waited on it when the stream ended.
+      for (const job of waiting) if (job.s === s) finished(job);
+      prune();
+      startWaiting();
       processedBefore += s.session.settlesSent;
       current = undefined;
       if (!stopping) await sleep(Math.min(100 * 2 ** attempt++, 5000));
@@ -294,6 +382,7 @@ export function runWorker(options: WorkerOptions): Worker {
       stopping = true;
       wake?.();
       current?.session.setCredit(0);
+      if (current) giveBack(current);
       const stopped = new Error("the worker is stopping");
       for (const job of running.keys()) job.abort.abort(stopped);
       let grace: { cancel(): void } | undefined;
@@ -302,6 +391,12 @@ export function runWorker(options: WorkerOptions): Worker {
       const unfinished = [...running.keys()].map((job) => job.d);
       // Their results are not settled: the stream closes now, and its items go back to the queue.
       for (const job of running.keys()) job.lost = true;
+      // Deliveries that could not be given back (a SIMPLE queue's) and never ran.
+      for (const job of waiting) {
+        if (!job.done) unfinished.push(job.d);
+        finished(job);
+      }
+      waiting.length = 0;
       // Let the settles written above reach the server before the stream ends.
       await new Promise((r) => setImmediate(r));
       await current?.session.close();

@@ -63,8 +63,8 @@ export interface LeaseSettings {
   heartbeatIntervalMs: number;
   /** A stream that sends no open this long is ended. */
   openTimeoutMs: number;
-  /** Most tokens in one ack_batch (no stream holds more than the highest credit). */
-  maxAckBatch: number;
+  /** The highest credit a stream may have (SWITCHYARD_MAX_CREDIT): also the most tokens in one ack_batch or release. */
+  maxCredit: number;
   /** Bounds the delivery bytes waiting for workers that do not read. */
   buffers: DeliveryBuffers;
   /** The largest message the server sends (SWITCHYARD_MAX_MESSAGE_BYTES). */
@@ -165,8 +165,8 @@ function leaseHandler(queues: Queues, baseLog: Logger, settings: LeaseSettings) 
     };
     // Acks of many tokens: one settle call per queue; each token that failed gets its own result.
     const ackBatch = async (s: LeaseStream, tokens: readonly string[]) => {
-      if (tokens.length > settings.maxAckBatch) {
-        finish(invalid(`ack_batch of ${tokens.length} tokens; send at most ${settings.maxAckBatch} per message (SWITCHYARD_MAX_CREDIT: no stream holds more)`, "ack_batch.lease_tokens"));
+      if (tokens.length > settings.maxCredit) {
+        finish(invalid(`ack_batch of ${tokens.length} tokens; send at most ${settings.maxCredit} per message (SWITCHYARD_MAX_CREDIT: no stream holds more)`, "ack_batch.lease_tokens"));
         return;
       }
       try {
@@ -176,6 +176,14 @@ function leaseHandler(queues: Queues, baseLog: Logger, settings: LeaseSettings) 
         const status = toStatus(err, log, "Lease");
         for (const token of tokens) settleFailed(token, status);
       }
+    };
+    // Deliveries the worker never started, back to the queue uncounted; each refused token gets its own result.
+    const release = async (s: LeaseStream, tokens: readonly string[]) => {
+      if (tokens.length > settings.maxCredit) {
+        finish(invalid(`release of ${tokens.length} tokens; send at most ${settings.maxCredit} per message (SWITCHYARD_MAX_CREDIT: no stream holds more)`, "release.lease_tokens"));
+        return;
+      }
+      for (const { token, error } of await queues.releaseUnstarted(tokens, s)) settleFailed(token, toStatus(error, log, "Lease"));
     };
     call.on("data", (raw: LeaseRequest | MalformedMessage) => {
       try {
@@ -211,6 +219,8 @@ function leaseHandler(queues: Queues, baseLog: Logger, settings: LeaseSettings) 
                   mode: modeMessage(config.mode),
                   heartbeatInterval: msDuration(settings.heartbeatIntervalMs),
                   ackBatches: true,
+                  releases: config.mode !== "simple",
+                  maxCredit: settings.maxCredit,
                   minIdle: config.minIdleMs ? msDuration(config.minIdleMs) : undefined,
                   paused: config.paused,
                 },
@@ -234,6 +244,8 @@ function leaseHandler(queues: Queues, baseLog: Logger, settings: LeaseSettings) 
               return settle(s, kind.value.leaseToken, "extend");
             case "ackBatch":
               return ackBatch(s, kind.value.leaseTokens);
+            case "release":
+              return release(s, kind.value.leaseTokens);
             case "credit":
               try {
                 queues.setCredit(s, kind.value.credit);
@@ -242,7 +254,7 @@ function leaseHandler(queues: Queues, baseLog: Logger, settings: LeaseSettings) 
               }
               return;
             default:
-              finish(invalid("empty LeaseRequest: set one of open, ack, ack_batch, retry, drop, extend or credit"));
+              finish(invalid("empty LeaseRequest: set one of open, ack, ack_batch, retry, drop, extend, credit or release"));
           }
         }, () => undefined);
         pending.add(work);

@@ -67,7 +67,7 @@ export function createGrpcServer(
     clock: cron.clock,
     heartbeatIntervalMs: config.heartbeatIntervalMs,
     openTimeoutMs: config.leaseOpenTimeoutMs,
-    maxAckBatch: config.maxCredit,
+    maxCredit: config.maxCredit,
     buffers,
     maxMessageBytes: config.maxMessageBytes,
   };

@@ -874,6 +874,37 @@ export class Queues {
     if (stream.group && held.length > 0) this.rescan(dispatcherKey(stream.queue, stream.group));
   }
 
+  /**
+   * Gives back deliveries `stream` holds that its worker never started (fetched
+   * ahead of its handlers): to the front of their queue in delivery order,
+   * uncounted, at once; their credit is free again. Resolves to the tokens
+   * refused, each with why: one the stream does not hold (settled, recovered,
+   * another stream's, or with its settle on the way), and every one of a
+   * SIMPLE queue (its item left Redis when it was popped). If Redis cannot
+   * take them now, they are tried again until it can, as a closed stream's are.
+   */
+  async releaseUnstarted(tokens: readonly string[], stream: LeaseStream): Promise<SettleFailure[]> {
+    const failures: SettleFailure[] = [];
+    const asked = new Set(tokens);
+    // In delivery order (the order the stream took them), whatever order the worker named them in.
+    const given = stream.config.mode === "simple" ? [] : [...stream.held].filter(([token]) => asked.has(token));
+    for (const [token] of given) asked.delete(token);
+    for (const token of asked) {
+      const why = stream.config.mode === "simple"
+        ? `a SIMPLE queue's item left Redis when it was leased; process it (LeaseOpened.releases is false on "${stream.queue}")`
+        : "this stream does not hold it: it was settled, recovered, or leased on another stream";
+      failures.push({ token, error: new SwitchyardError("failed_precondition", `cannot release: ${why}`, { reason: "LEASE_NOT_HELD", metadata: { queue: stream.queue } }) });
+    }
+    if (given.length === 0) return failures;
+    // Each goes to the front: the last delivered first, so the queue keeps its order (as closeStream).
+    // On their way back before they stop counting as held: the pump's reconcile must never see them as nobody's.
+    const returning = this.returns.give(stream.config, fieldsOf(given.map(([, ref]) => ref).reverse()), "undo");
+    for (const [token] of given) this.release(token, stream);
+    await returning;
+    if (stream.group) this.rescan(dispatcherKey(stream.queue, stream.group));
+    return failures;
+  }
+
   /** The declaration a token's queue has now, refusing a token of the other mode. */
   private async configFor(ref: LeaseRef, action: WorkerSettle): Promise<QueueConfig> {
     const config = await this.registry.get(ref.queue);

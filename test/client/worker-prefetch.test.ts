@@ -1,0 +1,226 @@
+/**
+ * runWorker's prefetch: deliveries kept ready beyond the running handlers on
+ * RELIABLE and STREAM queues, and given back uncounted (LeaseRequest.release)
+ * when the worker stops or the server drains.
+ */
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { durationFromMs } from "@bufbuild/protobuf/wkt";
+import { QueueMode, type Delivery } from "../../src/gen/switchyard/v1/queue_pb.js";
+import { runWorker } from "../../src/client/worker.js";
+import { ManualClock } from "../../src/clock.js";
+import type { LeaseStream } from "../../src/queue/lease-stream.js";
+import { startRedis, type TestRedis } from "../helpers/redis.js";
+import { startSwitchyard, type TestSwitchyard } from "../helpers/switchyard.js";
+
+let redis: TestRedis;
+let a: TestSwitchyard;
+beforeAll(async () => {
+  redis = await startRedis();
+  a = await startSwitchyard(redis);
+});
+afterAll(async () => {
+  await a.stop();
+  await redis.stop();
+});
+
+const text = (d: Delivery) => Buffer.from(d.payload).toString();
+/** The credit of the open streams of `queue` on instance `on`. */
+const credits = (on: TestSwitchyard, queue: string) =>
+  [...(on.app.queues["streams"] as Set<LeaseStream>)].filter((s) => s.queue === queue && !s.closed).map((s) => s.credit);
+
+/** A handler that holds every delivery until the test lets it go. */
+function held() {
+  const started: Delivery[] = [];
+  const finish: (() => void)[] = [];
+  return { started, finish, handler: (d: Delivery) => (started.push(d), new Promise<void>((ok) => finish.push(ok))) };
+}
+
+/** The next `n` deliveries of `queue` as [payload, delivery count], through a fresh stream. */
+async function next(queue: string, n: number, group = ""): Promise<[string, number][]> {
+  const lease = a.client.lease(queue, n, { group });
+  const got = await lease.take(n);
+  await lease.close();
+  return got.map((d) => [text(d), d.deliveryCount]);
+}
+
+describe("prefetch on a reliable queue", () => {
+  it("keeps `prefetch` deliveries ready and runs no more than `concurrency` handlers", async () => {
+    const Q = "{pf-ready}";
+    await a.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
+    await a.client.enqueue(Q, ["j0", "j1", "j2", "j3", "j4", "j5", "j6"]);
+    const h = held();
+    const worker = runWorker({ client: a.client, queue: Q, concurrency: 2, prefetch: 3, handler: h.handler });
+    try {
+      await expect.poll(() => credits(a, Q)).toEqual([5]);
+      await expect.poll(async () => (await a.client.getQueueStats(Q)).processing).toBe(5n);
+      expect(h.started.map(text)).toEqual(["j0", "j1"]);
+      // A handler that finishes starts the next delivery that waited, in delivery order.
+      h.finish[1]();
+      await expect.poll(() => h.started.map(text)).toEqual(["j0", "j1", "j2"]);
+      h.finish[0]();
+      await expect.poll(() => h.started.map(text)).toEqual(["j0", "j1", "j2", "j3"]);
+      // The two acks freed two units of credit: the stream holds 5 again (2 running, 3 ready).
+      await expect.poll(async () => (await a.client.getQueueStats(Q)).processing).toBe(5n);
+      expect((await a.client.getQueueStats(Q)).ready).toBe(0n);
+    } finally {
+      for (const ok of h.finish) ok();
+      await worker.stop();
+    }
+  });
+
+  it("stop() gives back what never started, uncounted and in order, ahead of the rest of the queue", async () => {
+    const Q = "{pf-stop}";
+    await a.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
+    await a.client.enqueue(Q, ["j0", "j1", "j2", "j3", "j4"]);
+    const h = held();
+    const worker = runWorker({ client: a.client, queue: Q, concurrency: 1, prefetch: 2, stopGraceMs: 50, clock: a.clock, handler: h.handler });
+    await expect.poll(async () => (await a.client.getQueueStats(Q)).processing).toBe(3n);
+    expect(h.started.map(text)).toEqual(["j0"]);
+    const stopping = worker.stop();
+    // stop() waits stopGraceMs (on the test's clock) for the handler that runs.
+    await expect.poll(async () => (await a.client.getQueueStats(Q)).ready).toBe(4n);
+    await (a.clock as ManualClock).advance(50);
+    const unfinished = await stopping;
+    expect(unfinished.map(text)).toEqual(["j0"]);
+    expect(h.started.map(text)).toEqual(["j0"]);
+    // j1 and j2 never reached a handler: back at the front as they were (count 1); j0's stream
+    // closed while it ran, so it went back counted (its next delivery is the second).
+    expect(await next(Q, 5)).toEqual([["j0", 2], ["j1", 1], ["j2", 1], ["j3", 1], ["j4", 1]]);
+  });
+
+  it("gives back what waits when the server drains, and the running handler still settles", async () => {
+    const Q = "{pf-drain}";
+    const c = await startSwitchyard(redis, { config: { shutdownGraceMs: 60_000 } });
+    try {
+      await c.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
+      await c.client.enqueue(Q, ["j0", "j1", "j2", "j3"]);
+      const h = held();
+      const errors: unknown[] = [];
+      const worker = runWorker({ client: c.client, queue: Q, concurrency: 1, prefetch: 2, handler: h.handler, onError: (e) => errors.push(e) });
+      await expect.poll(async () => (await c.client.getQueueStats(Q)).processing).toBe(3n);
+      const draining = c.app.queues.drain(60_000);
+      // j1 and j2 go back at once, while j0's handler still runs.
+      await expect.poll(async () => (await a.client.getQueueStats(Q)).processing).toBe(1n);
+      expect((await a.client.getQueueStats(Q)).ready).toBe(3n);
+      h.finish[0]();
+      await draining;
+      await expect.poll(async () => (await a.client.getQueueStats(Q)).completedTotal).toBe(1n);
+      await worker.stop();
+      expect(h.started.map(text)).toEqual(["j0"]);
+      expect(await next(Q, 3)).toEqual([["j1", 1], ["j2", 1], ["j3", 1]]);
+    } finally {
+      await c.stop();
+    }
+  });
+
+  it("extends the lease of a delivery that waits, so the watchdog never takes it from a live worker", async () => {
+    const Q = "{pf-extend}";
+    const clock = a.clock as ManualClock;
+    await a.client.createQueue({ name: Q, mode: QueueMode.RELIABLE, minIdle: durationFromMs(3000), recoverySet: `${Q}.claims` });
+    await a.client.enqueue(Q, ["j0", "j1"]);
+    const h = held();
+    const worker = runWorker({ client: a.client, queue: Q, concurrency: 1, prefetch: 1, clock, handler: h.handler });
+    try {
+      await expect.poll(async () => (await a.client.getQueueStats(Q)).processing).toBe(2n);
+      // Ten min_idles pass while j0 runs and j1 waits: neither is recovered.
+      for (let s = 0; s < 30; s++) await clock.advance(1000);
+      const stats = await a.client.getQueueStats(Q);
+      expect([stats.ready, stats.processing, stats.deadLetter]).toEqual([0n, 2n, 0n]);
+      h.finish[0]();
+      await expect.poll(() => h.started.map((d) => [text(d), d.deliveryCount])).toEqual([["j0", 1], ["j1", 1]]);
+      h.finish[1]();
+      await expect.poll(async () => (await a.client.getQueueStats(Q)).completedTotal).toBe(2n);
+    } finally {
+      for (const ok of h.finish) ok();
+      await worker.stop();
+    }
+  });
+
+  it("prefetch 0 takes no more than it runs", async () => {
+    const Q = "{pf-zero}";
+    await a.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
+    await a.client.enqueue(Q, ["j0", "j1", "j2"]);
+    const h = held();
+    const worker = runWorker({ client: a.client, queue: Q, concurrency: 2, prefetch: 0, handler: h.handler });
+    try {
+      await expect.poll(() => h.started.length).toBe(2);
+      expect(credits(a, Q)).toEqual([2]);
+      expect((await a.client.getQueueStats(Q)).ready).toBe(1n);
+    } finally {
+      for (const ok of h.finish) ok();
+      await worker.stop();
+    }
+  });
+});
+
+describe("prefetch elsewhere", () => {
+  it("a SIMPLE queue's worker takes no more than it runs (its items cannot go back)", async () => {
+    const Q = "{pf-simple}";
+    await a.client.createQueue({ name: Q, mode: QueueMode.SIMPLE });
+    await a.client.enqueue(Q, ["j0", "j1", "j2"]);
+    const h = held();
+    const worker = runWorker({ client: a.client, queue: Q, concurrency: 2, prefetch: 5, handler: h.handler });
+    try {
+      await expect.poll(() => h.started.length).toBe(2);
+      expect(credits(a, Q)).toEqual([2]);
+      expect(await redis.plain.llen(Q)).toBe(1);
+    } finally {
+      for (const ok of h.finish) ok();
+      await worker.stop();
+    }
+  });
+
+  it("a STREAM queue's entries that waited go back uncounted on stop(): the group reads them next with count 1", async () => {
+    const Q = "pf-uploads";
+    await a.client.createQueue({ name: Q, mode: QueueMode.STREAM, groups: [{ name: "g", startId: "0" }], minIdle: durationFromMs(60_000) });
+    await a.client.enqueue(Q, ["e0", "e1", "e2"]);
+    const h = held();
+    const worker = runWorker({ client: a.client, queue: Q, group: "g", concurrency: 1, prefetch: 2, stopGraceMs: 0, handler: h.handler });
+    await expect.poll(() => credits(a, Q)).toEqual([3]);
+    await expect.poll(async () => (await a.client.getQueueStats(Q)).groups[0]?.pending).toBe(3n);
+    expect(h.started.map(text)).toEqual(["e0"]);
+    await worker.stop();
+    expect(await next(Q, 3, "g")).toEqual([["e0", 2], ["e1", 1], ["e2", 1]]);
+  });
+});
+
+describe("LeaseRequest.release", () => {
+  it("refuses, each with its own result, a token the stream does not hold, and one of a SIMPLE queue", async () => {
+    const [R, S] = ["{rel-r}", "{rel-s}"];
+    await a.client.createQueue({ name: R, mode: QueueMode.RELIABLE });
+    await a.client.createQueue({ name: S, mode: QueueMode.SIMPLE });
+    await a.client.enqueue(R, ["r0", "r1"]);
+    await a.client.enqueue(S, ["s0"]);
+    const one = a.client.lease(R, 1);
+    const other = a.client.lease(R, 1);
+    const simple = a.client.lease(S, 1);
+    try {
+      expect((await one.opened).releases).toBe(true);
+      expect((await simple.opened).releases).toBe(false);
+      const [mine] = await one.take(1);
+      const [theirs] = await other.take(1);
+      const [popped] = await simple.take(1);
+      const results: { token: string; reason: string; code: number }[] = [];
+      one.onSettleResult((r) => results.push({ token: r.leaseToken, reason: r.reason, code: r.code }));
+      simple.onSettleResult((r) => results.push({ token: r.leaseToken, reason: r.reason, code: r.code }));
+      // Credit 0 first, as a stopping worker does: else the freed credit leases mine again.
+      one.setCredit(0);
+      one.release([theirs.leaseToken, mine.leaseToken]);
+      simple.release([popped.leaseToken]);
+      await expect.poll(() => results.length).toBe(2);
+      expect(results).toEqual(expect.arrayContaining([
+        { token: theirs.leaseToken, reason: "LEASE_NOT_HELD", code: 9 },
+        { token: popped.leaseToken, reason: "LEASE_NOT_HELD", code: 9 },
+      ]));
+      // Mine went back; theirs is still held by the other stream.
+      await expect.poll(async () => (await a.client.getQueueStats(R)).ready).toBe(1n);
+      expect((await a.client.getQueueStats(R)).processing).toBe(1n);
+      // Released twice: the second finds nothing held.
+      one.release([mine.leaseToken]);
+      await expect.poll(() => results.length).toBe(3);
+      expect(results[2]).toEqual({ token: mine.leaseToken, reason: "LEASE_NOT_HELD", code: 9 });
+    } finally {
+      await Promise.all([one.close(), other.close(), simple.close()]);
+    }
+  });
+});
