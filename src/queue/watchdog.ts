@@ -1,7 +1,8 @@
 /**
  * The recovery watchdog (SPEC Q5), on every instance, once per interval:
  * - beats this instance's heart, and returns the deliveries of instances
- *   whose heart stopped (see instances.ts);
+ *   whose heart stopped (see instances.ts), and retires their consumers from
+ *   STREAM queues' groups;
  * - for every queue with a recovery set, takes back claims idle longer than
  *   min_idle (after the retry policy's wait), and gives a delivery and a claim
  *   to processing items that have none, so they are recovered too.
@@ -11,7 +12,7 @@ import type { Clock, Timer } from "../clock.js";
 import type { Logger } from "../log.js";
 import { noMetrics, type Metrics } from "../metrics/hooks.js";
 import type { RedisClient } from "../redis/connection.js";
-import { adoptOrphans, policyArg, recoverStale } from "../redis/scripts.js";
+import { adoptOrphans, policyArg, recoverStale, retireConsumer } from "../redis/scripts.js";
 import { keysOf, type QueueConfig } from "./declaration.js";
 import type { Instances } from "./instances.js";
 import type { Settler } from "./settler.js";
@@ -89,6 +90,7 @@ export class Watchdog {
     const reliable = this.host.queues().filter((c) => c.mode === "reliable");
     for (const dead of await instances.claimDead()) {
       for (const config of reliable) total.reaped += await this.reap(config, dead);
+      await this.retire(dead);
       await instances.forget(dead);
       this.host.log.warn("returned the deliveries of an instance that stopped beating", { instance: dead, items: total.reaped });
     }
@@ -97,6 +99,24 @@ export class Watchdog {
     }
     if (total.recovered + total.deadLettered + total.claimsAdded + total.reaped > 0) this.host.log.info("watchdog pass", { ...total });
     return total;
+  }
+
+  /**
+   * Takes dead instance `owner`'s consumer out of every group of every STREAM
+   * queue, where it holds nothing: a stopping instance does so itself, a crashed
+   * one cannot, and no reclaim would ever find one that held nothing. One that
+   * holds entries stays: they are reclaimed after min_idle, and the lease call
+   * that reclaims them retires it then (stream-lease.lua).
+   */
+  private async retire(owner: string): Promise<void> {
+    for (const config of this.host.queues()) {
+      if (config.mode !== "stream") continue;
+      for (const group of config.groups) {
+        await retireConsumer(this.host.client, config.name, group.name, owner).catch((err: unknown) =>
+          this.host.log.warn("could not retire a dead instance's stream consumer", { queue: config.name, group: group.name, instance: owner, err }),
+        );
+      }
+    }
   }
 
   /** Returns every delivery dead instance `owner` held on the queue; resolves to how many. */
