@@ -23,11 +23,12 @@
 import type { Clock } from "../clock.js";
 import type { Logger } from "../log.js";
 import type { RedisClient, RedisConnection } from "../redis/connection.js";
-import { leaseItems, popItems, type LeaseAfter, type LeasedItem } from "../redis/scripts.js";
+import { leaseItems, popItems, type LeasedItem } from "../redis/scripts.js";
 import { keysOf, type QueueConfig } from "./declaration.js";
 import { decodeItem, type StoredItem } from "./envelope.js";
 import type { Delivery, LeaseStream } from "./lease-stream.js";
 import { deliveryField, tokenFormatter, type LeaseRef } from "./token.js";
+import type { LeaseBeside } from "./settler.js";
 
 /** Most lease calls one pump has in flight (on the one command connection, so Redis runs and answers them in order). */
 export const LEASE_CALLS_IN_FLIGHT = 4;
@@ -206,22 +207,26 @@ export class QueueDispatcher {
   }
 
   /**
-   * A lease to travel beside settles already going to Redis (settle-lease.lua,
+   * A lease to travel beside settles already going to Redis (settle-lease.lua or stream-settle-lease.lua,
    * see Settler): when the pump would lease now, it sends `send(lease)` as one of
    * its calls, for the credit no call has asked for, and takes its answer's
    * items as its own lease's. False when it would not (nothing is sent): a
    * call is in flight that must answer first, the queue was empty at the last
    * look (a push wakes the pump), or a failure waits to be reconciled.
    */
-  leaseBeside(send: (lease: LeaseAfter) => Promise<LeasedItem[]>): boolean {
-    if (this.closed || this.config.paused || this.config.mode !== "reliable") return false;
+  leaseBeside(send: LeaseBeside): boolean {
+    if (this.closed || this.config.paused || this.config.mode === "simple") return false;
     if (this.failed !== undefined || this.unsure || this.emptied || this.wake || this.refused.length > 0) return false;
     if (this.inFlight >= LEASE_CALLS_IN_FLIGHT) return false;
     const want = Math.min(this.freeCredit() - this.asked, this.host.options.leaseBatch);
     if (want <= 0) return false;
-    const lease = { max: want, recoveryTtlMs: this.config.recoveryTtlMs, owner: this.host.owner };
-    this.lease(want, () => send(lease).then((items) => this.taken(items)));
+    this.lease(want, () => this.takeBeside(want, send));
     return true;
+  }
+
+  /** take(), as a lease riding settles (see leaseBeside). */
+  protected async takeBeside(max: number, send: LeaseBeside): Promise<Taken[]> {
+    return this.taken(await send.list({ max, recoveryTtlMs: this.config.recoveryTtlMs, owner: this.host.owner }));
   }
 
   /** Sends one lease call for `want` items; its answer shares them out and wakes the pump. */

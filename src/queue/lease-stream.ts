@@ -48,7 +48,7 @@ export class LeaseStream {
   /** Token → delivery, for every item this stream holds and has not settled. */
   readonly held = new Map<string, LeaseRef>();
   /**
-   * Token → delivery, for reliable items whose settle (ack, retry, drop) is on
+   * Token → delivery, for reliable and stream items whose settle (ack, retry, drop) is on
    * its way to Redis: they no longer count against the credit, so the next lease
    * goes out with the settle, not a round trip after it (see Queues.settling).
    */

@@ -276,11 +276,9 @@ export class Queues {
     // before their answer (in the same call as the lease it pays for, so a refused settle refuses its lease too);
     // else their deliveries stay held until the answer, as before.
     this.settler = new Settler(redis.client, clock, metrics, (config, ops, send) => {
-      const dispatcher = this.dispatchers.get(config.name);
-      if (!dispatcher) return false;
-      const freed = this.settling(config, ops);
+      const { freed, group } = this.settling(config, ops);
       if (freed.length === 0) return false;
-      if (dispatcher.leaseBeside(send)) return true;
+      if (this.dispatchers.get(dispatcherKey(config.name, group))?.leaseBeside(send)) return true;
       this.heldAgain(freed);
       return false;
     });
@@ -782,24 +780,23 @@ export class Queues {
    * `unsettled` if no answer came, `heldAgain` if the lease does not go. Only
    * settles in that very call may free credit early: a settle sent without the
    * lease could be refused after the pump leased for its credit on its own.
-   * Resolves to the tokens moved.
+   * A STREAM queue's lease reads as one group: only deliveries of the group
+   * of the first one move. Resolves to the tokens moved, and that group.
    */
-  private settling(config: QueueConfig, ops: readonly SettleOp[]): string[] {
-    const token = tokenFormatter(config.name);
-    const moved: string[] = [];
+  private settling(config: QueueConfig, ops: readonly SettleOp[]): { freed: string[]; group: string } {
+    const freed: string[] = [];
+    let group: string | undefined;
     for (const op of ops) {
-      if (op.action !== "ack" && op.action !== "retry" && op.action !== "drop") continue;
-      const at = op.delivery.indexOf("@");
-      const t = token(Number(op.delivery.slice(0, at)), op.delivery.slice(at + 1));
+      if (op.action !== "ack" && op.action !== "retry" && op.action !== "drop" || op.token === undefined) continue;
+      const t = op.token;
       const stream = this.holders.get(t);
       const ref = stream?.held.get(t);
-      // A stream queue's settle and its group's next read are separate calls (they never come here).
-      if (!stream || !ref || stream.group) continue;
+      if (!stream || !ref || stream.queue !== config.name || (group ??= stream.group) !== stream.group) continue;
       stream.held.delete(t);
       stream.settling.set(t, ref);
-      moved.push(t);
+      freed.push(t);
     }
-    return moved;
+    return { freed, group: group ?? "" };
   }
 
   /** Deliveries `settling` moved, held again: the lease they were to pay for does not go with them. */
@@ -934,7 +931,7 @@ export class Queues {
     }
     if (opts.delayMs !== undefined && (!Number.isFinite(opts.delayMs) || opts.delayMs < 0)) throw invalid("delay must not be negative", "delay");
     if (opts.delayMs !== undefined && opts.delayMs > MAX_SCHEDULE_MS) throw invalid("delay is more than 10 years (an Enqueue's delay is held to the same)", "delay");
-    const op: SettleOp = { action, delivery: deliveryField(ref), reason: cutReason(opts.reason), delayMs: opts.delayMs };
+    const op: SettleOp = { action, delivery: deliveryField(ref), reason: cutReason(opts.reason), delayMs: opts.delayMs, token };
     let result: SettleResult;
     try {
       result = await this.settler.settle(config, op);
@@ -1006,7 +1003,7 @@ export class Queues {
       if (popped > 0) this.metrics.items(config.name, "acked", popped);
       let results: SettleResult[];
       try {
-        results = await this.settler.settleMany(config, settles.map(({ ref }) => ({ action: "ack", delivery: deliveryField(ref) })));
+        results = await this.settler.settleMany(config, settles.map(({ token, ref }) => ({ action: "ack", delivery: deliveryField(ref), token })));
       } catch (err) {
         for (const { token } of settles) {
           this.unsettled(token);

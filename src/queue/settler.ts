@@ -8,8 +8,9 @@ import { noMetrics, type ItemEvent, type Metrics } from "../metrics/hooks.js";
 import type { RedisClient } from "../redis/connection.js";
 import type { QueueKeys } from "../redis/keys.js";
 import {
-  policyArg, settleAndLease, settleItems, settleStreamItems,
+  policyArg, settleAndLease, settleItems, settleStreamAndLease, settleStreamItems,
   type LeaseAfter, type LeasedItem, type SettleAction, type SettleContext, type SettleOp, type SettleResult,
+  type StreamLease, type StreamLeaseArgs,
 } from "../redis/scripts.js";
 import { keysOf, type QueueConfig } from "./declaration.js";
 
@@ -22,12 +23,22 @@ interface Waiter {
 }
 
 /**
- * Offers the settles `ops` of a reliable queue, as they go to Redis, to carry the
- * lease the credit they free asks for: `send` leases beside them in the same
- * call, if the queue's pump takes it up (QueueDispatcher.leaseBeside); false
- * if it does not (they go alone, and free their credit with their answer).
+ * A lease sent beside settles, in the same script call, resolving to what it
+ * leased: `list` for a reliable queue (settle-lease.lua), `stream` for a
+ * STREAM queue's group (stream-settle-lease.lua); the other one rejects.
  */
-export type Refill = (config: QueueConfig, ops: readonly SettleOp[], send: (lease: LeaseAfter) => Promise<LeasedItem[]>) => boolean;
+export interface LeaseBeside {
+  list(lease: LeaseAfter): Promise<LeasedItem[]>;
+  stream(lease: StreamLeaseArgs): Promise<StreamLease>;
+}
+
+/**
+ * Offers the settles `ops` of a reliable or STREAM queue, as they go to Redis,
+ * to carry the lease the credit they free asks for: `send` leases beside them
+ * in the same call, if the queue's pump takes it up (QueueDispatcher.leaseBeside);
+ * false if it does not (they go alone, and free their credit with their answer).
+ */
+export type Refill = (config: QueueConfig, ops: readonly SettleOp[], send: LeaseBeside) => boolean;
 
 interface Pending {
   config: QueueConfig;
@@ -94,20 +105,28 @@ export class Settler {
     for (const batch of batches) void this.apply(batch);
   }
 
-  /** One settle call; a reliable queue's last one offers to carry its pump's next lease (Refill). */
+  /** One settle call; a reliable or STREAM queue's last one offers to carry its pump's next lease (Refill). */
   private send(config: QueueConfig, keys: QueueKeys, ctx: SettleContext, ops: SettleOp[], last: boolean): Promise<SettleResult[]> {
-    if (config.mode === "stream") return settleStreamItems(this.client, keys, ctx, ops);
-    if (!last || config.mode !== "reliable" || !this.refill) return settleItems(this.client, keys, ctx, ops);
+    const stream = config.mode === "stream";
+    const alone = () => (stream ? settleStreamItems : settleItems)(this.client, keys, ctx, ops);
+    if (!last || config.mode === "simple" || !this.refill) return alone();
     let call: Promise<SettleResult[]> | undefined;
-    this.refill(config, ops, (lease) => {
-      const both = settleAndLease(this.client, keys, ctx, ops, lease);
+    /** The settles' answer is `call`'s; the lease's items, or its error, its own. */
+    const ride = <T>(both: Promise<{ results: SettleResult[]; leased: T | Error }>): Promise<T> => {
       call = both.then((r) => r.results);
       return both.then((r) => {
         if (r.leased instanceof Error) throw r.leased;
         return r.leased;
       });
+    };
+    const wrongKind = (kind: string) => Promise.reject(new Error(`a ${kind} lease cannot ride a ${config.mode} queue's settles`));
+    this.refill(config, ops, {
+      list: (lease) => (stream ? wrongKind("list") : ride(settleAndLease(this.client, keys, ctx, ops, lease))),
+      // An entry a retry here hands back at once is reclaimable when the lease runs: scanning from the start finds it first.
+      stream: (lease) => (!stream ? wrongKind("stream") : ride(settleStreamAndLease(this.client, keys, ctx, ops,
+        ops.some((op) => op.action === "retry") ? { ...lease, cursor: "0-0" } : lease))),
     });
-    return call ?? settleItems(this.client, keys, ctx, ops);
+    return call ?? alone();
   }
 
   /** Sends one batch in script calls of at most CHUNK settles (pipelined); a waiter fails if a call its ops were in failed. */

@@ -39,6 +39,7 @@ const definitions = {
   syDeadLetters: { numberOfKeys: 2, lua: withLib("dead-letters") },
   syStreamLease: { numberOfKeys: 4, lua: withLib("stream-lease") },
   syStreamSettle: { numberOfKeys: 3, lua: withLib("stream-settle") },
+  syStreamSettleLease: { numberOfKeys: 4, lua: withLib("stream-settle-lease") },
   syStreamRetire: { numberOfKeys: 1, lua: load("stream-retire") },
   syStreamRestore: { numberOfKeys: 1, lua: load("stream-restore") },
   syDeclare: { numberOfKeys: 3, lua: load("declare") },
@@ -251,6 +252,8 @@ export interface SettleOp {
   reason?: string;
   /** retry: the wait in ms instead of the policy's. */
   delayMs?: number;
+  /** The lease token a worker settles with (not sent to Redis: see Queues.settling). */
+  token?: string;
 }
 
 /** How settle.lua answered one settle. */
@@ -337,15 +340,44 @@ export function streamDeliveryField(id: string, count: number, consumer: string,
  * reclaimed at the earliest).
  */
 export async function settleStreamItems(client: RedisClient, keys: QueueKeys, ctx: SettleContext, ops: readonly SettleOp[]): Promise<SettleResult[]> {
-  const args: (string | number)[] = [
-    keys.queue, keys.deadLetter, keys.leases, ctx.maxDeliveries, ctx.minIdleMs ?? 0, ctx.retryPolicy, Math.random(), PARKING_CONSUMER,
-  ];
+  const args: (string | number)[] = [keys.queue, keys.deadLetter, keys.leases, ...streamSettleArgs(ctx)];
+  pushStreamOps(args, ops);
+  return streamSettleResults((await call(client, "syStreamSettle", args)) as number[], ctx, ops);
+}
+
+/**
+ * stream-settle-lease.lua: settleStreamItems, then leaseStreamEntries, in one
+ * call (one round trip). A lease that fails after the settles applied comes
+ * back as its Error in `leased`, beside their results.
+ */
+export async function settleStreamAndLease(
+  client: RedisClient, keys: QueueKeys, ctx: SettleContext, ops: readonly SettleOp[], lease: StreamLeaseArgs,
+): Promise<{ results: SettleResult[]; leased: StreamLease | Error }> {
+  const args: (string | number)[] = [keys.queue, keys.fence, keys.deadLetter, keys.leases, ...streamSettleArgs(ctx), ...streamLeaseArgs(lease)];
+  pushStreamOps(args, ops);
+  const [settled, leased] = (await call(client, "syStreamSettleLeaseBuffer", args)) as [(number | Buffer)[], RawStreamLease | Error];
+  // The settles applied even when the lease after them failed: that error is the lease's alone.
+  return {
+    results: streamSettleResults(settled.map(Number), ctx, ops),
+    leased: leased instanceof Error ? leased : streamLeaseOf(leased),
+  };
+}
+
+/** stream-settle.lua's ARGV[1..5]. */
+function streamSettleArgs(ctx: SettleContext): (string | number)[] {
+  return [ctx.maxDeliveries, ctx.minIdleMs ?? 0, ctx.retryPolicy, Math.random(), PARKING_CONSUMER];
+}
+
+/** stream-settle.lua's octuples: action, group, id, delivery count, consumer, fence, reason, delay. */
+function pushStreamOps(args: (string | number)[], ops: readonly SettleOp[]): void {
   for (const op of ops) {
     const [id, count, consumer, fence] = op.delivery.split("@", 4);
     const group = op.delivery.slice(id.length + count.length + consumer.length + fence.length + 4);
     args.push(actionLetters[op.action], group, id, count, consumer, fence, op.reason ?? "", op.delayMs === undefined ? "" : Math.max(0, Math.round(op.delayMs)));
   }
-  const flat = (await call(client, "syStreamSettle", args)) as number[];
+}
+
+function streamSettleResults(flat: readonly number[], ctx: SettleContext, ops: readonly SettleOp[]): SettleResult[] {
   const results: SettleResult[] = [];
   for (let i = 0; i < flat.length; i += 2) {
     const code = settleCodes[flat[i]];
@@ -385,14 +417,30 @@ export interface StreamLease {
   entries: StreamEntry[];
 }
 
+/** stream-lease.lua's arguments: which group reads, as which consumer, how many at most, and where its reclaim scan stands. */
+export interface StreamLeaseArgs {
+  group: string;
+  consumer: string;
+  max: number;
+  minIdleMs: number;
+  maxDeliveries: number;
+  cursor: string;
+}
+
+function streamLeaseArgs(lease: StreamLeaseArgs): (string | number)[] {
+  return [lease.group, lease.consumer, lease.max, lease.minIdleMs, lease.maxDeliveries, lease.cursor];
+}
+
+/** stream-lease.lua's answer as Redis sends it. */
+type RawStreamLease = [Buffer, number, number, Buffer, ...[Buffer, number, Buffer, Buffer[]][]];
+
 /** stream-lease.lua: reclaims idle entries of `group` (dead-lettering those past max deliveries), then reads new ones, up to `max`. */
-export async function leaseStreamEntries(
-  client: RedisClient, keys: QueueKeys, lease: { group: string; consumer: string; max: number; minIdleMs: number; maxDeliveries: number; cursor: string },
-): Promise<StreamLease> {
-  const [cursor, first, dead, wake, ...entries] = (await call(client, "syStreamLeaseBuffer", [
-    keys.queue, keys.fence, keys.deadLetter, keys.leases,
-    lease.group, lease.consumer, lease.max, lease.minIdleMs, lease.maxDeliveries, lease.cursor,
-  ])) as [Buffer, number, number, Buffer, ...[Buffer, number, Buffer, Buffer[]][]];
+export async function leaseStreamEntries(client: RedisClient, keys: QueueKeys, lease: StreamLeaseArgs): Promise<StreamLease> {
+  const raw = (await call(client, "syStreamLeaseBuffer", [keys.queue, keys.fence, keys.deadLetter, keys.leases, ...streamLeaseArgs(lease)])) as RawStreamLease;
+  return streamLeaseOf(raw);
+}
+
+function streamLeaseOf([cursor, first, dead, wake, ...entries]: RawStreamLease): StreamLease {
   return {
     cursor: cursor.toString(),
     firstFence: Number(first),

@@ -16,9 +16,10 @@
  * TTL, or was deleted) creates the declared groups again (stream-restore.lua).
  */
 import type { RedisClient } from "../../redis/connection.js";
-import { leaseStreamEntries, restoreGroups, retireConsumer } from "../../redis/scripts.js";
+import { leaseStreamEntries, restoreGroups, retireConsumer, type StreamLease, type StreamLeaseArgs } from "../../redis/scripts.js";
 import { keysOf, type QueueConfig } from "../declaration.js";
 import { QueueDispatcher, type DispatchHost, type Taken } from "../dispatcher.js";
+import type { LeaseBeside } from "../settler.js";
 import { streamTokenFormatter, type LeaseRef } from "../token.js";
 import { entryItem } from "./entries.js";
 
@@ -40,14 +41,22 @@ export class StreamDispatcher extends QueueDispatcher {
     this.streamToken = streamTokenFormatter(config.name, group);
   }
 
-  protected override async take(max: number): Promise<Taken[]> {
+  protected override take(max: number): Promise<Taken[]> {
+    return this.read((args) => leaseStreamEntries(this.host.redis.client, keysOf(this.config), args), max);
+  }
+
+  /** take(), riding settles of this queue in their call (stream-settle-lease.lua). */
+  protected override takeBeside(max: number, send: LeaseBeside): Promise<Taken[]> {
+    return this.read((args) => send.stream(args), max);
+  }
+
+  /** One lease call for up to `max` entries, made by `call`; its answer moves the reclaim cursor and the wake id. */
+  private async read(call: (args: StreamLeaseArgs) => Promise<StreamLease>, max: number): Promise<Taken[]> {
     const { config, host, group } = this;
     const rescans = this.rescans;
     let lease;
     try {
-      lease = await leaseStreamEntries(host.redis.client, keysOf(config), {
-        group, consumer: host.owner, max, minIdleMs: config.minIdleMs, maxDeliveries: config.maxDeliveries, cursor: this.cursor,
-      });
+      lease = await call({ group, consumer: host.owner, max, minIdleMs: config.minIdleMs, maxDeliveries: config.maxDeliveries, cursor: this.cursor });
     } catch (err) {
       // The group or the stream is gone (expired by its publish TTL, deleted): create the declared groups again.
       if (err instanceof Error && err.message.includes("NOGROUP")) await restoreGroups(host.redis.client, config.name, config.groups);

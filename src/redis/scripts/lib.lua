@@ -410,3 +410,115 @@ local function lease_items(KEYS, ARGV)
   if recovery and tonumber(ARGV[4]) > 0 then redis.call("PEXPIRE", KEYS[5], ARGV[4]) end
   return out
 end
+
+--[[
+  stream-settle.lua's work, shared with stream-settle-lease.lua: KEYS (stream,
+  dead-letter list, counts hash) and ARGV[1..5] as stream-settle.lua's, the
+  settles' octuples from ARGV[from]. Returns stream-settle.lua's answer.
+]]
+local function stream_settle_all(KEYS, ARGV, from)
+  local stream = KEYS[1]
+  local max, min_idle, policy, seed, park = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4]), ARGV[5]
+  local out = {}
+  for i = from, #ARGV, 8 do
+    local action, group, id, count, consumer, fence, reason, delay =
+      ARGV[i], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3]), ARGV[i + 4], ARGV[i + 5], ARGV[i + 6], ARGV[i + 7]
+    -- A group or stream deleted since (or a token naming neither) holds nothing.
+    local read = redis.pcall("XPENDING", stream, group, id, id, 1)
+    local pending = type(read) == "table" and not read.err and read[1]
+    local code, wait = 1, 0
+    local err_field, fence_field = "e:" .. group .. ":" .. id, "f:" .. group .. ":" .. id
+    if not pending then code = -1
+    elseif pending[2] ~= consumer or pending[4] ~= count or redis.call("HGET", KEYS[3], fence_field) ~= fence then code = -2
+    elseif action == "a" or action == "d" then
+      redis.call("XACK", stream, group, id)
+      redis.call("HINCRBY", KEYS[3], "completed", 1)
+      redis.call("HDEL", KEYS[3], err_field, fence_field)
+    elseif action == "x" then
+      redis.call("XCLAIM", stream, group, consumer, 0, id, "JUSTID")
+    elseif action == "k" or (action == "r" and count >= max) then
+      -- An entry trimmed from the stream while pending has nothing left to dead-letter: it is only acked.
+      local entry = redis.call("XRANGE", stream, id, id)[1]
+      if entry then
+        redis.call("LPUSH", KEYS[2], entry_envelope(id, entry[2], count, reason))
+        code = 2
+      end
+      redis.call("XACK", stream, group, id)
+      redis.call("HDEL", KEYS[3], err_field, fence_field)
+    elseif action == "r" then
+      wait = delay == "" and backoff(policy, count, nth_random(seed, i)) or tonumber(delay)
+      if wait > min_idle then wait = min_idle end
+      if reason ~= "" then redis.call("HSET", KEYS[3], err_field, reason) end
+      redis.call("XCLAIM", stream, group, park, 0, id, "IDLE", min_idle - wait, "JUSTID")
+    elseif action == "b" then
+      redis.call("XCLAIM", stream, group, park, 0, id, "IDLE", min_idle, "JUSTID")
+    elseif action == "u" then
+      redis.call("XCLAIM", stream, group, park, 0, id, "IDLE", min_idle, "RETRYCOUNT", count - 1, "JUSTID")
+    end
+    out[#out + 1] = code
+    out[#out + 1] = wait
+  end
+  return out
+end
+
+--[[
+  stream-lease.lua's work, shared with stream-settle-lease.lua: KEYS (stream,
+  fence counter, dead-letter list, counts hash) and ARGV[1..6] as
+  stream-lease.lua's. Returns stream-lease.lua's answer.
+]]
+local function stream_lease(KEYS, ARGV)
+  local stream, group, consumer = KEYS[1], ARGV[1], ARGV[2]
+  local max, min_idle, max_deliveries = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+  local out, dead = {}, 0
+  local claimed = redis.call("XAUTOCLAIM", stream, group, consumer, min_idle, ARGV[6], "COUNT", max)
+  local cursor = claimed[1]
+  -- Entries trimmed from the stream while pending: XAUTOCLAIM took them out of the pending list.
+  for _, id in ipairs(claimed[3] or {}) do redis.call("HDEL", KEYS[4], "e:" .. group .. ":" .. id, "f:" .. group .. ":" .. id) end
+  for _, entry in ipairs(claimed[2]) do
+    local id, fields = entry[1], entry[2]
+    local pending = redis.call("XPENDING", stream, group, id, id, 1)[1]
+    local count = pending and pending[4] or 1
+    local err_field = "e:" .. group .. ":" .. id
+    local err = redis.call("HGET", KEYS[4], err_field) or ""
+    if count > max_deliveries then
+      redis.call("LPUSH", KEYS[3], entry_envelope(id, fields, count - 1, err ~= "" and err or "not settled within min_idle"))
+      redis.call("XACK", stream, group, id)
+      redis.call("HDEL", KEYS[4], err_field, "f:" .. group .. ":" .. id)
+      dead = dead + 1
+    else
+      out[#out + 1] = { id, count, err, fields }
+    end
+  end
+  -- Entries were reclaimed: consumers left holding nothing and idle past min_idle (instances that
+  -- crashed, whose consumer nobody retired) leave the group, so its consumers are the live ones.
+  -- Deleting a consumer that holds nothing loses nothing: a live one is created again by its next read.
+  if #claimed[2] > 0 then
+    for _, c in ipairs(redis.call("XINFO", "CONSUMERS", stream, group)) do
+      local info = {}
+      for i = 1, #c, 2 do info[c[i]] = c[i + 1] end
+      if info["pending"] == 0 and info["idle"] >= min_idle and info["name"] ~= consumer then
+        redis.call("XGROUP", "DELCONSUMER", stream, group, info["name"])
+      end
+    end
+  end
+  local wake = ""
+  local room = max - #out
+  if room > 0 then
+    local read = redis.call("XREADGROUP", "GROUP", group, consumer, "COUNT", room, "STREAMS", stream, ">")
+    local entries = read and read[1][2] or {}
+    for _, entry in ipairs(entries) do out[#out + 1] = { entry[1], 1, "", entry[2] } end
+    if #entries < room then
+      for _, g in ipairs(redis.call("XINFO", "GROUPS", stream)) do
+        local info = {}
+        for i = 1, #g, 2 do info[g[i]] = g[i + 1] end
+        if info["name"] == group then wake = info["last-delivered-id"] end
+      end
+    end
+  end
+  local first = 0
+  if #out > 0 then first = redis.call("INCRBY", KEYS[2], #out) - #out + 1 end
+  for i, d in ipairs(out) do redis.call("HSET", KEYS[4], "f:" .. group .. ":" .. d[1], first + i - 1) end
+  local reply = { cursor, first, dead, wake }
+  for _, d in ipairs(out) do reply[#reply + 1] = d end
+  return reply
+end
