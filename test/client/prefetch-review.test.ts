@@ -1,0 +1,77 @@
+/**
+ * Review of runWorker's prefetch and LeaseRequest.release (docs/worker-protocol.md
+ * "Prefetch and release"), against real Redis and gRPC: the defects found (each
+ * named for what it checks) and what held.
+ */
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { durationFromMs } from "@bufbuild/protobuf/wkt";
+import { QueueMode, type Delivery, type SettleResult } from "../../src/gen/switchyard/v1/queue_pb.js";
+import { runWorker } from "../../src/client/worker.js";
+import { SwitchyardClient } from "../../src/client/client.js";
+import type { LeaseStream } from "../../src/queue/lease-stream.js";
+import { startRedis, type TestRedis } from "../helpers/redis.js";
+import { startProxy } from "../helpers/proxy.js";
+import { rawLease } from "../helpers/raw-lease.js";
+import { startSwitchyard, type TestSwitchyard } from "../helpers/switchyard.js";
+
+let redis: TestRedis;
+let a: TestSwitchyard;
+beforeAll(async () => {
+  redis = await startRedis();
+  a = await startSwitchyard(redis);
+});
+afterAll(async () => {
+  await a.stop();
+  await redis.stop();
+});
+
+const text = (d: Delivery) => Buffer.from(d.payload).toString();
+/** The credit of the open streams of `queue` on instance `on`. */
+const credits = (on: TestSwitchyard, queue: string) =>
+  [...(on.app.queues["streams"] as Set<LeaseStream>)].filter((s) => s.queue === queue && !s.closed).map((s) => s.credit);
+const result = (r: SettleResult) => ({ token: r.leaseToken, code: r.code, reason: r.reason });
+
+/** A handler that holds every delivery until the test lets it go. */
+function held() {
+  const started: Delivery[] = [];
+  const finish: (() => void)[] = [];
+  return { started, finish, handler: (d: Delivery) => (started.push(d), new Promise<void>((ok) => finish.push(ok))) };
+}
+
+/** The next `n` deliveries of `queue` as [payload, delivery count], through a fresh stream. */
+async function next(on: TestSwitchyard, queue: string, n: number, group = ""): Promise<[string, number][]> {
+  const lease = on.client.lease(queue, n, { group });
+  const got = await lease.take(n);
+  await lease.close();
+  return got.map((d) => [text(d), d.deliveryCount]);
+}
+
+describe("defects", () => {
+  it("stop() while deliveries are on their way gives them back uncounted (the stream's close returned them counted)", async () => {
+    const Q = "{pr-inflight}";
+    await a.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
+    const proxy = await startProxy(a.address);
+    const client = new SwitchyardClient(proxy.address);
+    const started: string[] = [];
+    const worker = runWorker({ client, queue: Q, concurrency: 1, prefetch: 2, stopGraceMs: 0, handler: (d) => void started.push(text(d)) });
+    try {
+      await expect.poll(() => credits(a, Q)).toEqual([3]);
+      // The server leases three for the idle worker; they stay in the proxy while the worker stops.
+      proxy.holdReplies();
+      await a.client.enqueue(Q, ["j0", "j1", "j2", "j3"]);
+      await expect.poll(async () => (await a.client.getQueueStats(Q)).processing).toBe(3n);
+      const stopping = worker.stop();
+      // The server took the worker's credit 0 (before the fix, the stream may have ended already).
+      await expect.poll(() => credits(a, Q).join()).toMatch(/^0?$/);
+      proxy.restore();
+      expect(await stopping).toEqual([]);
+      expect(started).toEqual([]);
+      await expect.poll(async () => (await a.client.getQueueStats(Q)).processing).toBe(0n);
+      // No handler saw them: their next delivery is still their first.
+      expect(await next(a, Q, 4)).toEqual([["j0", 1], ["j1", 1], ["j2", 1], ["j3", 1]]);
+    } finally {
+      client.close();
+      await proxy.close();
+    }
+  });
+});
