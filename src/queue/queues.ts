@@ -878,9 +878,9 @@ export class Queues {
    * Gives back deliveries `stream` holds that its worker never started (fetched
    * ahead of its handlers): to the front of their queue in delivery order,
    * uncounted, at once; their credit is free again. Resolves to the tokens
-   * refused, each with why: one the stream does not hold (settled, recovered,
-   * another stream's, or with its settle on the way), and every one of a
-   * SIMPLE queue (its item left Redis when it was popped). If Redis cannot
+   * refused, each with why: a malformed one (INVALID_ARGUMENT), one the stream
+   * does not hold (settled, recovered, another stream's, or with its settle on
+   * the way), and every one of a SIMPLE queue (its item left Redis when it was popped). If Redis cannot
    * take them now, they are tried again until it can, as a closed stream's are.
    */
   async releaseUnstarted(tokens: readonly string[], stream: LeaseStream): Promise<SettleFailure[]> {
@@ -890,6 +890,13 @@ export class Queues {
     const given = stream.config.mode === "simple" ? [] : [...stream.held].filter(([token]) => asked.has(token));
     for (const [token] of given) asked.delete(token);
     for (const token of asked) {
+      // A malformed token is the worker's bug, told as an ack of it would be (INVALID_ARGUMENT, LEASE_TOKEN_INVALID).
+      try {
+        parseToken(token);
+      } catch (error) {
+        failures.push({ token, error });
+        continue;
+      }
       const why = stream.config.mode === "simple"
         ? `a SIMPLE queue's item left Redis when it was leased; process it (LeaseOpened.releases is false on "${stream.queue}")`
         : "this stream does not hold it: it was settled, recovered, or leased on another stream";

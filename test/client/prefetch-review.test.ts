@@ -74,4 +74,28 @@ describe("defects", () => {
       await proxy.close();
     }
   });
+
+  it("release answers a malformed token INVALID_ARGUMENT LEASE_TOKEN_INVALID, as ack_batch does (it said LEASE_NOT_HELD)", async () => {
+    const Q = "{pr-malformed}";
+    await a.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
+    await a.client.enqueue(Q, ["j0"]);
+    const lease = a.client.lease(Q, 1);
+    const results: SettleResult[] = [];
+    lease.onSettleResult((r) => results.push(r));
+    try {
+      await lease.take(1);
+      lease.setCredit(0);
+      lease.release(["", "garbage", "r.1.zz.abc"]);
+      await expect.poll(() => results.length).toBe(3);
+      expect(results.map(result)).toEqual([
+        { token: "", code: 3, reason: "LEASE_TOKEN_INVALID" },
+        { token: "garbage", code: 3, reason: "LEASE_TOKEN_INVALID" },
+        { token: "r.1.zz.abc", code: 3, reason: "LEASE_TOKEN_INVALID" },
+      ]);
+      const stats = await a.client.getQueueStats(Q);
+      expect([stats.ready, stats.processing]).toEqual([0n, 1n]);
+    } finally {
+      await lease.close();
+    }
+  });
 });
