@@ -89,7 +89,7 @@ export interface SettleFailure {
 }
 
 /** The error for a settle that did not apply. */
-function settleError(code: SettleCode, action: WorkerSettle, ref: LeaseRef): SwitchyardError {
+function settleError(code: SettleCode, action: WorkerSettle | "release", ref: LeaseRef): SwitchyardError {
   const metadata = { queue: ref.queue, fence: String(ref.fence) };
   switch (code) {
     case "not_held":
@@ -905,9 +905,15 @@ export class Queues {
     if (given.length === 0) return failures;
     // Each goes to the front: the last delivered first, so the queue keeps its order (as closeStream).
     // On their way back before they stop counting as held: the pump's reconcile must never see them as nobody's.
-    const returning = this.returns.give(stream.config, fieldsOf(given.map(([, ref]) => ref).reverse()), "undo");
+    const back = given.filter(([, ref]) => ref.owner).reverse();
+    const returning = this.returns.give(stream.config, fieldsOf(back.map(([, ref]) => ref)), "undo");
     for (const [token] of given) this.release(token, stream);
-    await returning;
+    // One settled meanwhile (its ack sent just before, or made through another instance) changed nothing: say so.
+    // (Undefined: Redis could not be asked; they are given back as soon as it can.)
+    const results = await returning;
+    results?.forEach(({ code }, i) => {
+      if (code !== "done") failures.push({ token: back[i][0], error: settleError(code, "release", back[i][1]) });
+    });
     if (stream.group) this.rescan(dispatcherKey(stream.queue, stream.group));
     return failures;
   }

@@ -98,4 +98,29 @@ describe("defects", () => {
       await lease.close();
     }
   });
+
+  it("release of a delivery whose ack went just before comes back LEASE_NOT_HELD (it was silently taken as released)", async () => {
+    const Q = "{pr-ack-release}";
+    await a.client.createQueue({ name: Q, mode: QueueMode.RELIABLE, minIdle: durationFromMs(60_000), recoverySet: "{pr-ack-release}.claims" });
+    await a.client.enqueue(Q, ["j0", "j1"]);
+    const lease = a.client.lease(Q, 2);
+    const results: SettleResult[] = [];
+    lease.onSettleResult((r) => results.push(r));
+    try {
+      const [j0, j1] = await lease.take(2);
+      lease.setCredit(0);
+      // The ack goes first (the release flushes it), and is still on its way to Redis when the release arrives.
+      lease.ack(j0.leaseToken);
+      lease.release([j0.leaseToken, j1.leaseToken]);
+      await expect.poll(() => results.length).toBe(1);
+      expect(results.map(result)).toEqual([{ token: j0.leaseToken, code: 9, reason: "LEASE_NOT_HELD" }]);
+      await expect.poll(async () => (await a.client.getQueueStats(Q)).ready).toBe(1n);
+      const stats = await a.client.getQueueStats(Q);
+      expect([stats.processing, stats.completedTotal]).toEqual([0n, 1n]);
+      expect(await redis.plain.zcard("{pr-ack-release}.claims")).toBe(0);
+    } finally {
+      await lease.close();
+    }
+    expect(await next(a, Q, 1)).toEqual([["j1", 1]]);
+  });
 });
