@@ -125,6 +125,33 @@ describe("defects", () => {
   });
 });
 
+describe("defects (2)", () => {
+  it("STREAM entries released while a new stream's lease comes back short reach it at once, not after a blocking wait (a lost wake-up)", async () => {
+    const Q = "pr-stream-wake";
+    // A long blocking wait: before the fix, the released entries waited all of it.
+    const c = await startSwitchyard(redis, { config: { blockTimeoutSec: 30 } });
+    try {
+      await c.client.createQueue({ name: Q, mode: QueueMode.STREAM, groups: [{ name: "g", startId: "0" }], minIdle: durationFromMs(60_000) });
+      await c.client.enqueue(Q, ["e0", "e1", "e2"]);
+      const one = c.client.lease(Q, 3, { group: "g" });
+      const got = await one.take(3);
+      one.setCredit(0);
+      one.release([got[1].leaseToken, got[2].leaseToken]);
+      // Opened at once: its first lease races the release's undo, finds nothing, and the pump goes to wait.
+      const two = c.client.lease(Q, 2, { group: "g" });
+      const seen: [string, number][] = [];
+      void (async () => {
+        for await (const d of two) seen.push([text(d), d.deliveryCount]);
+      })();
+      await expect.poll(() => seen, { timeout: 5000 }).toEqual([["e1", 1], ["e2", 1]]);
+      one.ack(got[0].leaseToken);
+      await Promise.all([one.close(), two.close()]);
+    } finally {
+      await c.stop();
+    }
+  });
+});
+
 describe("what held", () => {
   it("a lost stream: its waiting deliveries never start, the new stream's credit leaves room for the running one, no more than `concurrency` run", async () => {
     const Q = "{pr-cut}";
