@@ -131,6 +131,24 @@ class Stream {
     for (const fn of waiting) fn(r);
   }
 
+  private syncs = 0;
+
+  /**
+   * Resolves once the server has applied every message sent on this stream
+   * before (a stopping worker's credit 0: nothing more is on its way after
+   * that, and what was is here), or once the stream has ended. It releases a
+   * token never issued, which the server answers, refused, in its turn. Only on
+   * a stream opened with `releases` (an older server knows no release).
+   */
+  sync(): Promise<void> {
+    const token = `sync.${++this.syncs}`;
+    return new Promise((ok) => {
+      if (this.session.closed) return ok();
+      this.extends.set(token, [() => ok()]);
+      this.session.release([token]);
+    });
+  }
+
   /** Sends an extend and waits for its settle result (undefined: the stream ended first). */
   extend(token: string): Promise<SettleResult | undefined> {
     if (this.session.closed) return Promise.resolve(undefined);
@@ -381,8 +399,13 @@ export function runWorker(options: WorkerOptions): Worker {
     async stop() {
       stopping = true;
       wake?.();
-      current?.session.setCredit(0);
-      if (current) giveBack(current);
+      const s = current;
+      s?.session.setCredit(0);
+      if (s) giveBack(s);
+      // Deliveries the server sent before it took the credit 0 may still be on their way: closing before
+      // they arrive would have the server return them counted, though no handler saw them. A round trip
+      // after the credit 0 brings them, and the loop gives them back (once stopping, nothing starts them).
+      const synced = s?.session.opened.then((o) => (o.releases ? s.sync() : undefined), () => undefined);
       const stopped = new Error("the worker is stopping");
       for (const job of running.keys()) job.abort.abort(stopped);
       let grace: { cancel(): void } | undefined;
@@ -397,7 +420,8 @@ export function runWorker(options: WorkerOptions): Worker {
         finished(job);
       }
       waiting.length = 0;
-      // Let the settles written above reach the server before the stream ends.
+      await synced;
+      // Let the settles and releases written above (the loop's for what the round trip brought) reach the server before the stream ends.
       await new Promise((r) => setImmediate(r));
       await current?.session.close();
       await done;

@@ -78,6 +78,8 @@ export class QueueDispatcher {
   private asked = 0;
   /** The last answer had fewer items than asked for: the queue was empty after them. */
   private emptied = false;
+  /** `pushes` when the lease that found the queue empty was sent: a push since then means there may be items. */
+  private emptiedAt = 0;
   /** Pushes this instance has sent to the queue (see `pushed`): a lease sent before one may have missed its items. */
   private pushes = 0;
   /**
@@ -239,6 +241,7 @@ export class QueueDispatcher {
         this.failures = 0;
         // Short, the queue was empty behind it, unless a push went out after it: then lease again, not wait.
         this.emptied = taken.length < want && this.pushes === pushes;
+        if (this.emptied) this.emptiedAt = pushes;
         if (this.refused.length > 0) this.refused.push(...taken);
         else if (taken.length > 0) this.distribute(taken);
       })
@@ -304,6 +307,9 @@ export class QueueDispatcher {
       this.blocking.catch(() => undefined); // a wake-up nobody waits for any more may fail unseen (the connection closed)
     }
     const blocking = this.blocking;
+    // A push (or rescan) since the lease that came back short, while the pump was on its way here
+    // (making the blocking connection, say), found no wait to end: lease again rather than block.
+    if (this.pushes !== this.emptiedAt) return;
     await new Promise<void>((resolve, reject) => {
       this.wake = resolve;
       blocking.then(resolve, reject);

@@ -89,7 +89,7 @@ export interface SettleFailure {
 }
 
 /** The error for a settle that did not apply. */
-function settleError(code: SettleCode, action: WorkerSettle, ref: LeaseRef): SwitchyardError {
+function settleError(code: SettleCode, action: WorkerSettle | "release", ref: LeaseRef): SwitchyardError {
   const metadata = { queue: ref.queue, fence: String(ref.fence) };
   switch (code) {
     case "not_held":
@@ -875,9 +875,9 @@ export class Queues {
    * Gives back deliveries `stream` holds that its worker never started (fetched
    * ahead of its handlers): to the front of their queue in delivery order,
    * uncounted, at once; their credit is free again. Resolves to the tokens
-   * refused, each with why: one the stream does not hold (settled, recovered,
-   * another stream's, or with its settle on the way), and every one of a
-   * SIMPLE queue (its item left Redis when it was popped). If Redis cannot
+   * refused, each with why: a malformed one (INVALID_ARGUMENT), one the stream
+   * does not hold (settled, recovered, another stream's, or with its settle on
+   * the way), and every one of a SIMPLE queue (its item left Redis when it was popped). If Redis cannot
    * take them now, they are tried again until it can, as a closed stream's are.
    */
   async releaseUnstarted(tokens: readonly string[], stream: LeaseStream): Promise<SettleFailure[]> {
@@ -887,6 +887,13 @@ export class Queues {
     const given = stream.config.mode === "simple" ? [] : [...stream.held].filter(([token]) => asked.has(token));
     for (const [token] of given) asked.delete(token);
     for (const token of asked) {
+      // A malformed token is the worker's bug, told as an ack of it would be (INVALID_ARGUMENT, LEASE_TOKEN_INVALID).
+      try {
+        parseToken(token);
+      } catch (error) {
+        failures.push({ token, error });
+        continue;
+      }
       const why = stream.config.mode === "simple"
         ? `a SIMPLE queue's item left Redis when it was leased; process it (LeaseOpened.releases is false on "${stream.queue}")`
         : "this stream does not hold it: it was settled, recovered, or leased on another stream";
@@ -895,9 +902,15 @@ export class Queues {
     if (given.length === 0) return failures;
     // Each goes to the front: the last delivered first, so the queue keeps its order (as closeStream).
     // On their way back before they stop counting as held: the pump's reconcile must never see them as nobody's.
-    const returning = this.returns.give(stream.config, fieldsOf(given.map(([, ref]) => ref).reverse()), "undo");
+    const back = given.filter(([, ref]) => ref.owner).reverse();
+    const returning = this.returns.give(stream.config, fieldsOf(back.map(([, ref]) => ref)), "undo");
     for (const [token] of given) this.release(token, stream);
-    await returning;
+    // One settled meanwhile (its ack sent just before, or made through another instance) changed nothing: say so.
+    // (Undefined: Redis could not be asked; they are given back as soon as it can.)
+    const results = await returning;
+    results?.forEach(({ code }, i) => {
+      if (code !== "done") failures.push({ token: back[i][0], error: settleError(code, "release", back[i][1]) });
+    });
     if (stream.group) this.rescan(dispatcherKey(stream.queue, stream.group));
     return failures;
   }

@@ -7,7 +7,7 @@
  * it dies first, another instance returns them: see instances.ts).
  */
 import type { Logger } from "../log.js";
-import type { SettleAction } from "../redis/scripts.js";
+import type { SettleAction, SettleResult } from "../redis/scripts.js";
 import type { QueueConfig } from "./declaration.js";
 import type { Settler } from "./settler.js";
 
@@ -40,15 +40,16 @@ export class Returns {
   /**
    * Returns `fields` (in this order) of `config`'s queue (a kill: to its dead
    * letters with `reason`). Resolves after the first attempt, whether it took
-   * or not; what did not is tried again.
+   * or not, to its results (one per field, in order), or undefined when Redis
+   * could not be asked: what did not take is tried again.
    */
-  async give(config: QueueConfig, fields: readonly string[], action: ReturnAction, reason = ""): Promise<void> {
-    if (fields.length === 0) return;
+  async give(config: QueueConfig, fields: readonly string[], action: ReturnAction, reason = ""): Promise<SettleResult[] | undefined> {
+    if (fields.length === 0) return [];
     let waiting = this.waiting.get(config.name);
     if (!waiting) this.waiting.set(config.name, (waiting = new Map()));
     const way = { action, reason };
     for (const f of fields) waiting.set(f, way);
-    await this.attempt(config, fields.map((f) => [f, way] as const));
+    return this.attempt(config, fields.map((f) => [f, way] as const));
   }
 
   /** Whether delivery `field` of `queue` is on its way back. */
@@ -81,18 +82,20 @@ export class Returns {
     this.retryTimer = undefined;
   }
 
-  private async attempt(config: QueueConfig, ops: readonly (readonly [string, Way])[]): Promise<void> {
+  private async attempt(config: QueueConfig, ops: readonly (readonly [string, Way])[]): Promise<SettleResult[] | undefined> {
     try {
-      await this.settler.settleMany(config, ops.map(([delivery, { action, reason }]) => ({ action, delivery, reason })));
+      const results = await this.settler.settleMany(config, ops.map(([delivery, { action, reason }]) => ({ action, delivery, reason })));
       // Every code is final: returned, or no longer live (settled, returned or recovered meanwhile).
       const waiting = this.waiting.get(config.name);
       for (const [f] of ops) waiting?.delete(f);
       if (waiting?.size === 0) this.waiting.delete(config.name);
       this.waitMs = FIRST_WAIT_MS;
       if (this.size === 0) this.notifyIdle();
+      return results;
     } catch (err) {
       this.log.warn("could not return items to their queue; trying again", { queue: config.name, items: ops.length, err });
       this.scheduleRetry();
+      return undefined;
     }
   }
 

@@ -2650,7 +2650,8 @@ func (*LeaseRequest_Release) isLeaseRequest_Kind() {}
 // the server drains. Each frees its unit of credit. A token this stream does
 // not hold (settled, recovered, or another stream's) comes back as a failed
 // SettleResult (FAILED_PRECONDITION, LEASE_NOT_HELD) and changes nothing; so
-// does every token on a SIMPLE queue, whose items left Redis when leased.
+// does every token on a SIMPLE queue, whose items left Redis when leased. A
+// malformed token comes back INVALID_ARGUMENT (LEASE_TOKEN_INVALID).
 type LeaseRelease struct {
 	state         protoimpl.MessageState
 	sizeCache     protoimpl.SizeCache
