@@ -95,6 +95,9 @@ export class SettleError extends Error {
 
 const isThenable = (x: unknown): x is PromiseLike<unknown> => typeof (x as PromiseLike<unknown> | undefined)?.then === "function";
 
+/** How long stop() waits, at least, for the round trip after its credit 0 (see Stream.sync). */
+const SYNC_WAIT_MS = 2000;
+
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** A retry's reason from what the handler threw (the server keeps 1,000 characters). */
@@ -420,7 +423,10 @@ export function runWorker(options: WorkerOptions): Worker {
         finished(job);
       }
       waiting.length = 0;
-      await synced;
+      // A server that answers nothing holds the stop no longer than the grace (and at least a round trip's allowance).
+      let syncGrace: { cancel(): void } | undefined;
+      await Promise.race([synced, new Promise<void>((ok) => (syncGrace = clock.setTimer(Math.max(stopGraceMs, SYNC_WAIT_MS), () => ok())))]);
+      syncGrace?.cancel();
       // Let the settles and releases written above (the loop's for what the round trip brought) reach the server before the stream ends.
       await new Promise((r) => setImmediate(r));
       await current?.session.close();
