@@ -13,8 +13,10 @@
  *
  * On RELIABLE and STREAM queues the worker also keeps `prefetch` deliveries
  * (default: as many as `concurrency`) ready beyond those running, so a handler
- * that finishes starts the next item without waiting a round trip for it.
- * Those wait their turn in delivery order, their leases extended like a running
+ * that finishes starts the next item without waiting a round trip for it; only
+ * while its handlers are quick (`prefetchBelowMs`): a long job gains little
+ * from it, and an item is better off with an idle worker elsewhere than
+ * waiting behind one here. Those wait their turn in delivery order, their leases extended like a running
  * handler's; the ones never started go back to the front of the queue,
  * uncounted (LeaseRequest.release), when the worker stops or the server drains.
  * A SIMPLE queue's items leave Redis when leased and cannot go back: there
@@ -62,6 +64,12 @@ export interface WorkerOptions {
    * concurrency; 0 takes no more than it runs. Ignored on SIMPLE queues.
    */
   prefetch?: number;
+  /**
+   * Prefetch only while handlers run this long or less, on average (a moving
+   * average of their run times; default 5 ms); until one has finished, none.
+   * Infinity: always, from the start.
+   */
+  prefetchBelowMs?: number;
   handler: (delivery: Delivery, context: HandlerContext) => Promise<HandlerResult> | HandlerResult;
   /** Told about handler failures, refused extends and lost streams. */
   onError?: (err: unknown, delivery?: Delivery) => void;
@@ -217,6 +225,11 @@ export function runWorker(options: WorkerOptions): Worker {
   const client = typeof options.client === "string" ? new SwitchyardClient(options.client) : options.client;
   const clock = options.clock ?? systemClock;
   const prefetch = Math.max(0, Math.floor(options.prefetch ?? options.concurrency));
+  const prefetchBelowMs = options.prefetchBelowMs ?? 5;
+  /** A moving average of handlers' run times (ms), once one has finished. */
+  let handlerMs: number | undefined;
+  /** Handlers are quick enough for prefetch (see prefetchBelowMs). */
+  let prefetching = prefetchBelowMs === Infinity;
   let stopping = false;
   /** The newest stream (it may have ended since). */
   let current: Stream | undefined;
@@ -279,24 +292,38 @@ export function runWorker(options: WorkerOptions): Worker {
     let elsewhere = 0;
     for (const job of running.keys()) if (job.s !== s || job.lost) elsewhere++;
     let credit = Math.max(0, options.concurrency - elsewhere);
-    if (credit > 0) credit += s.prefetch;
+    if (credit > 0 && prefetching) credit += s.prefetch;
     if (s.maxCredit > 0) credit = Math.min(credit, s.maxCredit);
     if (credit !== s.credit) s.session.setCredit((s.credit = credit));
+  };
+
+  /** Counts a handler's run time into the average, turning prefetch on or off as it crosses prefetchBelowMs. */
+  const timed = (startedMs: number) => {
+    const ms = clock.now() - startedMs;
+    handlerMs = handlerMs === undefined ? ms : handlerMs + (ms - handlerMs) * 0.2;
+    const quick = handlerMs <= prefetchBelowMs;
+    if (quick !== prefetching) {
+      prefetching = quick;
+      refreshCredit();
+    }
   };
 
   // A handler that returns at once is settled at once: no promise per item.
   const start = (job: Job) => {
     const { s, d } = job;
+    const startedMs = clock.now();
     let result: Promise<HandlerResult> | HandlerResult;
     try {
       result = options.handler(d, job.context!);
     } catch (err) {
       finished(job);
+      timed(startedMs);
       fail(job, err);
       return;
     }
     if (!isThenable(result)) {
       finished(job);
+      timed(startedMs);
       settle(job, result);
       return;
     }
@@ -305,6 +332,7 @@ export function runWorker(options: WorkerOptions): Worker {
       .then((r) => settle(job, r), (err: unknown) => fail(job, err))
       .finally(() => {
         finished(job);
+        timed(startedMs);
         running.delete(job);
         if (s !== current || job.lost) refreshCredit();
         startWaiting();

@@ -49,7 +49,7 @@ describe("prefetch on a reliable queue", () => {
     await a.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
     await a.client.enqueue(Q, ["j0", "j1", "j2", "j3", "j4", "j5", "j6"]);
     const h = held();
-    const worker = runWorker({ client: a.client, queue: Q, concurrency: 2, prefetch: 3, handler: h.handler });
+    const worker = runWorker({ client: a.client, queue: Q, concurrency: 2, prefetch: 3, prefetchBelowMs: Infinity, handler: h.handler });
     try {
       await expect.poll(() => credits(a, Q)).toEqual([5]);
       await expect.poll(async () => (await a.client.getQueueStats(Q)).processing).toBe(5n);
@@ -73,7 +73,7 @@ describe("prefetch on a reliable queue", () => {
     await a.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
     await a.client.enqueue(Q, ["j0", "j1", "j2", "j3", "j4"]);
     const h = held();
-    const worker = runWorker({ client: a.client, queue: Q, concurrency: 1, prefetch: 2, stopGraceMs: 50, clock: a.clock, handler: h.handler });
+    const worker = runWorker({ client: a.client, queue: Q, concurrency: 1, prefetch: 2, prefetchBelowMs: Infinity, stopGraceMs: 50, clock: a.clock, handler: h.handler });
     await expect.poll(async () => (await a.client.getQueueStats(Q)).processing).toBe(3n);
     expect(h.started.map(text)).toEqual(["j0"]);
     const stopping = worker.stop();
@@ -96,7 +96,7 @@ describe("prefetch on a reliable queue", () => {
       await c.client.enqueue(Q, ["j0", "j1", "j2", "j3"]);
       const h = held();
       const errors: unknown[] = [];
-      const worker = runWorker({ client: c.client, queue: Q, concurrency: 1, prefetch: 2, handler: h.handler, onError: (e) => errors.push(e) });
+      const worker = runWorker({ client: c.client, queue: Q, concurrency: 1, prefetch: 2, prefetchBelowMs: Infinity, handler: h.handler, onError: (e) => errors.push(e) });
       await expect.poll(async () => (await c.client.getQueueStats(Q)).processing).toBe(3n);
       const draining = c.app.queues.drain(60_000);
       // j1 and j2 go back at once, while j0's handler still runs.
@@ -119,7 +119,7 @@ describe("prefetch on a reliable queue", () => {
     await a.client.createQueue({ name: Q, mode: QueueMode.RELIABLE, minIdle: durationFromMs(3000), recoverySet: `${Q}.claims` });
     await a.client.enqueue(Q, ["j0", "j1"]);
     const h = held();
-    const worker = runWorker({ client: a.client, queue: Q, concurrency: 1, prefetch: 1, clock, handler: h.handler });
+    const worker = runWorker({ client: a.client, queue: Q, concurrency: 1, prefetch: 1, prefetchBelowMs: Infinity, clock, handler: h.handler });
     try {
       await expect.poll(async () => (await a.client.getQueueStats(Q)).processing).toBe(2n);
       // Ten min_idles pass while j0 runs and j1 waits: neither is recovered.
@@ -141,7 +141,7 @@ describe("prefetch on a reliable queue", () => {
     await a.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
     await a.client.enqueue(Q, ["j0", "j1", "j2"]);
     const h = held();
-    const worker = runWorker({ client: a.client, queue: Q, concurrency: 2, prefetch: 0, handler: h.handler });
+    const worker = runWorker({ client: a.client, queue: Q, concurrency: 2, prefetch: 0, prefetchBelowMs: Infinity, handler: h.handler });
     try {
       await expect.poll(() => h.started.length).toBe(2);
       expect(credits(a, Q)).toEqual([2]);
@@ -153,13 +153,63 @@ describe("prefetch on a reliable queue", () => {
   });
 });
 
+describe("prefetch follows how quick the handlers are (prefetchBelowMs)", () => {
+  it("is off until a handler has finished: two workers with slow handlers each get one of two items", async () => {
+    const Q = "{pf-fair}";
+    await a.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
+    const [one, two] = [held(), held()];
+    const workers = [one, two].map((h) => runWorker({ client: a.client, queue: Q, concurrency: 1, handler: h.handler }));
+    try {
+      await expect.poll(() => credits(a, Q)).toEqual([1, 1]);
+      await a.client.enqueue(Q, ["j0", "j1"]);
+      await expect.poll(() => [one.started.length, two.started.length]).toEqual([1, 1]);
+    } finally {
+      for (const ok of [...one.finish, ...two.finish]) ok();
+      await Promise.all(workers.map((w) => w.stop()));
+    }
+  });
+
+  it("turns on once handlers are seen quick, and off again when they slow past prefetchBelowMs", async () => {
+    const Q = "{pf-adapt}";
+    const clock = a.clock as ManualClock;
+    await a.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
+    const gates: (() => void)[] = [];
+    const done: string[] = [];
+    const worker = runWorker({
+      client: a.client, queue: Q, concurrency: 2, prefetch: 3, clock,
+      // "slow" items run until the test has moved the clock on and let them go; the rest return at once.
+      handler: (d) => {
+        if (!text(d).startsWith("slow")) return void done.push(text(d));
+        return new Promise<void>((ok) => gates.push(() => (done.push(text(d)), ok())));
+      },
+    });
+    try {
+      await expect.poll(() => credits(a, Q)).toEqual([2]);
+      await a.client.enqueue(Q, ["q0", "q1", "q2"]);
+      // Handlers returning at once: 2 to run and 3 ready.
+      await expect.poll(() => credits(a, Q)).toEqual([5]);
+      await expect.poll(() => done.length).toBe(3);
+      await a.client.enqueue(Q, ["slow0"]);
+      await expect.poll(() => gates.length).toBe(1);
+      await clock.advance(100);
+      gates[0]();
+      // One 100 ms run lifts the average past 5 ms: back to what it runs.
+      await expect.poll(() => credits(a, Q)).toEqual([2]);
+      expect(done).toEqual(["q0", "q1", "q2", "slow0"]);
+    } finally {
+      for (const ok of gates) ok();
+      await worker.stop();
+    }
+  });
+});
+
 describe("prefetch elsewhere", () => {
   it("a SIMPLE queue's worker takes no more than it runs (its items cannot go back)", async () => {
     const Q = "{pf-simple}";
     await a.client.createQueue({ name: Q, mode: QueueMode.SIMPLE });
     await a.client.enqueue(Q, ["j0", "j1", "j2"]);
     const h = held();
-    const worker = runWorker({ client: a.client, queue: Q, concurrency: 2, prefetch: 5, handler: h.handler });
+    const worker = runWorker({ client: a.client, queue: Q, concurrency: 2, prefetch: 5, prefetchBelowMs: Infinity, handler: h.handler });
     try {
       await expect.poll(() => h.started.length).toBe(2);
       expect(credits(a, Q)).toEqual([2]);
@@ -175,7 +225,7 @@ describe("prefetch elsewhere", () => {
     await a.client.createQueue({ name: Q, mode: QueueMode.STREAM, groups: [{ name: "g", startId: "0" }], minIdle: durationFromMs(60_000) });
     await a.client.enqueue(Q, ["e0", "e1", "e2"]);
     const h = held();
-    const worker = runWorker({ client: a.client, queue: Q, group: "g", concurrency: 1, prefetch: 2, stopGraceMs: 0, handler: h.handler });
+    const worker = runWorker({ client: a.client, queue: Q, group: "g", concurrency: 1, prefetch: 2, prefetchBelowMs: Infinity, stopGraceMs: 0, handler: h.handler });
     await expect.poll(() => credits(a, Q)).toEqual([3]);
     await expect.poll(async () => (await a.client.getQueueStats(Q)).groups[0]?.pending).toBe(3n);
     expect(h.started.map(text)).toEqual(["e0"]);
