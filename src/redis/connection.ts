@@ -87,7 +87,15 @@ export interface RedisTimeouts {
   keepAliveMs: number;
   /** The longest a blocking read (BLMOVE) asks Redis to wait, ms. */
   longestBlockMs: number;
+  /**
+   * How long connecting waits for a Redis Cluster to be ready (every master says
+   * cluster_state:ok, as its nodes come to agree) before it fails; default 30 s.
+   */
+  clusterReadyTimeoutMs?: number;
 }
+
+/** See RedisTimeouts.clusterReadyTimeoutMs. */
+export const CLUSTER_READY_TIMEOUT_MS = 30_000;
 
 const defaultTimeouts: RedisTimeouts = {
   commandTimeoutMs: defaults.redisCommandTimeoutMs,
@@ -173,9 +181,73 @@ function duplicateWith(client: RedisClient, options: RedisOptions): RedisClient 
   return client.duplicate([], { enableReadyCheck: false, redisOptions: { ...client.options.redisOptions, ...options } });
 }
 
-async function open(client: RedisClient): Promise<RedisClient> {
-  await client.connect();
+/**
+ * Connects `client`; a connection that fails is disconnected (a client left to itself
+ * would go on reconnecting, unseen, for the life of the process).
+ *
+ * A cluster client is connected once ioredis says it is ready, not when its connect()
+ * settles: connect() settles only with its own attempt, and an attempt whose ready
+ * check fails (CLUSTER INFO on a node that does not say cluster_state:ok yet, as in a
+ * cluster whose nodes are still agreeing, or a seed that agreed before the others)
+ * reconnects with a new attempt and leaves that promise pending for ever, though the
+ * client is ready moments later (ioredis issue 709). ioredis asks one node, picked at
+ * random; a client that checks (the command connection, not a duplicate) then waits
+ * until every master says cluster_state:ok, so that start-up does not meet CLUSTERDOWN
+ * from the others. A cluster no node of which can be reached still fails at once, as a
+ * single Redis does; one still not ready after `readyWithinMs` fails then.
+ */
+async function open(client: RedisClient, log: Logger, readyWithinMs: number): Promise<RedisClient> {
+  try {
+    if (client instanceof Cluster) await clusterReady(client, log, readyWithinMs);
+    else await client.connect();
+  } catch (err) {
+    client.disconnect();
+    throw err;
+  }
   return client;
+}
+
+async function clusterReady(client: Cluster, log: Logger, withinMs: number): Promise<void> {
+  const deadline = Date.now() + withinMs;
+  await clientReady(client, log, withinMs);
+  if (client.options.enableReadyCheck === false) return;
+  let waited = false;
+  for (;;) {
+    const states = await Promise.all(client.nodes("master").map((node) =>
+      node.cluster("INFO").then((info) => /^cluster_state:ok\b/m.test(String(info)), () => false)));
+    if (states.every(Boolean)) return;
+    if (!waited) log.warn("redis cluster not ready yet: a master does not say cluster_state:ok; waiting", { withinMs });
+    waited = true;
+    if (Date.now() >= deadline) {
+      throw new Error(`Cluster isn't ready: ${states.filter((ok) => !ok).length} of ${states.length} masters do not say cluster_state:ok after ${withinMs} ms`);
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+/** Resolves once `client` says "ready" (see open). */
+function clientReady(client: Cluster, log: Logger, withinMs: number): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
+    let warned = false;
+    const onReady = () => done();
+    const onEnd = () => done(new Error("None of startup nodes is available"));
+    const onRetry = () => {
+      if (!warned) log.warn("redis cluster not ready yet (a node says cluster_state is not ok); retrying", { withinMs });
+      warned = true;
+    };
+    const timer = setTimeout(
+      () => done(new Error(`Cluster isn't ready: no cluster_state:ok within ${withinMs} ms (CLUSTER INFO on the nodes asked)`)),
+      withinMs,
+    );
+    const done = (err?: unknown) => {
+      clearTimeout(timer);
+      client.off("ready", onReady).off("end", onEnd).off("reconnecting", onRetry);
+      if (err === undefined) resolve();
+      else reject(err);
+    };
+    client.once("ready", onReady).once("end", onEnd).on("reconnecting", onRetry);
+    client.connect().then(() => done(), done);
+  });
 }
 
 /** Connects to `target`, starting an embedded redis-server first when asked to. */
@@ -199,7 +271,8 @@ export async function connectRedis(target: RedisTarget, log: Logger, timeouts: R
   const client = createClient(direct, timeouts);
   client.on("error", onError);
   client.on("ready", () => (lastError = ""));
-  await open(client);
+  const readyWithinMs = timeouts.clusterReadyTimeoutMs ?? CLUSTER_READY_TIMEOUT_MS;
+  await open(client, log, readyWithinMs);
   defineScripts(client);
   const extra = new Set<RedisClient>();
   const connectExtra = async (options: RedisOptions) => {
@@ -207,7 +280,7 @@ export async function connectRedis(target: RedisTarget, log: Logger, timeouts: R
     dup.on("error", onError);
     extra.add(dup);
     dup.once("end", () => extra.delete(dup));
-    return open(dup);
+    return open(dup, log, readyWithinMs);
   };
   const duplicate = () => connectExtra(patientOptions(timeouts, timeouts.longestBlockMs));
   let waiter: Promise<RedisClient> | undefined;

@@ -166,9 +166,13 @@ describe("Redis Cluster with a password and TLS (SWITCHYARD_REDIS_PASSWORD, SWIT
     }
     await run("redis-cli", ["--tls", "--cacert", certs.file("ca.crt"), "-a", PASSWORD, "--no-auth-warning", "--cluster", "create",
       ...[0, 1, 2].map((i) => `127.0.0.1:${base + i}`), "--cluster-yes"], { timeout: 30_000 });
-    await until("the cluster to be ok", async () => {
-      const { stdout } = await run("redis-cli", ["--tls", "--cacert", certs.file("ca.crt"), "-a", PASSWORD, "--no-auth-warning", "-p", String(base), "CLUSTER", "INFO"]);
-      return /cluster_state:ok/.test(stdout) ? true : undefined;
+    // Every node, not only the seed: one that agreed later answers CLUSTERDOWN until it does.
+    await until("every node to say the cluster is ok", async () => {
+      for (let i = 0; i < 3; i++) {
+        const { stdout } = await run("redis-cli", ["--tls", "--cacert", certs.file("ca.crt"), "-a", PASSWORD, "--no-auth-warning", "-p", String(base + i), "CLUSTER", "INFO"]);
+        if (!/cluster_state:ok/.test(stdout) || !/cluster_slots_ok:16384/.test(stdout)) return undefined;
+      }
+      return true;
     });
   }, 60_000);
   afterAll(() => certs?.cleanup());
