@@ -5,10 +5,10 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
-import { QueueMode, type Delivery, type SettleResult } from "../../src/gen/switchyard/v1/queue_pb.js";
+import { QueueMode, type SettleResult } from "../../src/gen/switchyard/v1/queue_pb.js";
 import { runWorker } from "../../src/client/worker.js";
 import { SwitchyardClient } from "../../src/client/client.js";
-import type { LeaseStream } from "../../src/queue/lease-stream.js";
+import { credits, held, next, text } from "../helpers/prefetch.js";
 import { startRedis, type TestRedis } from "../helpers/redis.js";
 import { startProxy } from "../helpers/proxy.js";
 import { rawLease } from "../helpers/raw-lease.js";
@@ -25,26 +25,7 @@ afterAll(async () => {
   await redis.stop();
 });
 
-const text = (d: Delivery) => Buffer.from(d.payload).toString();
-/** The credit of the open streams of `queue` on instance `on`. */
-const credits = (on: TestSwitchyard, queue: string) =>
-  [...(on.app.queues["streams"] as Set<LeaseStream>)].filter((s) => s.queue === queue && !s.closed).map((s) => s.credit);
 const result = (r: SettleResult) => ({ token: r.leaseToken, code: r.code, reason: r.reason });
-
-/** A handler that holds every delivery until the test lets it go. */
-function held() {
-  const started: Delivery[] = [];
-  const finish: (() => void)[] = [];
-  return { started, finish, handler: (d: Delivery) => (started.push(d), new Promise<void>((ok) => finish.push(ok))) };
-}
-
-/** The next `n` deliveries of `queue` as [payload, delivery count], through a fresh stream. */
-async function next(on: TestSwitchyard, queue: string, n: number, group = ""): Promise<[string, number][]> {
-  const lease = on.client.lease(queue, n, { group });
-  const got = await lease.take(n);
-  await lease.close();
-  return got.map((d) => [text(d), d.deliveryCount]);
-}
 
 describe("defects", () => {
   it("stop() while deliveries are on their way gives them back uncounted (the stream's close returned them counted)", async () => {

@@ -5,10 +5,10 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
-import { QueueMode, type Delivery } from "../../src/gen/switchyard/v1/queue_pb.js";
+import { QueueMode } from "../../src/gen/switchyard/v1/queue_pb.js";
 import { runWorker } from "../../src/client/worker.js";
 import { ManualClock } from "../../src/clock.js";
-import type { LeaseStream } from "../../src/queue/lease-stream.js";
+import { credits, held, next, text } from "../helpers/prefetch.js";
 import { startRedis, type TestRedis } from "../helpers/redis.js";
 import { startSwitchyard, type TestSwitchyard } from "../helpers/switchyard.js";
 
@@ -23,25 +23,6 @@ afterAll(async () => {
   await redis.stop();
 });
 
-const text = (d: Delivery) => Buffer.from(d.payload).toString();
-/** The credit of the open streams of `queue` on instance `on`. */
-const credits = (on: TestSwitchyard, queue: string) =>
-  [...(on.app.queues["streams"] as Set<LeaseStream>)].filter((s) => s.queue === queue && !s.closed).map((s) => s.credit);
-
-/** A handler that holds every delivery until the test lets it go. */
-function held() {
-  const started: Delivery[] = [];
-  const finish: (() => void)[] = [];
-  return { started, finish, handler: (d: Delivery) => (started.push(d), new Promise<void>((ok) => finish.push(ok))) };
-}
-
-/** The next `n` deliveries of `queue` as [payload, delivery count], through a fresh stream. */
-async function next(queue: string, n: number, group = ""): Promise<[string, number][]> {
-  const lease = a.client.lease(queue, n, { group });
-  const got = await lease.take(n);
-  await lease.close();
-  return got.map((d) => [text(d), d.deliveryCount]);
-}
 
 describe("prefetch on a reliable queue", () => {
   it("keeps `prefetch` deliveries ready and runs no more than `concurrency` handlers", async () => {
@@ -85,7 +66,7 @@ describe("prefetch on a reliable queue", () => {
     expect(h.started.map(text)).toEqual(["j0"]);
     // j1 and j2 never reached a handler: back at the front as they were (count 1); j0's stream
     // closed while it ran, so it went back counted (its next delivery is the second).
-    expect(await next(Q, 5)).toEqual([["j0", 2], ["j1", 1], ["j2", 1], ["j3", 1], ["j4", 1]]);
+    expect(await next(a, Q, 5)).toEqual([["j0", 2], ["j1", 1], ["j2", 1], ["j3", 1], ["j4", 1]]);
   });
 
   it("gives back what waits when the server drains, and the running handler still settles", async () => {
@@ -107,7 +88,7 @@ describe("prefetch on a reliable queue", () => {
       await expect.poll(async () => (await a.client.getQueueStats(Q)).completedTotal).toBe(1n);
       await worker.stop();
       expect(h.started.map(text)).toEqual(["j0"]);
-      expect(await next(Q, 3)).toEqual([["j1", 1], ["j2", 1], ["j3", 1]]);
+      expect(await next(a, Q, 3)).toEqual([["j1", 1], ["j2", 1], ["j3", 1]]);
     } finally {
       await c.stop();
     }
@@ -230,7 +211,7 @@ describe("prefetch elsewhere", () => {
     await expect.poll(async () => (await a.client.getQueueStats(Q)).groups[0]?.pending).toBe(3n);
     expect(h.started.map(text)).toEqual(["e0"]);
     await worker.stop();
-    expect(await next(Q, 3, "g")).toEqual([["e0", 2], ["e1", 1], ["e2", 1]]);
+    expect(await next(a, Q, 3, "g")).toEqual([["e0", 2], ["e1", 1], ["e2", 1]]);
   });
 });
 
