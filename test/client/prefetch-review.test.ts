@@ -7,6 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import { QueueMode, type SettleResult } from "../../src/gen/switchyard/v1/queue_pb.js";
 import { runWorker } from "../../src/client/worker.js";
+import type { ManualClock } from "../../src/clock.js";
 import { SwitchyardClient } from "../../src/client/client.js";
 import { credits, held, next, text } from "../helpers/prefetch.js";
 import { startRedis, type TestRedis } from "../helpers/redis.js";
@@ -28,6 +29,30 @@ afterAll(async () => {
 const result = (r: SettleResult) => ({ token: r.leaseToken, code: r.code, reason: r.reason });
 
 describe("defects", () => {
+  it("stop() against a server that answers nothing waits for its round trip no longer than the grace (at least 2 s), then closes", async () => {
+    const Q = "{pr-stop-silent}";
+    const clock = a.clock as ManualClock;
+    await a.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
+    const proxy = await startProxy(a.address);
+    const client = new SwitchyardClient(proxy.address);
+    const worker = runWorker({ client, queue: Q, concurrency: 1, prefetch: 1, prefetchBelowMs: Infinity, stopGraceMs: 0, clock, handler: () => undefined });
+    try {
+      await expect.poll(() => credits(a, Q)).toEqual([2]);
+      // The server's answers stop reaching the worker: the round trip after its credit 0 never comes back.
+      proxy.holdReplies();
+      const stopping = worker.stop();
+      await expect.poll(() => credits(a, Q)).toEqual([0]);
+      await clock.advance(2000);
+      // The worker gave up waiting and half-closed: the server ends the stream (its answer still held).
+      await expect.poll(() => credits(a, Q)).toEqual([]);
+      proxy.restore();
+      expect(await stopping).toEqual([]);
+    } finally {
+      client.close();
+      await proxy.close();
+    }
+  });
+
   it("stop() while deliveries are on their way gives them back uncounted (the stream's close returned them counted)", async () => {
     const Q = "{pr-inflight}";
     await a.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
