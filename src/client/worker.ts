@@ -11,12 +11,14 @@
  * a long job to another worker while this one is alive; a worker that dies
  * stops extending, and its items come back.
  *
- * On RELIABLE and STREAM queues the worker also keeps `prefetch` deliveries
- * (default: as many as `concurrency`) ready beyond those running, so a handler
- * that finishes starts the next item without waiting a round trip for it; only
- * while its handlers are quick (`prefetchBelowMs`): a long job gains little
- * from it, and an item is better off with an idle worker elsewhere than
- * waiting behind one here. Those wait their turn in delivery order, their leases extended like a running
+ * On RELIABLE and STREAM queues the worker also keeps deliveries ready beyond
+ * those running, so a handler that finishes starts the next item without
+ * waiting a round trip for it: as many as its handlers get through in
+ * `prefetchMs` (5 ms) at their average run time, at most `prefetch` (default
+ * 4 × concurrency, at least 16). Quick handlers get the most from it (a round
+ * trip through the server covers many of their items); a long job gains little,
+ * and an item is better off with an idle worker elsewhere than waiting behind
+ * one here long. Those wait their turn in delivery order, their leases extended like a running
  * handler's; the ones never started go back to the front of the queue,
  * uncounted (LeaseRequest.release), when the worker stops or the server drains.
  * A SIMPLE queue's items leave Redis when leased and cannot go back: there
@@ -59,17 +61,19 @@ export interface WorkerOptions {
   /** Handlers running at once. */
   concurrency: number;
   /**
-   * Deliveries kept ready beyond the running handlers, on RELIABLE and STREAM
-   * queues (the stream's credit is concurrency + prefetch). Default: as many as
-   * concurrency; 0 takes no more than it runs. Ignored on SIMPLE queues.
+   * The most deliveries kept ready beyond the running handlers, on RELIABLE and
+   * STREAM queues (the stream's credit is concurrency + those). Default: 4 ×
+   * concurrency, at least 16; 0 takes no more than it runs. Ignored on SIMPLE queues.
    */
   prefetch?: number;
   /**
-   * Prefetch only while handlers run this long or less, on average (a moving
-   * average of their run times; default 5 ms); until one has finished, none.
-   * Infinity: always, from the start.
+   * How much handler time the deliveries kept ready may add up to: as many as
+   * `concurrency` handlers get through in this long, at a moving average of their
+   * run times (default 5 ms; at most `prefetch`). Until one has finished, none;
+   * handlers averaging over `concurrency × prefetchMs`, none. Infinity: always
+   * `prefetch`, from the start.
    */
-  prefetchBelowMs?: number;
+  prefetchMs?: number;
   handler: (delivery: Delivery, context: HandlerContext) => Promise<HandlerResult> | HandlerResult;
   /** Told about handler failures, refused extends and lost streams. */
   onError?: (err: unknown, delivery?: Delivery) => void;
@@ -224,12 +228,17 @@ export function runWorker(options: WorkerOptions): Worker {
   const ownClient = typeof options.client === "string";
   const client = typeof options.client === "string" ? new SwitchyardClient(options.client) : options.client;
   const clock = options.clock ?? systemClock;
-  const prefetch = Math.max(0, Math.floor(options.prefetch ?? options.concurrency));
-  const prefetchBelowMs = options.prefetchBelowMs ?? 5;
+  const prefetch = Math.max(0, Math.floor(options.prefetch ?? Math.max(16, 4 * options.concurrency)));
+  const prefetchMs = options.prefetchMs ?? 5;
   /** A moving average of handlers' run times (ms), once one has finished. */
   let handlerMs: number | undefined;
-  /** Handlers are quick enough for prefetch (see prefetchBelowMs). */
-  let prefetching = prefetchBelowMs === Infinity;
+  /** Deliveries to keep ready now (see prefetchMs), at most `prefetch`. */
+  const depth = (): number => {
+    if (prefetchMs === Infinity) return prefetch;
+    if (handlerMs === undefined || !(prefetchMs > 0)) return 0;
+    return handlerMs <= 0 ? prefetch : Math.min(prefetch, Math.floor((options.concurrency * prefetchMs) / handlerMs));
+  };
+  let ahead = depth();
   let stopping = false;
   /** The newest stream (it may have ended since). */
   let current: Stream | undefined;
@@ -292,18 +301,23 @@ export function runWorker(options: WorkerOptions): Worker {
     let elsewhere = 0;
     for (const job of running.keys()) if (job.s !== s || job.lost) elsewhere++;
     let credit = Math.max(0, options.concurrency - elsewhere);
-    if (credit > 0 && prefetching) credit += s.prefetch;
+    if (credit > 0) credit += Math.min(s.prefetch, ahead);
     if (s.maxCredit > 0) credit = Math.min(credit, s.maxCredit);
     if (credit !== s.credit) s.session.setCredit((s.credit = credit));
   };
 
-  /** Counts a handler's run time into the average, turning prefetch on or off as it crosses prefetchBelowMs. */
+  /**
+   * Counts a handler's run time into the average and sets the deliveries kept
+   * ready by it: to none or `prefetch` at once, else only on a change of more
+   * than a quarter (a credit message per item would cost more than it gains).
+   */
   const timed = (startedMs: number) => {
     const ms = clock.now() - startedMs;
     handlerMs = handlerMs === undefined ? ms : handlerMs + (ms - handlerMs) * 0.2;
-    const quick = handlerMs <= prefetchBelowMs;
-    if (quick !== prefetching) {
-      prefetching = quick;
+    const next = depth();
+    if (next === ahead) return;
+    if (next === 0 || ahead === 0 || next === prefetch || Math.abs(next - ahead) * 4 > ahead) {
+      ahead = next;
       refreshCredit();
     }
   };

@@ -35,7 +35,7 @@ describe("defects", () => {
     await a.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
     const proxy = await startProxy(a.address);
     const client = new SwitchyardClient(proxy.address);
-    const worker = runWorker({ client, queue: Q, concurrency: 1, prefetch: 1, prefetchBelowMs: Infinity, stopGraceMs: 0, clock, handler: () => undefined });
+    const worker = runWorker({ client, queue: Q, concurrency: 1, prefetch: 1, prefetchMs: Infinity, stopGraceMs: 0, clock, handler: () => undefined });
     try {
       await expect.poll(() => credits(a, Q)).toEqual([2]);
       // The server's answers stop reaching the worker: the round trip after its credit 0 never comes back.
@@ -59,7 +59,7 @@ describe("defects", () => {
     const proxy = await startProxy(a.address);
     const client = new SwitchyardClient(proxy.address);
     const started: string[] = [];
-    const worker = runWorker({ client, queue: Q, concurrency: 1, prefetch: 2, prefetchBelowMs: Infinity, stopGraceMs: 0, handler: (d) => void started.push(text(d)) });
+    const worker = runWorker({ client, queue: Q, concurrency: 1, prefetch: 2, prefetchMs: Infinity, stopGraceMs: 0, handler: (d) => void started.push(text(d)) });
     try {
       await expect.poll(() => credits(a, Q)).toEqual([3]);
       // The server leases three for the idle worker; they stay in the proxy while the worker stops.
@@ -169,7 +169,7 @@ describe("what held", () => {
     const h = held();
     const errors: unknown[] = [];
     const worker = runWorker({
-      client, queue: Q, concurrency: 2, prefetch: 1, prefetchBelowMs: Infinity, onError: (e) => errors.push(e),
+      client, queue: Q, concurrency: 2, prefetch: 1, prefetchMs: Infinity, onError: (e) => errors.push(e),
       handler: (d, ctx) => {
         now++; most = Math.max(most, now);
         return h.handler(d).finally(() => now--);
@@ -213,7 +213,7 @@ describe("what held", () => {
     try {
       await c.client.createQueue({ name: Q, mode: QueueMode.STREAM, groups: [{ name: "g", startId: "0" }], minIdle: durationFromMs(60_000) });
       await c.client.enqueue(Q, ["e0", "e1", "e2", "e3"]);
-      const worker = runWorker({ client: c.client, queue: Q, group: "g", concurrency: 1, prefetch: 2, prefetchBelowMs: Infinity, handler: h.handler, onError: () => undefined });
+      const worker = runWorker({ client: c.client, queue: Q, group: "g", concurrency: 1, prefetch: 2, prefetchMs: Infinity, handler: h.handler, onError: () => undefined });
       await expect.poll(async () => (await a.client.getQueueStats(Q)).groups[0]?.pending).toBe(3n);
       const draining = c.app.queues.drain(60_000);
       await expect.poll(async () => (await redis.plain.xpending(Q, "g", "-", "+", 10) as unknown[][]).filter((p) => p[1] === "switchyard.parked").length).toBe(2);
@@ -242,7 +242,7 @@ describe("what held", () => {
     const proxy = await startProxy(a.address);
     const client = new SwitchyardClient(proxy.address);
     const h = held();
-    const worker = runWorker({ client, queue: Q, concurrency: 1, prefetch: 1, prefetchBelowMs: Infinity, stopGraceMs: 0, handler: h.handler, onError: () => undefined });
+    const worker = runWorker({ client, queue: Q, concurrency: 1, prefetch: 1, prefetchMs: Infinity, stopGraceMs: 0, handler: h.handler, onError: () => undefined });
     try {
       await expect.poll(async () => (await a.client.getQueueStats(Q)).processing).toBe(2n);
       proxy.down();
@@ -263,7 +263,7 @@ describe("what held", () => {
       await a.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
       await a.client.enqueue(Q, ["j0", "j1", "j2", "j3"]);
       const started: string[] = [];
-      const worker = runWorker({ client: a.client, queue: Q, concurrency: 1, prefetch: 2, prefetchBelowMs: Infinity, stopGraceMs: 0, handler: (d) => (started.push(text(d)), new Promise<void>(() => undefined)) });
+      const worker = runWorker({ client: a.client, queue: Q, concurrency: 1, prefetch: 2, prefetchMs: Infinity, stopGraceMs: 0, handler: (d) => (started.push(text(d)), new Promise<void>(() => undefined)) });
       for (let i = 0; i < k; i++) await new Promise((r) => (k % 2 ? setImmediate(r) : setTimeout(r, 1)));
       await worker.stop();
       await expect.poll(async () => (await a.client.getQueueStats(Q)).processing).toBe(0n);
@@ -277,7 +277,7 @@ describe("what held", () => {
     await a.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
     await a.client.enqueue(Q, ["j0", "j1", "j2", "j3"]);
     const h = held();
-    const worker = runWorker({ client: a.client, queue: Q, concurrency: 1, prefetch: 2, prefetchBelowMs: Infinity, stopGraceMs: 10_000, clock: a.clock, handler: h.handler });
+    const worker = runWorker({ client: a.client, queue: Q, concurrency: 1, prefetch: 2, prefetchMs: Infinity, stopGraceMs: 10_000, clock: a.clock, handler: h.handler });
     await expect.poll(async () => (await a.client.getQueueStats(Q)).processing).toBe(3n);
     const [s1, s2] = [worker.stop(), worker.stop()];
     await expect.poll(async () => (await a.client.getQueueStats(Q)).processing).toBe(1n);
@@ -294,7 +294,7 @@ describe("what held", () => {
     await a.client.enqueue(Q, Array.from({ length: N }, (_, i) => `m${i}`));
     let now = 0, most = 0;
     const worker = runWorker({
-      client: a.client, queue: Q, concurrency: 3, prefetch: 4, prefetchBelowMs: Infinity, onError: () => undefined,
+      client: a.client, queue: Q, concurrency: 3, prefetch: 4, prefetchMs: Infinity, onError: () => undefined,
       handler: (d) => {
         const i = Number(text(d).slice(1));
         if (d.deliveryCount === 1 && i % 7 === 0) throw new Error("sync throw");
@@ -362,7 +362,7 @@ describe("what held", () => {
       await c.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
       await c.client.enqueue(Q, ["j0", "j1", "j2", "j3", "j4"]);
       const errors: unknown[] = [];
-      const worker = runWorker({ client: c.client, queue: Q, concurrency: 2, prefetch: 5, prefetchBelowMs: Infinity, handler: h.handler, onError: (e) => errors.push(e) });
+      const worker = runWorker({ client: c.client, queue: Q, concurrency: 2, prefetch: 5, prefetchMs: Infinity, handler: h.handler, onError: (e) => errors.push(e) });
       await expect.poll(() => credits(c, Q)).toEqual([3]);
       await expect.poll(async () => (await c.client.getQueueStats(Q)).processing).toBe(3n);
       expect(h.started.map(text)).toEqual(["j0", "j1"]);

@@ -30,7 +30,7 @@ describe("prefetch on a reliable queue", () => {
     await a.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
     await a.client.enqueue(Q, ["j0", "j1", "j2", "j3", "j4", "j5", "j6"]);
     const h = held();
-    const worker = runWorker({ client: a.client, queue: Q, concurrency: 2, prefetch: 3, prefetchBelowMs: Infinity, handler: h.handler });
+    const worker = runWorker({ client: a.client, queue: Q, concurrency: 2, prefetch: 3, prefetchMs: Infinity, handler: h.handler });
     try {
       await expect.poll(() => credits(a, Q)).toEqual([5]);
       await expect.poll(async () => (await a.client.getQueueStats(Q)).processing).toBe(5n);
@@ -54,7 +54,7 @@ describe("prefetch on a reliable queue", () => {
     await a.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
     await a.client.enqueue(Q, ["j0", "j1", "j2", "j3", "j4"]);
     const h = held();
-    const worker = runWorker({ client: a.client, queue: Q, concurrency: 1, prefetch: 2, prefetchBelowMs: Infinity, stopGraceMs: 50, clock: a.clock, handler: h.handler });
+    const worker = runWorker({ client: a.client, queue: Q, concurrency: 1, prefetch: 2, prefetchMs: Infinity, stopGraceMs: 50, clock: a.clock, handler: h.handler });
     await expect.poll(async () => (await a.client.getQueueStats(Q)).processing).toBe(3n);
     expect(h.started.map(text)).toEqual(["j0"]);
     const stopping = worker.stop();
@@ -77,7 +77,7 @@ describe("prefetch on a reliable queue", () => {
       await c.client.enqueue(Q, ["j0", "j1", "j2", "j3"]);
       const h = held();
       const errors: unknown[] = [];
-      const worker = runWorker({ client: c.client, queue: Q, concurrency: 1, prefetch: 2, prefetchBelowMs: Infinity, handler: h.handler, onError: (e) => errors.push(e) });
+      const worker = runWorker({ client: c.client, queue: Q, concurrency: 1, prefetch: 2, prefetchMs: Infinity, handler: h.handler, onError: (e) => errors.push(e) });
       await expect.poll(async () => (await c.client.getQueueStats(Q)).processing).toBe(3n);
       const draining = c.app.queues.drain(60_000);
       // j1 and j2 go back at once, while j0's handler still runs.
@@ -100,7 +100,7 @@ describe("prefetch on a reliable queue", () => {
     await a.client.createQueue({ name: Q, mode: QueueMode.RELIABLE, minIdle: durationFromMs(3000), recoverySet: `${Q}.claims` });
     await a.client.enqueue(Q, ["j0", "j1"]);
     const h = held();
-    const worker = runWorker({ client: a.client, queue: Q, concurrency: 1, prefetch: 1, prefetchBelowMs: Infinity, clock, handler: h.handler });
+    const worker = runWorker({ client: a.client, queue: Q, concurrency: 1, prefetch: 1, prefetchMs: Infinity, clock, handler: h.handler });
     try {
       await expect.poll(async () => (await a.client.getQueueStats(Q)).processing).toBe(2n);
       // Ten min_idles pass while j0 runs and j1 waits: neither is recovered.
@@ -122,7 +122,7 @@ describe("prefetch on a reliable queue", () => {
     await a.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
     await a.client.enqueue(Q, ["j0", "j1", "j2"]);
     const h = held();
-    const worker = runWorker({ client: a.client, queue: Q, concurrency: 2, prefetch: 0, prefetchBelowMs: Infinity, handler: h.handler });
+    const worker = runWorker({ client: a.client, queue: Q, concurrency: 2, prefetch: 0, prefetchMs: Infinity, handler: h.handler });
     try {
       await expect.poll(() => h.started.length).toBe(2);
       expect(credits(a, Q)).toEqual([2]);
@@ -134,7 +134,7 @@ describe("prefetch on a reliable queue", () => {
   });
 });
 
-describe("prefetch follows how quick the handlers are (prefetchBelowMs)", () => {
+describe("prefetch follows how quick the handlers are (prefetchMs)", () => {
   it("is off until a handler has finished: two workers with slow handlers each get one of two items", async () => {
     const Q = "{pf-fair}";
     await a.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
@@ -150,33 +150,41 @@ describe("prefetch follows how quick the handlers are (prefetchBelowMs)", () => 
     }
   });
 
-  it("turns on once handlers are seen quick, and off again when they slow past prefetchBelowMs", async () => {
+  it("keeps ready what the handlers get through in prefetchMs at their average run time, at most `prefetch`", async () => {
     const Q = "{pf-adapt}";
     const clock = a.clock as ManualClock;
     await a.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
     const gates: (() => void)[] = [];
     const done: string[] = [];
     const worker = runWorker({
-      client: a.client, queue: Q, concurrency: 2, prefetch: 3, clock,
+      client: a.client, queue: Q, concurrency: 2, prefetch: 8, clock,
       // "slow" items run until the test has moved the clock on and let them go; the rest return at once.
       handler: (d) => {
         if (!text(d).startsWith("slow")) return void done.push(text(d));
         return new Promise<void>((ok) => gates.push(() => (done.push(text(d)), ok())));
       },
     });
+    /** Runs one slow item for `ms` on the manual clock. */
+    const slow = async (name: string, ms: number) => {
+      await a.client.enqueue(Q, [name]);
+      await expect.poll(() => gates.length).toBe(done.filter((t) => t.startsWith("slow")).length + 1);
+      await clock.advance(ms);
+      gates[gates.length - 1]();
+      await expect.poll(() => done.at(-1)).toBe(name);
+    };
     try {
       await expect.poll(() => credits(a, Q)).toEqual([2]);
       await a.client.enqueue(Q, ["q0", "q1", "q2"]);
-      // Handlers returning at once: 2 to run and 3 ready.
-      await expect.poll(() => credits(a, Q)).toEqual([5]);
+      // Handlers returning at once (0 ms on average): 2 to run and all 8 of `prefetch` ready.
+      await expect.poll(() => credits(a, Q)).toEqual([10]);
       await expect.poll(() => done.length).toBe(3);
-      await a.client.enqueue(Q, ["slow0"]);
-      await expect.poll(() => gates.length).toBe(1);
-      await clock.advance(100);
-      gates[0]();
-      // One 100 ms run lifts the average past 5 ms: back to what it runs.
+      // One 10 ms run: the average is 2 ms (0 + 10 × 0.2); 2 handlers get through 5 in 5 ms.
+      await slow("slow0", 10);
+      await expect.poll(() => credits(a, Q)).toEqual([7]);
+      // One 100 ms run lifts the average to 21.6 ms, past 2 × 5 ms: back to what it runs.
+      await slow("slow1", 100);
       await expect.poll(() => credits(a, Q)).toEqual([2]);
-      expect(done).toEqual(["q0", "q1", "q2", "slow0"]);
+      expect(done).toEqual(["q0", "q1", "q2", "slow0", "slow1"]);
     } finally {
       for (const ok of gates) ok();
       await worker.stop();
@@ -190,7 +198,7 @@ describe("prefetch elsewhere", () => {
     await a.client.createQueue({ name: Q, mode: QueueMode.SIMPLE });
     await a.client.enqueue(Q, ["j0", "j1", "j2"]);
     const h = held();
-    const worker = runWorker({ client: a.client, queue: Q, concurrency: 2, prefetch: 5, prefetchBelowMs: Infinity, handler: h.handler });
+    const worker = runWorker({ client: a.client, queue: Q, concurrency: 2, prefetch: 5, prefetchMs: Infinity, handler: h.handler });
     try {
       await expect.poll(() => h.started.length).toBe(2);
       expect(credits(a, Q)).toEqual([2]);
@@ -206,7 +214,7 @@ describe("prefetch elsewhere", () => {
     await a.client.createQueue({ name: Q, mode: QueueMode.STREAM, groups: [{ name: "g", startId: "0" }], minIdle: durationFromMs(60_000) });
     await a.client.enqueue(Q, ["e0", "e1", "e2"]);
     const h = held();
-    const worker = runWorker({ client: a.client, queue: Q, group: "g", concurrency: 1, prefetch: 2, prefetchBelowMs: Infinity, stopGraceMs: 0, handler: h.handler });
+    const worker = runWorker({ client: a.client, queue: Q, group: "g", concurrency: 1, prefetch: 2, prefetchMs: Infinity, stopGraceMs: 0, handler: h.handler });
     await expect.poll(() => credits(a, Q)).toEqual([3]);
     await expect.poll(async () => (await a.client.getQueueStats(Q)).groups[0]?.pending).toBe(3n);
     expect(h.started.map(text)).toEqual(["e0"]);

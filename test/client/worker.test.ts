@@ -323,7 +323,7 @@ describe("a worker whose stream is lost", () => {
     });
     try {
       await expect.poll(() => finish.length).toBe(1);
-      // No handler has finished: nothing says they are quick, so nothing is prefetched (prefetchBelowMs).
+      // No handler has finished: nothing says they are quick, so nothing is prefetched (prefetchMs).
       expect(credits()).toEqual([2]);
       expect(proxy.cut()).toBeGreaterThan(0);
       // The item came back and the new stream got it again, while the first handler still runs: 2 of 2.
