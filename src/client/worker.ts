@@ -15,7 +15,7 @@
  * those running, so a handler that finishes starts the next item without
  * waiting a round trip for it: as many as its handlers get through in
  * `prefetchMs` (5 ms) at their average run time, at most `prefetch` (default
- * 4 × concurrency, at least 16). Quick handlers get the most from it (a round
+ * 4 × concurrency, at least 16) and `prefetchBytes` of payload (16 MiB). Quick handlers get the most from it (a round
  * trip through the server covers many of their items); a long job gains little,
  * and an item is better off with an idle worker elsewhere than waiting behind
  * one here long. Those wait their turn in delivery order, their leases extended like a running
@@ -63,7 +63,8 @@ export interface WorkerOptions {
   /**
    * The most deliveries kept ready beyond the running handlers, on RELIABLE and
    * STREAM queues (the stream's credit is concurrency + those). Default: 4 ×
-   * concurrency, at least 16; 0 takes no more than it runs. Ignored on SIMPLE queues.
+   * concurrency, at least 16; 0 takes no more than it runs. Ignored on SIMPLE
+   * queues. Fewer while handlers are slow (prefetchMs) or payloads large (prefetchBytes).
    */
   prefetch?: number;
   /**
@@ -74,6 +75,11 @@ export interface WorkerOptions {
    * `prefetch`, from the start.
    */
   prefetchMs?: number;
+  /**
+   * The most payload bytes the deliveries kept ready may hold, at a moving
+   * average of the payloads' sizes (default 16 MiB, as a server's stream buffer).
+   */
+  prefetchBytes?: number;
   handler: (delivery: Delivery, context: HandlerContext) => Promise<HandlerResult> | HandlerResult;
   /** Told about handler failures, refused extends and lost streams. */
   onError?: (err: unknown, delivery?: Delivery) => void;
@@ -230,13 +236,17 @@ export function runWorker(options: WorkerOptions): Worker {
   const clock = options.clock ?? systemClock;
   const prefetch = Math.max(0, Math.floor(options.prefetch ?? Math.max(16, 4 * options.concurrency)));
   const prefetchMs = options.prefetchMs ?? 5;
-  /** A moving average of handlers' run times (ms), once one has finished. */
+  const prefetchBytes = options.prefetchBytes ?? 16 * 1024 * 1024;
+  /** Moving averages of handlers' run times (ms), once one has finished, and of payload sizes, once one has come. */
   let handlerMs: number | undefined;
-  /** Deliveries to keep ready now (see prefetchMs), at most `prefetch`. */
+  let payloadBytes: number | undefined;
+  /** Deliveries to keep ready now (see prefetchMs and prefetchBytes), at most `prefetch`. */
   const depth = (): number => {
-    if (prefetchMs === Infinity) return prefetch;
+    let n = prefetch;
+    if (payloadBytes !== undefined && payloadBytes > 0) n = Math.min(n, Math.floor(prefetchBytes / payloadBytes));
+    if (prefetchMs === Infinity) return n;
     if (handlerMs === undefined || !(prefetchMs > 0)) return 0;
-    return handlerMs <= 0 ? prefetch : Math.min(prefetch, Math.floor((options.concurrency * prefetchMs) / handlerMs));
+    return handlerMs <= 0 ? n : Math.min(n, Math.floor((options.concurrency * prefetchMs) / handlerMs));
   };
   let ahead = depth();
   let stopping = false;
@@ -308,7 +318,7 @@ export function runWorker(options: WorkerOptions): Worker {
 
   /**
    * Counts a handler's run time into the average and sets the deliveries kept
-   * ready by it: to none or `prefetch` at once, else only on a change of more
+   * ready by it (and by the payloads' size): to none or `prefetch` at once, else only on a change of more
    * than a quarter (a credit message per item would cost more than it gains).
    */
   const timed = (startedMs: number) => {
@@ -372,6 +382,8 @@ export function runWorker(options: WorkerOptions): Worker {
   };
 
   const handle = (s: Stream, d: Delivery) => {
+    const size = d.payload.length;
+    payloadBytes = payloadBytes === undefined ? size : payloadBytes + (size - payloadBytes) * 0.2;
     const job: Job = { s, d, abort: new AbortController(), lost: false, done: false };
     job.context = contextOf(job, refreshCredit);
     // Once stopping, what can go back waits to (a SIMPLE queue's item still runs: it cannot go back).

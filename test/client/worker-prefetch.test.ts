@@ -190,6 +190,30 @@ describe("prefetch follows how quick the handlers are (prefetchMs)", () => {
       await worker.stop();
     }
   });
+
+  it("keeps no more ready than prefetchBytes of payload, at the payloads' average size", async () => {
+    const Q = "{pf-bytes}";
+    await a.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
+    const done: string[] = [];
+    const worker = runWorker({
+      client: a.client, queue: Q, concurrency: 1, prefetch: 8, prefetchMs: Infinity, prefetchBytes: 3000,
+      handler: (d) => void done.push(text(d)),
+    });
+    try {
+      // Nothing delivered yet, so no size known: all of `prefetch`.
+      await expect.poll(() => credits(a, Q)).toEqual([9]);
+      await a.client.enqueue(Q, ["a".repeat(1000)]);
+      await expect.poll(() => done.length).toBe(1);
+      // 1,000-byte payloads: 3 fit in 3,000 bytes.
+      await expect.poll(() => credits(a, Q)).toEqual([4]);
+      await a.client.enqueue(Q, ["b".repeat(20_000)]);
+      await expect.poll(() => done.length).toBe(2);
+      // The average is 4,800 bytes (1,000 + 19,000 × 0.2): none fits.
+      await expect.poll(() => credits(a, Q)).toEqual([1]);
+    } finally {
+      await worker.stop();
+    }
+  });
 });
 
 describe("prefetch elsewhere", () => {
