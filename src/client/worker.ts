@@ -240,15 +240,18 @@ export function runWorker(options: WorkerOptions): Worker {
   /** Moving averages of handlers' run times (ms), once one has finished, and of payload sizes, once one has come. */
   let handlerMs: number | undefined;
   let payloadBytes: number | undefined;
-  /** Deliveries to keep ready now (see prefetchMs and prefetchBytes), at most `prefetch`. */
+  /**
+   * Deliveries to keep ready now (see prefetchMs and prefetchBytes), at most `prefetch`: not rounded
+   * down, so `timed` can tell an average that moved from one jittering across a whole number.
+   */
   const depth = (): number => {
     let n = prefetch;
-    if (payloadBytes !== undefined && payloadBytes > 0) n = Math.min(n, Math.floor(prefetchBytes / payloadBytes));
+    if (payloadBytes !== undefined && payloadBytes > 0) n = Math.min(n, prefetchBytes / payloadBytes);
     if (prefetchMs === Infinity) return n;
     if (handlerMs === undefined || !(prefetchMs > 0)) return 0;
-    return handlerMs <= 0 ? n : Math.min(n, Math.floor((options.concurrency * prefetchMs) / handlerMs));
+    return handlerMs <= 0 ? n : Math.min(n, (options.concurrency * prefetchMs) / handlerMs);
   };
-  let ahead = depth();
+  let ahead = Math.floor(depth());
   let stopping = false;
   /** The newest stream (it may have ended since). */
   let current: Stream | undefined;
@@ -318,15 +321,18 @@ export function runWorker(options: WorkerOptions): Worker {
 
   /**
    * Counts a handler's run time into the average and sets the deliveries kept
-   * ready by it (and by the payloads' size): to none or `prefetch` at once, else only on a change of more
-   * than a quarter (a credit message per item would cost more than it gains).
+   * ready by it (and by the payloads' size): from none or to `prefetch` at once, else only when
+   * the unrounded depth is more than a quarter away (a credit message per item would cost more
+   * than it gains). Rounded down, a depth under 4 moved by one, more than a quarter, whenever a
+   * jittery average crossed a whole number: a credit message per item.
    */
   const timed = (startedMs: number) => {
     const ms = clock.now() - startedMs;
     handlerMs = handlerMs === undefined ? ms : handlerMs + (ms - handlerMs) * 0.2;
-    const next = depth();
+    const exact = depth();
+    const next = Math.floor(exact);
     if (next === ahead) return;
-    if (next === 0 || ahead === 0 || next === prefetch || Math.abs(next - ahead) * 4 > ahead) {
+    if (ahead === 0 || next === prefetch || Math.abs(exact - ahead) * 4 > ahead) {
       ahead = next;
       refreshCredit();
     }
