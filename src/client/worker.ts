@@ -234,7 +234,8 @@ export function runWorker(options: WorkerOptions): Worker {
   const ownClient = typeof options.client === "string";
   const client = typeof options.client === "string" ? new SwitchyardClient(options.client) : options.client;
   const clock = options.clock ?? systemClock;
-  const prefetch = Math.max(0, Math.floor(options.prefetch ?? Math.max(16, 4 * options.concurrency)));
+  // NaN or negative keeps none ready, as prefetchMs and prefetchBytes do (a NaN credit fails to encode and ends the stream).
+  const prefetch = Math.max(0, Math.floor(options.prefetch ?? Math.max(16, 4 * options.concurrency)) || 0);
   const prefetchMs = options.prefetchMs ?? 5;
   const prefetchBytes = options.prefetchBytes ?? 16 * 1024 * 1024;
   /** Moving averages of handlers' run times (ms), once one has finished, and of payload sizes, once one has come. */
@@ -246,7 +247,7 @@ export function runWorker(options: WorkerOptions): Worker {
    */
   const depth = (): number => {
     let n = prefetch;
-    if (payloadBytes !== undefined && payloadBytes > 0) n = Math.min(n, prefetchBytes / payloadBytes);
+    if (payloadBytes !== undefined && payloadBytes > 0) n = Math.min(n, prefetchBytes > 0 ? prefetchBytes / payloadBytes : 0);
     if (prefetchMs === Infinity) return n;
     if (handlerMs === undefined || !(prefetchMs > 0)) return 0;
     return handlerMs <= 0 ? n : Math.min(n, (options.concurrency * prefetchMs) / handlerMs);

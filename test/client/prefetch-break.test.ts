@@ -52,4 +52,28 @@ describe("defects", () => {
       await worker.stop();
     }
   });
+
+  // prefetchMs NaN or negative keeps none ready; prefetchBytes NaN made the credit NaN (the
+  // credit message failed to encode and the stream ended, reconnecting every 100 ms), and a
+  // negative one took the credit below concurrency (0 at c = 1: the worker stalled).
+  it.each([
+    { prefetchBytes: NaN },
+    { prefetchBytes: -1 },
+    { prefetch: NaN },
+  ])("an unusable prefetch option keeps the credit a whole number within [concurrency, concurrency + prefetch] (%o)", async (opts) => {
+    const Q = `{pf-nan-${Object.keys(opts)[0]}-${Object.values(opts)[0]}}`;
+    await a.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
+    const errors: unknown[] = [];
+    let done = 0;
+    const worker = runWorker({ client: a.client, queue: Q, concurrency: 1, ...opts, onError: (e) => errors.push(e), handler: () => void done++ });
+    try {
+      await expect.poll(() => credits(a, Q)).toEqual([1]);
+      await a.client.enqueue(Q, Array.from({ length: 20 }, (_, i) => `j${i}`));
+      await expect.poll(() => done).toBe(20);
+      expect(credits(a, Q)).toEqual([1]);
+      expect(errors).toEqual([]);
+    } finally {
+      await worker.stop();
+    }
+  });
 });
