@@ -20,7 +20,8 @@
  * and an item is better off with an idle worker elsewhere than waiting behind
  * one here long. Those wait their turn in delivery order, their leases extended like a running
  * handler's; the ones never started go back to the front of the queue,
- * uncounted (LeaseRequest.release), when the worker stops or the server drains.
+ * uncounted (LeaseRequest.release), when the worker stops, when the server
+ * drains, and when one has waited 20 × prefetchMs with every handler stuck.
  * A SIMPLE queue's items leave Redis when leased and cannot go back: there
  * the worker takes no more than it runs.
  */
@@ -198,6 +199,8 @@ interface Job {
   /** Its handler has finished, or it will never start (given back, or its stream ended while it waited). */
   done: boolean;
   timer?: { cancel(): void };
+  /** When it began to wait for a handler (kept ready). */
+  readyAt?: number;
   context?: HandlerContext;
 }
 
@@ -398,20 +401,48 @@ export function runWorker(options: WorkerOptions): Worker {
       start(job);
       return;
     }
+    job.readyAt = clock.now();
     waiting.push(job);
     keepExtending(job);
+    watchWaiting();
   };
 
   /**
    * Gives back what waits on stream `s` and never started: uncounted, where the
    * server takes them back; else (a SIMPLE queue) they stay (the item cannot go back).
    */
-  const giveBack = (s: Stream) => {
-    const back = waiting.filter((job) => job.s === s && !job.done && !job.lost);
+  const giveBack = (s: Stream, which: (job: Job) => boolean = () => true) => {
+    const back = waiting.filter((job) => job.s === s && !job.done && !job.lost && which(job));
     if (back.length === 0 || !s.releases) return;
     for (const job of back) finished(job);
     prune();
     s.session.release(back.map((job) => job.d.leaseToken));
+  };
+
+  /**
+   * A delivery kept ready that has waited `staleMs` (20 × prefetchMs, 100 ms by
+   * default) for a handler goes back, uncounted: every handler is stuck in a run
+   * far longer than the average said, and an idle worker elsewhere can take it.
+   * None is kept ready then until a handler finishes (its run in the average).
+   */
+  const staleMs = prefetchMs * 20;
+  let sweepTimer: { cancel(): void } | undefined;
+  const watchWaiting = () => {
+    // Only what can go back: a stream that takes releases and is still open.
+    const oldest = waiting.find((job) => !job.done && job.s.releases && !job.s.session.closed);
+    if (sweepTimer || !oldest || !(staleMs > 0 && staleMs < Infinity)) return;
+    sweepTimer = clock.setTimer(Math.max(0, oldest.readyAt! + staleMs - clock.now()), () => {
+      sweepTimer = undefined;
+      if (stopping) return;
+      const now = clock.now();
+      const stale = (job: Job) => now - job.readyAt! >= staleMs && job.s.releases && !job.s.session.closed;
+      if (waiting.some((job) => !job.done && stale(job))) {
+        ahead = 0;
+        refreshCredit();
+        for (const s of new Set(waiting.map((job) => job.s))) giveBack(s, stale);
+      }
+      watchWaiting();
+    });
   };
 
   const loop = async () => {
@@ -462,6 +493,7 @@ export function runWorker(options: WorkerOptions): Worker {
     },
     async stop() {
       stopping = true;
+      sweepTimer?.cancel();
       wake?.();
       const s = current;
       s?.session.setCredit(0);

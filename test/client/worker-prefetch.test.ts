@@ -214,6 +214,35 @@ describe("prefetch follows how quick the handlers are (prefetchMs)", () => {
       await worker.stop();
     }
   });
+
+  it("gives back uncounted what waited 20 × prefetchMs behind a handler stuck far past the average, and keeps none ready until it finishes", async () => {
+    const Q = "{pf-stale}";
+    const clock = a.clock as ManualClock;
+    await a.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
+    const h = held();
+    const quick: string[] = [];
+    const worker = runWorker({
+      client: a.client, queue: Q, concurrency: 1, prefetch: 4, clock,
+      handler: (d) => (text(d).startsWith("hang") ? h.handler(d) : void quick.push(text(d))),
+    });
+    try {
+      await a.client.enqueue(Q, ["q0"]);
+      // One quick run (0 ms): 1 to run and all 4 of `prefetch` ready.
+      await expect.poll(() => credits(a, Q)).toEqual([5]);
+      await a.client.enqueue(Q, ["hang", "w1", "w2", "w3", "w4"]);
+      await expect.poll(() => h.started.length).toBe(1);
+      await clock.advance(99);
+      expect(credits(a, Q)).toEqual([5]);
+      // 100 ms (20 × 5 ms) without a handler free: the four go back to the front, uncounted, and none is kept ready.
+      await clock.advance(1);
+      await expect.poll(() => credits(a, Q)).toEqual([1]);
+      expect(await next(a, Q, 4)).toEqual([["w1", 1], ["w2", 1], ["w3", 1], ["w4", 1]]);
+      expect(quick).toEqual(["q0"]);
+    } finally {
+      for (const ok of h.finish) ok();
+      await worker.stop();
+    }
+  });
 });
 
 describe("prefetch elsewhere", () => {

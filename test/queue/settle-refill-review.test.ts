@@ -91,7 +91,7 @@ describe("an instance that stops while a settle with a lease beside it is in fli
     });
     lease.retry(first.leaseToken, { delayMs: 1000 });
     const held = await holding;
-    const queues = sy.app.queues as unknown as { stop(): Promise<void>; instances: { id: string; keys: { alive: string } } };
+    const queues = sy.app.queues as unknown as { stop(graceMs?: number): Promise<void>; instances: { id: string; keys: { alive: string } } };
     const { id, keys } = queues.instances;
     expect(await redis.plain.zscore(keys.alive, id)).not.toBeNull();
     const stopping = queues.stop(1000);
