@@ -427,16 +427,18 @@ export function runWorker(options: WorkerOptions): Worker {
    */
   const staleMs = prefetchMs * 20;
   let sweepTimer: { cancel(): void } | undefined;
+  // Only what can go back: its lease still held (giveBack skips a lost one: timed for it, the sweep re-armed at 0 ms
+  // without end), on a stream that takes releases and is still open.
+  const releasable = (job: Job) => !job.done && !job.lost && job.s.releases && !job.s.session.closed;
   const watchWaiting = () => {
-    // Only what can go back: a stream that takes releases and is still open.
-    const oldest = waiting.find((job) => !job.done && job.s.releases && !job.s.session.closed);
+    const oldest = waiting.find(releasable);
     if (sweepTimer || !oldest || !(staleMs > 0 && staleMs < Infinity)) return;
     sweepTimer = clock.setTimer(Math.max(0, oldest.readyAt! + staleMs - clock.now()), () => {
       sweepTimer = undefined;
       if (stopping) return;
       const now = clock.now();
-      const stale = (job: Job) => now - job.readyAt! >= staleMs && job.s.releases && !job.s.session.closed;
-      if (waiting.some((job) => !job.done && stale(job))) {
+      const stale = (job: Job) => now - job.readyAt! >= staleMs && releasable(job);
+      if (waiting.some(stale)) {
         ahead = 0;
         refreshCredit();
         for (const s of new Set(waiting.map((job) => job.s))) giveBack(s, stale);
