@@ -5,10 +5,12 @@
  * far more than an item (issue #4, bench row 2), so 100 single-item enqueues
  * in flight cost about one call per turn instead of 100.
  *
- * A call to a queue with nothing open, in flight or just answered goes out at
- * once, so an idle producer pays no wait for the turn to end (bench row 5,
- * latency); calls made in answer to a finished one (a pool keeping 100 in
- * flight) are gathered, as are calls made while one is out.
+ * A call to a queue with nothing open or in flight goes out at once, so an
+ * idle producer pays no wait for the turn to end (bench row 5, latency), nor
+ * does a serial one whose last call was answered (the deployed serial row);
+ * calls made in answer to a finished merged call (a pool keeping 100 in
+ * flight: its callers all go on in one turn) are gathered, as are calls made
+ * while one is out.
  *
  * Each caller still gets exactly its own ids, in its order. A merged call the
  * server refuses for its content (INVALID_ARGUMENT, RESOURCE_EXHAUSTED) wrote
@@ -47,7 +49,7 @@ export class EnqueueBatcher {
   private readonly open = new Map<string, Batch>();
   /** RPCs in flight per queue and ttl. */
   private readonly busy = new Map<string, number>();
-  /** Keys whose RPC finished in this turn. */
+  /** Keys whose merged RPC (of more than one call) finished in this turn. */
   private readonly justDone = new Set<string>();
 
   constructor(private readonly send: SendEnqueue) {}
@@ -75,14 +77,18 @@ export class EnqueueBatcher {
     return new Promise((ok, fail) => open.callers.push({ items, ok, fail }));
   }
 
-  /** Counts `call` as in flight for `key` until it settles. */
-  private track<T>(key: string, call: Promise<T>): Promise<T> {
+  /**
+   * Counts `call` as in flight for `key` until it settles. The answer of a
+   * call that carried `callers` > 1 calls marks the key for the rest of the
+   * turn: its callers go on in this turn, and their next calls are gathered.
+   */
+  private track<T>(key: string, call: Promise<T>, callers = 1): Promise<T> {
     this.busy.set(key, (this.busy.get(key) ?? 0) + 1);
     const idle = () => {
       const n = (this.busy.get(key) ?? 1) - 1;
       if (n > 0) this.busy.set(key, n);
       else this.busy.delete(key);
-      if (!this.justDone.has(key)) {
+      if (callers > 1 && !this.justDone.has(key)) {
         this.justDone.add(key);
         setImmediate(() => this.justDone.delete(key));
       }
@@ -99,7 +105,7 @@ export class EnqueueBatcher {
       this.track(key, this.send(queue, callers[0].items, ttlMs)).then(callers[0].ok, callers[0].fail);
       return;
     }
-    this.track(key, this.send(queue, callers.flatMap((c) => c.items), ttlMs)).then(
+    this.track(key, this.send(queue, callers.flatMap((c) => c.items), ttlMs), callers.length).then(
       (ids) => {
         let at = 0;
         for (const c of callers) {

@@ -30,6 +30,33 @@ describe("enqueue coalescing in the TS client", () => {
     expect(peeked.items.map((i) => [i.id, text(i.payload)])).toEqual(ids.map((x, i) => [x[0], `item ${i}`]));
   });
 
+  it("sends a serial caller's next call at once, and gathers the next calls of a merged call's callers", async () => {
+    await t.sy.client.createQueue({ name: "{cs}", mode: QueueMode.RELIABLE });
+    const client = t.sy.client;
+    /** Requests the server received while `run` ran. */
+    const requests = async (run: () => Promise<unknown>) => {
+      const before = await scrape(t.sy.app.httpAddress);
+      await run();
+      return delta(before, await scrape(t.sy.app.httpAddress), "grpc_server_msg_received_total", enqueueRequests);
+    };
+    // In answer to a call of its own, "b" goes out at once: "c", queued for the turn's end before it, finds it sent.
+    expect(await requests(async () => {
+      await client.enqueue("{cs}", ["a"]);
+      let c: Promise<unknown> | undefined;
+      setImmediate(() => (c = client.enqueue("{cs}", ["c"])));
+      await client.enqueue("{cs}", ["b"]);
+      await expect.poll(() => c).toBeDefined();
+      await c;
+    })).toBe(3);
+    // In answer to a merged call, its callers' next calls wait for the turn's end and go together.
+    expect(await requests(async () => {
+      const first = client.enqueue("{cs}", ["d0"]); // at once, alone
+      await Promise.all([first, ...[1, 2, 3].map((i) => client.enqueue("{cs}", [`d${i}`]).then(() => client.enqueue("{cs}", [`e${i}`])))]);
+    })).toBe(3);
+    const peeked = await client.peekQueue("{cs}", QueueList.READY, 100);
+    expect(peeked.items.map((i) => text(i.payload)).sort()).toEqual(["a", "b", "c", "d0", "d1", "d2", "d3", "e1", "e2", "e3"]);
+  });
+
   it("fails only the call whose item is refused; the others land once", async () => {
     await t.sy.client.createQueue({ name: "{cf}", mode: QueueMode.RELIABLE });
     const calls = [
