@@ -3,24 +3,15 @@
  * "Prefetch and release"), against real Redis and gRPC: the defects found, each named for
  * what it checks.
  */
-import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { QueueMode } from "../../src/gen/switchyard/v1/queue_pb.js";
 import { runWorker } from "../../src/client/worker.js";
 import { ManualClock } from "../../src/clock.js";
 import { credits, text } from "../helpers/prefetch.js";
-import { startRedis, type TestRedis } from "../helpers/redis.js";
-import { startSwitchyard, type TestSwitchyard } from "../helpers/switchyard.js";
+import { useSwitchyard } from "../helpers/switchyard.js";
 
-let redis: TestRedis;
-let a: TestSwitchyard;
-beforeAll(async () => {
-  redis = await startRedis();
-  a = await startSwitchyard(redis);
-});
-afterAll(async () => {
-  await a.stop();
-  await redis.stop();
-});
+/** One Redis and one Switchyard for the file: `t.sy`, `t.redis`. */
+const t = useSwitchyard();
 
 describe("defects", () => {
   // Handlers alternating between two run times keep the moving average near a whole number of
@@ -32,19 +23,19 @@ describe("defects", () => {
     { c: 10, ms: [20, 30] }, // about 2 ready at c = 10
   ])("a jittery average near a whole depth sends no credit message per item (c = $c, $ms ms)", async ({ c, ms }) => {
     const Q = `{pf-jitter-${c}-${ms.join("-")}}`;
-    await a.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
-    const changes = vi.spyOn(a.app.queues, "setCredit");
+    await t.sy.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
+    const changes = vi.spyOn(t.sy.app.queues, "setCredit");
     // The worker's own clock: each handler moves it by its run time, so the times are exact.
     const clock = new ManualClock();
     const N = 100;
     let done = 0;
     const worker = runWorker({
-      client: a.client, queue: Q, concurrency: c, clock,
+      client: t.sy.client, queue: Q, concurrency: c, clock,
       handler: (d) => void (clock.advance(ms[Number(text(d)) % ms.length]), done++),
     });
     try {
-      await expect.poll(() => credits(a, Q)).toEqual([c]);
-      await a.client.enqueue(Q, Array.from({ length: N }, (_, i) => String(i)));
+      await expect.poll(() => credits(t.sy, Q)).toEqual([c]);
+      await t.sy.client.enqueue(Q, Array.from({ length: N }, (_, i) => String(i)));
       await expect.poll(() => done).toBe(N);
       expect(changes.mock.calls.length).toBeLessThanOrEqual(3);
     } finally {
@@ -62,15 +53,15 @@ describe("defects", () => {
     { prefetch: NaN },
   ])("an unusable prefetch option keeps the credit a whole number within [concurrency, concurrency + prefetch] (%o)", async (opts) => {
     const Q = `{pf-nan-${Object.keys(opts)[0]}-${Object.values(opts)[0]}}`;
-    await a.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
+    await t.sy.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
     const errors: unknown[] = [];
     let done = 0;
-    const worker = runWorker({ client: a.client, queue: Q, concurrency: 1, ...opts, onError: (e) => errors.push(e), handler: () => void done++ });
+    const worker = runWorker({ client: t.sy.client, queue: Q, concurrency: 1, ...opts, onError: (e) => errors.push(e), handler: () => void done++ });
     try {
-      await expect.poll(() => credits(a, Q)).toEqual([1]);
-      await a.client.enqueue(Q, Array.from({ length: 20 }, (_, i) => `j${i}`));
+      await expect.poll(() => credits(t.sy, Q)).toEqual([1]);
+      await t.sy.client.enqueue(Q, Array.from({ length: 20 }, (_, i) => `j${i}`));
       await expect.poll(() => done).toBe(20);
-      expect(credits(a, Q)).toEqual([1]);
+      expect(credits(t.sy, Q)).toEqual([1]);
       expect(errors).toEqual([]);
     } finally {
       await worker.stop();

@@ -3,48 +3,39 @@
  * "Prefetch and release"), against real Redis and gRPC: the defects found (each
  * named for what it checks) and what held.
  */
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import { QueueMode, type SettleResult } from "../../src/gen/switchyard/v1/queue_pb.js";
 import { runWorker } from "../../src/client/worker.js";
 import type { ManualClock } from "../../src/clock.js";
 import { SwitchyardClient } from "../../src/client/client.js";
 import { credits, held, next, text } from "../helpers/prefetch.js";
-import { startRedis, type TestRedis } from "../helpers/redis.js";
 import { startProxy } from "../helpers/proxy.js";
 import { rawLease } from "../helpers/raw-lease.js";
-import { startSwitchyard, type TestSwitchyard } from "../helpers/switchyard.js";
+import { startSwitchyard, useSwitchyard } from "../helpers/switchyard.js";
 
-let redis: TestRedis;
-let a: TestSwitchyard;
-beforeAll(async () => {
-  redis = await startRedis();
-  a = await startSwitchyard(redis);
-});
-afterAll(async () => {
-  await a.stop();
-  await redis.stop();
-});
+/** One Redis and one Switchyard for the file: `t.sy`, `t.redis`. */
+const t = useSwitchyard();
 
 const result = (r: SettleResult) => ({ token: r.leaseToken, code: r.code, reason: r.reason });
 
 describe("defects", () => {
   it("stop() against a server that answers nothing waits for its round trip no longer than the grace (at least 2 s), then closes", async () => {
     const Q = "{pr-stop-silent}";
-    const clock = a.clock as ManualClock;
-    await a.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
-    const proxy = await startProxy(a.address);
+    const clock = t.sy.clock as ManualClock;
+    await t.sy.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
+    const proxy = await startProxy(t.sy.address);
     const client = new SwitchyardClient(proxy.address);
     const worker = runWorker({ client, queue: Q, concurrency: 1, prefetch: 1, prefetchMs: Infinity, stopGraceMs: 0, clock, handler: () => undefined });
     try {
-      await expect.poll(() => credits(a, Q)).toEqual([2]);
+      await expect.poll(() => credits(t.sy, Q)).toEqual([2]);
       // The server's answers stop reaching the worker: the round trip after its credit 0 never comes back.
       proxy.holdReplies();
       const stopping = worker.stop();
-      await expect.poll(() => credits(a, Q)).toEqual([0]);
+      await expect.poll(() => credits(t.sy, Q)).toEqual([0]);
       await clock.advance(2000);
       // The worker gave up waiting and half-closed: the server ends the stream (its answer still held).
-      await expect.poll(() => credits(a, Q)).toEqual([]);
+      await expect.poll(() => credits(t.sy, Q)).toEqual([]);
       proxy.restore();
       expect(await stopping).toEqual([]);
     } finally {
@@ -55,26 +46,26 @@ describe("defects", () => {
 
   it("stop() while deliveries are on their way gives them back uncounted (the stream's close returned them counted)", async () => {
     const Q = "{pr-inflight}";
-    await a.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
-    const proxy = await startProxy(a.address);
+    await t.sy.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
+    const proxy = await startProxy(t.sy.address);
     const client = new SwitchyardClient(proxy.address);
     const started: string[] = [];
     const worker = runWorker({ client, queue: Q, concurrency: 1, prefetch: 2, prefetchMs: Infinity, stopGraceMs: 0, handler: (d) => void started.push(text(d)) });
     try {
-      await expect.poll(() => credits(a, Q)).toEqual([3]);
+      await expect.poll(() => credits(t.sy, Q)).toEqual([3]);
       // The server leases three for the idle worker; they stay in the proxy while the worker stops.
       proxy.holdReplies();
-      await a.client.enqueue(Q, ["j0", "j1", "j2", "j3"]);
-      await expect.poll(async () => (await a.client.getQueueStats(Q)).processing).toBe(3n);
+      await t.sy.client.enqueue(Q, ["j0", "j1", "j2", "j3"]);
+      await expect.poll(async () => (await t.sy.client.getQueueStats(Q)).processing).toBe(3n);
       const stopping = worker.stop();
       // The server took the worker's credit 0 (before the fix, the stream may have ended already).
-      await expect.poll(() => credits(a, Q).join()).toMatch(/^0?$/);
+      await expect.poll(() => credits(t.sy, Q).join()).toMatch(/^0?$/);
       proxy.restore();
       expect(await stopping).toEqual([]);
       expect(started).toEqual([]);
-      await expect.poll(async () => (await a.client.getQueueStats(Q)).processing).toBe(0n);
+      await expect.poll(async () => (await t.sy.client.getQueueStats(Q)).processing).toBe(0n);
       // No handler saw them: their next delivery is still their first.
-      expect(await next(a, Q, 4)).toEqual([["j0", 1], ["j1", 1], ["j2", 1], ["j3", 1]]);
+      expect(await next(t.sy, Q, 4)).toEqual([["j0", 1], ["j1", 1], ["j2", 1], ["j3", 1]]);
     } finally {
       client.close();
       await proxy.close();
@@ -83,9 +74,9 @@ describe("defects", () => {
 
   it("release answers a malformed token INVALID_ARGUMENT LEASE_TOKEN_INVALID, as ack_batch does (it said LEASE_NOT_HELD)", async () => {
     const Q = "{pr-malformed}";
-    await a.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
-    await a.client.enqueue(Q, ["j0"]);
-    const lease = a.client.lease(Q, 1);
+    await t.sy.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
+    await t.sy.client.enqueue(Q, ["j0"]);
+    const lease = t.sy.client.lease(Q, 1);
     const results: SettleResult[] = [];
     lease.onSettleResult((r) => results.push(r));
     try {
@@ -98,7 +89,7 @@ describe("defects", () => {
         { token: "garbage", code: 3, reason: "LEASE_TOKEN_INVALID" },
         { token: "r.1.zz.abc", code: 3, reason: "LEASE_TOKEN_INVALID" },
       ]);
-      const stats = await a.client.getQueueStats(Q);
+      const stats = await t.sy.client.getQueueStats(Q);
       expect([stats.ready, stats.processing]).toEqual([0n, 1n]);
     } finally {
       await lease.close();
@@ -107,9 +98,9 @@ describe("defects", () => {
 
   it("release of a delivery whose ack went just before comes back LEASE_NOT_HELD (it was silently taken as released)", async () => {
     const Q = "{pr-ack-release}";
-    await a.client.createQueue({ name: Q, mode: QueueMode.RELIABLE, minIdle: durationFromMs(60_000), recoverySet: "{pr-ack-release}.claims" });
-    await a.client.enqueue(Q, ["j0", "j1"]);
-    const lease = a.client.lease(Q, 2);
+    await t.sy.client.createQueue({ name: Q, mode: QueueMode.RELIABLE, minIdle: durationFromMs(60_000), recoverySet: "{pr-ack-release}.claims" });
+    await t.sy.client.enqueue(Q, ["j0", "j1"]);
+    const lease = t.sy.client.lease(Q, 2);
     const results: SettleResult[] = [];
     lease.onSettleResult((r) => results.push(r));
     try {
@@ -120,14 +111,14 @@ describe("defects", () => {
       lease.release([j0.leaseToken, j1.leaseToken]);
       await expect.poll(() => results.length).toBe(1);
       expect(results.map(result)).toEqual([{ token: j0.leaseToken, code: 9, reason: "LEASE_NOT_HELD" }]);
-      await expect.poll(async () => (await a.client.getQueueStats(Q)).ready).toBe(1n);
-      const stats = await a.client.getQueueStats(Q);
+      await expect.poll(async () => (await t.sy.client.getQueueStats(Q)).ready).toBe(1n);
+      const stats = await t.sy.client.getQueueStats(Q);
       expect([stats.processing, stats.completedTotal]).toEqual([0n, 1n]);
-      expect(await redis.plain.zcard("{pr-ack-release}.claims")).toBe(0);
+      expect(await t.redis.plain.zcard("{pr-ack-release}.claims")).toBe(0);
     } finally {
       await lease.close();
     }
-    expect(await next(a, Q, 1)).toEqual([["j1", 1]]);
+    expect(await next(t.sy, Q, 1)).toEqual([["j1", 1]]);
   });
 });
 
@@ -135,7 +126,7 @@ describe("defects (2)", () => {
   it("STREAM entries released while a new stream's lease comes back short reach it at once, not after a blocking wait (a lost wake-up)", async () => {
     const Q = "pr-stream-wake";
     // A long blocking wait: before the fix, the released entries waited all of it.
-    const c = await startSwitchyard(redis, { config: { blockTimeoutSec: 30 } });
+    const c = await startSwitchyard(t.redis, { config: { blockTimeoutSec: 30 } });
     try {
       await c.client.createQueue({ name: Q, mode: QueueMode.STREAM, groups: [{ name: "g", startId: "0" }], minIdle: durationFromMs(60_000) });
       await c.client.enqueue(Q, ["e0", "e1", "e2"]);
@@ -161,9 +152,9 @@ describe("defects (2)", () => {
 describe("what held", () => {
   it("a lost stream: its waiting deliveries never start, the new stream's credit leaves room for the running one, no more than `concurrency` run", async () => {
     const Q = "{pr-cut}";
-    await a.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
-    await a.client.enqueue(Q, ["j0", "j1", "j2", "j3", "j4"]);
-    const proxy = await startProxy(a.address);
+    await t.sy.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
+    await t.sy.client.enqueue(Q, ["j0", "j1", "j2", "j3", "j4"]);
+    const proxy = await startProxy(t.sy.address);
     const client = new SwitchyardClient(proxy.address);
     let now = 0, most = 0;
     const h = held();
@@ -176,25 +167,25 @@ describe("what held", () => {
       },
     });
     try {
-      await expect.poll(async () => (await a.client.getQueueStats(Q)).processing).toBe(3n);
+      await expect.poll(async () => (await t.sy.client.getQueueStats(Q)).processing).toBe(3n);
       expect(h.started.map(text)).toEqual(["j0", "j1"]);
       expect(proxy.cut()).toBeGreaterThan(0);
       // The server returned j0..j2 (counted); the new stream has room for 2 - 2 running = 0: it waits.
-      await expect.poll(async () => (await a.client.getQueueStats(Q)).ready).toBe(5n);
+      await expect.poll(async () => (await t.sy.client.getQueueStats(Q)).ready).toBe(5n);
       h.finish[0]();
       // One slot: credit 1 + prefetch 1.
-      await expect.poll(() => credits(a, Q), { timeout: 10_000 }).toEqual([2]);
+      await expect.poll(() => credits(t.sy, Q), { timeout: 10_000 }).toEqual([2]);
       await expect.poll(() => h.started.length).toBe(3);
       expect(text(h.started[2])).toBe("j0");
       expect(h.started[2].deliveryCount).toBe(2);
       // j2 waited on the lost stream and never started there; now it is the second waiting.
       h.finish[1]();
-      await expect.poll(() => credits(a, Q)).toEqual([3]);
+      await expect.poll(() => credits(t.sy, Q)).toEqual([3]);
       await expect.poll(() => h.started.length).toBe(4);
       for (let i = 2; i < 20; i++) h.finish[i]?.();
       await expect.poll(async () => {
         for (const f of h.finish) f();
-        return (await a.client.getQueueStats(Q)).completedTotal;
+        return (await t.sy.client.getQueueStats(Q)).completedTotal;
       }).toBe(5n);
       expect(most).toBeLessThanOrEqual(2);
       expect(h.started.map(text).filter((t) => t === "j2")).toHaveLength(1);
@@ -208,18 +199,18 @@ describe("what held", () => {
 
   it("a STREAM queue's entries that waited go back on a drain, uncounted, and another instance's worker reads them", async () => {
     const Q = "pr-stream-drain";
-    const c = await startSwitchyard(redis, { config: { shutdownGraceMs: 60_000 } });
+    const c = await startSwitchyard(t.redis, { config: { shutdownGraceMs: 60_000 } });
     const h = held();
     try {
       await c.client.createQueue({ name: Q, mode: QueueMode.STREAM, groups: [{ name: "g", startId: "0" }], minIdle: durationFromMs(60_000) });
       await c.client.enqueue(Q, ["e0", "e1", "e2", "e3"]);
       const worker = runWorker({ client: c.client, queue: Q, group: "g", concurrency: 1, prefetch: 2, prefetchMs: Infinity, handler: h.handler, onError: () => undefined });
-      await expect.poll(async () => (await a.client.getQueueStats(Q)).groups[0]?.pending).toBe(3n);
+      await expect.poll(async () => (await t.sy.client.getQueueStats(Q)).groups[0]?.pending).toBe(3n);
       const draining = c.app.queues.drain(60_000);
-      await expect.poll(async () => (await redis.plain.xpending(Q, "g", "-", "+", 10) as unknown[][]).filter((p) => p[1] === "switchyard.parked").length).toBe(2);
+      await expect.poll(async () => (await t.redis.plain.xpending(Q, "g", "-", "+", 10) as unknown[][]).filter((p) => p[1] === "switchyard.parked").length).toBe(2);
       // The other instance's pump reclaims them on its next pass (XREAD BLOCK waits SWITCHYARD_BLOCK_TIMEOUT, 1 s):
       // not "at once" across instances, and after the new entry e3.
-      const other = a.client.lease(Q, 3, { group: "g" });
+      const other = t.sy.client.lease(Q, 3, { group: "g" });
       const got = await other.take(3);
       expect(got.map((d) => [text(d), d.deliveryCount]).sort()).toEqual([["e1", 1], ["e2", 1], ["e3", 1]]);
       h.finish[0]();
@@ -227,7 +218,7 @@ describe("what held", () => {
       await worker.stop();
       for (const d of got) other.ack(d.leaseToken);
       await other.close();
-      await expect.poll(async () => (await a.client.getQueueStats(Q)).groups[0]?.pending).toBe(0n);
+      await expect.poll(async () => (await t.sy.client.getQueueStats(Q)).groups[0]?.pending).toBe(0n);
       expect(h.started.map(text)).toEqual(["e0"]);
     } finally {
       for (const f of h.finish) f();
@@ -237,19 +228,19 @@ describe("what held", () => {
 
   it("stop() during a reconnect resolves, and nothing is lost", async () => {
     const Q = "{pr-stop-reconnect}";
-    await a.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
-    await a.client.enqueue(Q, ["j0", "j1", "j2"]);
-    const proxy = await startProxy(a.address);
+    await t.sy.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
+    await t.sy.client.enqueue(Q, ["j0", "j1", "j2"]);
+    const proxy = await startProxy(t.sy.address);
     const client = new SwitchyardClient(proxy.address);
     const h = held();
     const worker = runWorker({ client, queue: Q, concurrency: 1, prefetch: 1, prefetchMs: Infinity, stopGraceMs: 0, handler: h.handler, onError: () => undefined });
     try {
-      await expect.poll(async () => (await a.client.getQueueStats(Q)).processing).toBe(2n);
+      await expect.poll(async () => (await t.sy.client.getQueueStats(Q)).processing).toBe(2n);
       proxy.down();
-      await expect.poll(async () => (await a.client.getQueueStats(Q)).processing).toBe(0n);
+      await expect.poll(async () => (await t.sy.client.getQueueStats(Q)).processing).toBe(0n);
       const unfinished = await worker.stop();
       expect(unfinished.map(text)).toEqual(["j0"]);
-      expect(await next(a, Q, 3)).toEqual([["j0", 2], ["j1", 2], ["j2", 1]]);
+      expect(await next(t.sy, Q, 3)).toEqual([["j0", 2], ["j1", 2], ["j2", 1]]);
     } finally {
       client.close();
       await proxy.close();
@@ -260,41 +251,41 @@ describe("what held", () => {
     const wrong: string[] = [];
     for (let k = 0; k < 24; k++) {
       const Q = `{pr-vary-${k}}`;
-      await a.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
-      await a.client.enqueue(Q, ["j0", "j1", "j2", "j3"]);
+      await t.sy.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
+      await t.sy.client.enqueue(Q, ["j0", "j1", "j2", "j3"]);
       const started: string[] = [];
-      const worker = runWorker({ client: a.client, queue: Q, concurrency: 1, prefetch: 2, prefetchMs: Infinity, stopGraceMs: 0, handler: (d) => (started.push(text(d)), new Promise<void>(() => undefined)) });
+      const worker = runWorker({ client: t.sy.client, queue: Q, concurrency: 1, prefetch: 2, prefetchMs: Infinity, stopGraceMs: 0, handler: (d) => (started.push(text(d)), new Promise<void>(() => undefined)) });
       for (let i = 0; i < k; i++) await new Promise((r) => (k % 2 ? setImmediate(r) : setTimeout(r, 1)));
       await worker.stop();
-      await expect.poll(async () => (await a.client.getQueueStats(Q)).processing).toBe(0n);
-      for (const [t, n] of await next(a, Q, 4)) if (n !== (started.includes(t) ? 2 : 1)) wrong.push(`${k}: ${t} count ${n}`);
+      await expect.poll(async () => (await t.sy.client.getQueueStats(Q)).processing).toBe(0n);
+      for (const [p, n] of await next(t.sy, Q, 4)) if (n !== (started.includes(p) ? 2 : 1)) wrong.push(`${k}: ${p} count ${n}`);
     }
     expect(wrong).toEqual([]);
   });
 
   it("stop() twice: both resolve; what waited goes back once, uncounted", async () => {
     const Q = "{pr-stop-twice}";
-    await a.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
-    await a.client.enqueue(Q, ["j0", "j1", "j2", "j3"]);
+    await t.sy.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
+    await t.sy.client.enqueue(Q, ["j0", "j1", "j2", "j3"]);
     const h = held();
-    const worker = runWorker({ client: a.client, queue: Q, concurrency: 1, prefetch: 2, prefetchMs: Infinity, stopGraceMs: 10_000, clock: a.clock, handler: h.handler });
-    await expect.poll(async () => (await a.client.getQueueStats(Q)).processing).toBe(3n);
+    const worker = runWorker({ client: t.sy.client, queue: Q, concurrency: 1, prefetch: 2, prefetchMs: Infinity, stopGraceMs: 10_000, clock: t.sy.clock, handler: h.handler });
+    await expect.poll(async () => (await t.sy.client.getQueueStats(Q)).processing).toBe(3n);
     const [s1, s2] = [worker.stop(), worker.stop()];
-    await expect.poll(async () => (await a.client.getQueueStats(Q)).processing).toBe(1n);
+    await expect.poll(async () => (await t.sy.client.getQueueStats(Q)).processing).toBe(1n);
     h.finish[0]();
     expect(await Promise.all([s1, s2])).toEqual([[], []]);
-    await expect.poll(async () => (await a.client.getQueueStats(Q)).completedTotal).toBe(1n);
-    expect(await next(a, Q, 3)).toEqual([["j1", 1], ["j2", 1], ["j3", 1]]);
+    await expect.poll(async () => (await t.sy.client.getQueueStats(Q)).completedTotal).toBe(1n);
+    expect(await next(t.sy, Q, 3)).toEqual([["j1", 1], ["j2", 1], ["j3", 1]]);
   });
 
   it("sync, async and throwing handlers mixed: never more than `concurrency` at once, each item completed, nothing left", async () => {
     const Q = "{pr-mixed}";
-    await a.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
+    await t.sy.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
     const N = 200;
-    await a.client.enqueue(Q, Array.from({ length: N }, (_, i) => `m${i}`));
+    await t.sy.client.enqueue(Q, Array.from({ length: N }, (_, i) => `m${i}`));
     let now = 0, most = 0;
     const worker = runWorker({
-      client: a.client, queue: Q, concurrency: 3, prefetch: 4, prefetchMs: Infinity, onError: () => undefined,
+      client: t.sy.client, queue: Q, concurrency: 3, prefetch: 4, prefetchMs: Infinity, onError: () => undefined,
       handler: (d) => {
         const i = Number(text(d).slice(1));
         if (d.deliveryCount === 1 && i % 7 === 0) throw new Error("sync throw");
@@ -308,15 +299,15 @@ describe("what held", () => {
         }, i % 4));
       },
     });
-    await expect.poll(async () => (await a.client.getQueueStats(Q)).completedTotal, { timeout: 10_000 }).toBe(BigInt(N));
+    await expect.poll(async () => (await t.sy.client.getQueueStats(Q)).completedTotal, { timeout: 10_000 }).toBe(BigInt(N));
     await worker.stop();
     expect(most).toBeLessThanOrEqual(3);
-    const stats = await a.client.getQueueStats(Q);
+    const stats = await t.sy.client.getQueueStats(Q);
     expect([stats.ready, stats.processing, stats.deadLetter]).toEqual([0n, 0n, 0n]);
   });
 
   it("release before open ends the call INVALID_ARGUMENT", async () => {
-    const raw = rawLease(a.address, { read: true });
+    const raw = rawLease(t.sy.address, { read: true });
     raw.send({ case: "release", value: { leaseTokens: ["x"] } });
     await expect.poll(() => raw.status()).toBe("3");
     raw.close();
@@ -324,12 +315,12 @@ describe("what held", () => {
 
   it("release of another queue's token, a huge token and a duplicate: each answered, nothing else moves", async () => {
     const [Q, O] = ["{pr-hostile}", "{pr-hostile-other}"];
-    await a.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
-    await a.client.createQueue({ name: O, mode: QueueMode.RELIABLE });
-    await a.client.enqueue(Q, ["q0", "q1"]);
-    await a.client.enqueue(O, ["o0"]);
-    const one = a.client.lease(Q, 2);
-    const other = a.client.lease(O, 1);
+    await t.sy.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
+    await t.sy.client.createQueue({ name: O, mode: QueueMode.RELIABLE });
+    await t.sy.client.enqueue(Q, ["q0", "q1"]);
+    await t.sy.client.enqueue(O, ["o0"]);
+    const one = t.sy.client.lease(Q, 2);
+    const other = t.sy.client.lease(O, 1);
     const results: SettleResult[] = [];
     one.onSettleResult((r) => results.push(r));
     try {
@@ -343,20 +334,20 @@ describe("what held", () => {
         { token: o0.leaseToken, code: 9, reason: "LEASE_NOT_HELD" },
         { token: huge, code: 3, reason: "LEASE_TOKEN_INVALID" },
       ]);
-      await expect.poll(async () => (await a.client.getQueueStats(Q)).ready).toBe(1n);
-      expect((await a.client.getQueueStats(Q)).processing).toBe(1n);
-      expect((await a.client.getQueueStats(O)).processing).toBe(1n);
+      await expect.poll(async () => (await t.sy.client.getQueueStats(Q)).ready).toBe(1n);
+      expect((await t.sy.client.getQueueStats(Q)).processing).toBe(1n);
+      expect((await t.sy.client.getQueueStats(O)).processing).toBe(1n);
       one.ack(q0.leaseToken);
       other.ack(o0.leaseToken);
     } finally {
       await Promise.all([one.close(), other.close()]);
     }
-    expect(await next(a, Q, 1)).toEqual([["q1", 1]]);
+    expect(await next(t.sy, Q, 1)).toEqual([["q1", 1]]);
   });
 
   it("SWITCHYARD_MAX_CREDIT below concurrency + prefetch: the credit is clamped, a larger release ends the stream INVALID_ARGUMENT", async () => {
     const Q = "{pr-max-credit}";
-    const c = await startSwitchyard(redis, { config: { maxCredit: 3 } });
+    const c = await startSwitchyard(t.redis, { config: { maxCredit: 3 } });
     const h = held();
     try {
       await c.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
@@ -383,16 +374,16 @@ describe("what held", () => {
 
   it("STREAM: a settle of a released entry is refused LEASE_SUPERSEDED; the group reads it again with count 1", async () => {
     const Q = "pr-stream-release";
-    await a.client.createQueue({ name: Q, mode: QueueMode.STREAM, groups: [{ name: "g", startId: "0" }], minIdle: durationFromMs(60_000) });
-    await a.client.enqueue(Q, ["e0", "e1", "e2"]);
-    const one = a.client.lease(Q, 3, { group: "g" });
+    await t.sy.client.createQueue({ name: Q, mode: QueueMode.STREAM, groups: [{ name: "g", startId: "0" }], minIdle: durationFromMs(60_000) });
+    await t.sy.client.enqueue(Q, ["e0", "e1", "e2"]);
+    const one = t.sy.client.lease(Q, 3, { group: "g" });
     const results: SettleResult[] = [];
     one.onSettleResult((r) => results.push(r));
     try {
       const got = await one.take(3);
       one.setCredit(0);
       one.release([got[2].leaseToken, got[1].leaseToken]);
-      expect(await next(a, Q, 2, "g")).toEqual([["e1", 1], ["e2", 1]]);
+      expect(await next(t.sy, Q, 2, "g")).toEqual([["e1", 1], ["e2", 1]]);
       one.ack(got[1].leaseToken);
       await expect.poll(() => results.length).toBe(1);
       expect(results.map(result)).toEqual([{ token: got[1].leaseToken, code: 9, reason: "LEASE_SUPERSEDED" }]);

@@ -3,25 +3,16 @@
  * handler goes back uncounted; docs/worker-protocol.md "Prefetch and release"), against real
  * Redis and gRPC: the defects found, each named for what it checks.
  */
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import { QueueMode } from "../../src/gen/switchyard/v1/queue_pb.js";
 import { runWorker, SettleError } from "../../src/client/worker.js";
 import { ManualClock, type Timer } from "../../src/clock.js";
 import { credits, held, text } from "../helpers/prefetch.js";
-import { startRedis, type TestRedis } from "../helpers/redis.js";
-import { startSwitchyard, type TestSwitchyard } from "../helpers/switchyard.js";
+import { useSwitchyard } from "../helpers/switchyard.js";
 
-let redis: TestRedis;
-let a: TestSwitchyard;
-beforeAll(async () => {
-  redis = await startRedis();
-  a = await startSwitchyard(redis);
-});
-afterAll(async () => {
-  await a.stop();
-  await redis.stop();
-});
+/** One Redis and one Switchyard for the file: `t.sy`, `t.redis`. */
+const t = useSwitchyard();
 
 /** A worker's clock that counts the timers set for now, and after 50 stops firing them (a busy loop would hang advance()). */
 class CountingClock extends ManualClock {
@@ -39,23 +30,23 @@ describe("defects", () => {
   it("a lost delivery waiting behind a stuck handler arms no 0 ms sweep timer over and over", async () => {
     const Q = "{stale-lost}";
     const MIN_IDLE_MS = 3000;
-    const serverClock = a.clock as ManualClock;
+    const serverClock = t.sy.clock as ManualClock;
     const clock = new CountingClock(serverClock.now());
-    await a.client.createQueue({ name: Q, mode: QueueMode.RELIABLE, minIdle: durationFromMs(MIN_IDLE_MS), recoverySet: `${Q}.claims` });
+    await t.sy.client.createQueue({ name: Q, mode: QueueMode.RELIABLE, minIdle: durationFromMs(MIN_IDLE_MS), recoverySet: `${Q}.claims` });
     const h = held();
     const errors: unknown[] = [];
     // 20 × 500 ms: the sweep comes after the first extend (every min_idle / 3).
     const worker = runWorker({
-      client: a.client, queue: Q, concurrency: 1, prefetch: 4, prefetchMs: 500, clock,
+      client: t.sy.client, queue: Q, concurrency: 1, prefetch: 4, prefetchMs: 500, clock,
       onError: (err) => errors.push(err),
       handler: (d) => (text(d).startsWith("hang") ? h.handler(d) : undefined),
     });
     try {
-      await a.client.enqueue(Q, ["q0"]);
-      await expect.poll(() => credits(a, Q)).toEqual([5]);
-      await a.client.enqueue(Q, ["hang", "w1"]);
+      await t.sy.client.enqueue(Q, ["q0"]);
+      await expect.poll(() => credits(t.sy, Q)).toEqual([5]);
+      await t.sy.client.enqueue(Q, ["hang", "w1"]);
       await expect.poll(() => h.started.length).toBe(1);
-      await expect.poll(async () => (await a.client.getQueueStats(Q)).processing).toBe(2n);
+      await expect.poll(async () => (await t.sy.client.getQueueStats(Q)).processing).toBe(2n);
       // The worker stands still while the server passes min_idle: the watchdog takes both back.
       for (let s = 0; s <= MIN_IDLE_MS / 1000; s++) await serverClock.advance(1000);
       await clock.advance(MIN_IDLE_MS / 3);

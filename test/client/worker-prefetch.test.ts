@@ -3,37 +3,28 @@
  * RELIABLE and STREAM queues, and given back uncounted (LeaseRequest.release)
  * when the worker stops or the server drains.
  */
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import { QueueMode } from "../../src/gen/switchyard/v1/queue_pb.js";
 import { runWorker } from "../../src/client/worker.js";
 import { ManualClock } from "../../src/clock.js";
 import { credits, held, next, text } from "../helpers/prefetch.js";
-import { startRedis, type TestRedis } from "../helpers/redis.js";
-import { startSwitchyard, type TestSwitchyard } from "../helpers/switchyard.js";
+import { startSwitchyard, useSwitchyard } from "../helpers/switchyard.js";
 
-let redis: TestRedis;
-let a: TestSwitchyard;
-beforeAll(async () => {
-  redis = await startRedis();
-  a = await startSwitchyard(redis);
-});
-afterAll(async () => {
-  await a.stop();
-  await redis.stop();
-});
+/** One Redis and one Switchyard for the file: `t.sy`, `t.redis`. */
+const t = useSwitchyard();
 
 
 describe("prefetch on a reliable queue", () => {
   it("keeps `prefetch` deliveries ready and runs no more than `concurrency` handlers", async () => {
     const Q = "{pf-ready}";
-    await a.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
-    await a.client.enqueue(Q, ["j0", "j1", "j2", "j3", "j4", "j5", "j6"]);
+    await t.sy.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
+    await t.sy.client.enqueue(Q, ["j0", "j1", "j2", "j3", "j4", "j5", "j6"]);
     const h = held();
-    const worker = runWorker({ client: a.client, queue: Q, concurrency: 2, prefetch: 3, prefetchMs: Infinity, handler: h.handler });
+    const worker = runWorker({ client: t.sy.client, queue: Q, concurrency: 2, prefetch: 3, prefetchMs: Infinity, handler: h.handler });
     try {
-      await expect.poll(() => credits(a, Q)).toEqual([5]);
-      await expect.poll(async () => (await a.client.getQueueStats(Q)).processing).toBe(5n);
+      await expect.poll(() => credits(t.sy, Q)).toEqual([5]);
+      await expect.poll(async () => (await t.sy.client.getQueueStats(Q)).processing).toBe(5n);
       expect(h.started.map(text)).toEqual(["j0", "j1"]);
       // A handler that finishes starts the next delivery that waited, in delivery order.
       h.finish[1]();
@@ -41,8 +32,8 @@ describe("prefetch on a reliable queue", () => {
       h.finish[0]();
       await expect.poll(() => h.started.map(text)).toEqual(["j0", "j1", "j2", "j3"]);
       // The two acks freed two units of credit: the stream holds 5 again (2 running, 3 ready).
-      await expect.poll(async () => (await a.client.getQueueStats(Q)).processing).toBe(5n);
-      expect((await a.client.getQueueStats(Q)).ready).toBe(0n);
+      await expect.poll(async () => (await t.sy.client.getQueueStats(Q)).processing).toBe(5n);
+      expect((await t.sy.client.getQueueStats(Q)).ready).toBe(0n);
     } finally {
       for (const ok of h.finish) ok();
       await worker.stop();
@@ -51,27 +42,27 @@ describe("prefetch on a reliable queue", () => {
 
   it("stop() gives back what never started, uncounted and in order, ahead of the rest of the queue", async () => {
     const Q = "{pf-stop}";
-    await a.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
-    await a.client.enqueue(Q, ["j0", "j1", "j2", "j3", "j4"]);
+    await t.sy.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
+    await t.sy.client.enqueue(Q, ["j0", "j1", "j2", "j3", "j4"]);
     const h = held();
-    const worker = runWorker({ client: a.client, queue: Q, concurrency: 1, prefetch: 2, prefetchMs: Infinity, stopGraceMs: 50, clock: a.clock, handler: h.handler });
-    await expect.poll(async () => (await a.client.getQueueStats(Q)).processing).toBe(3n);
+    const worker = runWorker({ client: t.sy.client, queue: Q, concurrency: 1, prefetch: 2, prefetchMs: Infinity, stopGraceMs: 50, clock: t.sy.clock, handler: h.handler });
+    await expect.poll(async () => (await t.sy.client.getQueueStats(Q)).processing).toBe(3n);
     expect(h.started.map(text)).toEqual(["j0"]);
     const stopping = worker.stop();
     // stop() waits stopGraceMs (on the test's clock) for the handler that runs.
-    await expect.poll(async () => (await a.client.getQueueStats(Q)).ready).toBe(4n);
-    await (a.clock as ManualClock).advance(50);
+    await expect.poll(async () => (await t.sy.client.getQueueStats(Q)).ready).toBe(4n);
+    await (t.sy.clock as ManualClock).advance(50);
     const unfinished = await stopping;
     expect(unfinished.map(text)).toEqual(["j0"]);
     expect(h.started.map(text)).toEqual(["j0"]);
     // j1 and j2 never reached a handler: back at the front as they were (count 1); j0's stream
     // closed while it ran, so it went back counted (its next delivery is the second).
-    expect(await next(a, Q, 5)).toEqual([["j0", 2], ["j1", 1], ["j2", 1], ["j3", 1], ["j4", 1]]);
+    expect(await next(t.sy, Q, 5)).toEqual([["j0", 2], ["j1", 1], ["j2", 1], ["j3", 1], ["j4", 1]]);
   });
 
   it("gives back what waits when the server drains, and the running handler still settles", async () => {
     const Q = "{pf-drain}";
-    const c = await startSwitchyard(redis, { config: { shutdownGraceMs: 60_000 } });
+    const c = await startSwitchyard(t.redis, { config: { shutdownGraceMs: 60_000 } });
     try {
       await c.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
       await c.client.enqueue(Q, ["j0", "j1", "j2", "j3"]);
@@ -81,14 +72,14 @@ describe("prefetch on a reliable queue", () => {
       await expect.poll(async () => (await c.client.getQueueStats(Q)).processing).toBe(3n);
       const draining = c.app.queues.drain(60_000);
       // j1 and j2 go back at once, while j0's handler still runs.
-      await expect.poll(async () => (await a.client.getQueueStats(Q)).processing).toBe(1n);
-      expect((await a.client.getQueueStats(Q)).ready).toBe(3n);
+      await expect.poll(async () => (await t.sy.client.getQueueStats(Q)).processing).toBe(1n);
+      expect((await t.sy.client.getQueueStats(Q)).ready).toBe(3n);
       h.finish[0]();
       await draining;
-      await expect.poll(async () => (await a.client.getQueueStats(Q)).completedTotal).toBe(1n);
+      await expect.poll(async () => (await t.sy.client.getQueueStats(Q)).completedTotal).toBe(1n);
       await worker.stop();
       expect(h.started.map(text)).toEqual(["j0"]);
-      expect(await next(a, Q, 3)).toEqual([["j1", 1], ["j2", 1], ["j3", 1]]);
+      expect(await next(t.sy, Q, 3)).toEqual([["j1", 1], ["j2", 1], ["j3", 1]]);
     } finally {
       await c.stop();
     }
@@ -96,21 +87,21 @@ describe("prefetch on a reliable queue", () => {
 
   it("extends the lease of a delivery that waits, so the watchdog never takes it from a live worker", async () => {
     const Q = "{pf-extend}";
-    const clock = a.clock as ManualClock;
-    await a.client.createQueue({ name: Q, mode: QueueMode.RELIABLE, minIdle: durationFromMs(3000), recoverySet: `${Q}.claims` });
-    await a.client.enqueue(Q, ["j0", "j1"]);
+    const clock = t.sy.clock as ManualClock;
+    await t.sy.client.createQueue({ name: Q, mode: QueueMode.RELIABLE, minIdle: durationFromMs(3000), recoverySet: `${Q}.claims` });
+    await t.sy.client.enqueue(Q, ["j0", "j1"]);
     const h = held();
-    const worker = runWorker({ client: a.client, queue: Q, concurrency: 1, prefetch: 1, prefetchMs: Infinity, clock, handler: h.handler });
+    const worker = runWorker({ client: t.sy.client, queue: Q, concurrency: 1, prefetch: 1, prefetchMs: Infinity, clock, handler: h.handler });
     try {
-      await expect.poll(async () => (await a.client.getQueueStats(Q)).processing).toBe(2n);
+      await expect.poll(async () => (await t.sy.client.getQueueStats(Q)).processing).toBe(2n);
       // Ten min_idles pass while j0 runs and j1 waits: neither is recovered.
       for (let s = 0; s < 30; s++) await clock.advance(1000);
-      const stats = await a.client.getQueueStats(Q);
+      const stats = await t.sy.client.getQueueStats(Q);
       expect([stats.ready, stats.processing, stats.deadLetter]).toEqual([0n, 2n, 0n]);
       h.finish[0]();
       await expect.poll(() => h.started.map((d) => [text(d), d.deliveryCount])).toEqual([["j0", 1], ["j1", 1]]);
       h.finish[1]();
-      await expect.poll(async () => (await a.client.getQueueStats(Q)).completedTotal).toBe(2n);
+      await expect.poll(async () => (await t.sy.client.getQueueStats(Q)).completedTotal).toBe(2n);
     } finally {
       for (const ok of h.finish) ok();
       await worker.stop();
@@ -119,14 +110,14 @@ describe("prefetch on a reliable queue", () => {
 
   it("prefetch 0 takes no more than it runs", async () => {
     const Q = "{pf-zero}";
-    await a.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
-    await a.client.enqueue(Q, ["j0", "j1", "j2"]);
+    await t.sy.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
+    await t.sy.client.enqueue(Q, ["j0", "j1", "j2"]);
     const h = held();
-    const worker = runWorker({ client: a.client, queue: Q, concurrency: 2, prefetch: 0, prefetchMs: Infinity, handler: h.handler });
+    const worker = runWorker({ client: t.sy.client, queue: Q, concurrency: 2, prefetch: 0, prefetchMs: Infinity, handler: h.handler });
     try {
       await expect.poll(() => h.started.length).toBe(2);
-      expect(credits(a, Q)).toEqual([2]);
-      expect((await a.client.getQueueStats(Q)).ready).toBe(1n);
+      expect(credits(t.sy, Q)).toEqual([2]);
+      expect((await t.sy.client.getQueueStats(Q)).ready).toBe(1n);
     } finally {
       for (const ok of h.finish) ok();
       await worker.stop();
@@ -137,12 +128,12 @@ describe("prefetch on a reliable queue", () => {
 describe("prefetch follows how quick the handlers are (prefetchMs)", () => {
   it("is off until a handler has finished: two workers with slow handlers each get one of two items", async () => {
     const Q = "{pf-fair}";
-    await a.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
+    await t.sy.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
     const [one, two] = [held(), held()];
-    const workers = [one, two].map((h) => runWorker({ client: a.client, queue: Q, concurrency: 1, handler: h.handler }));
+    const workers = [one, two].map((h) => runWorker({ client: t.sy.client, queue: Q, concurrency: 1, handler: h.handler }));
     try {
-      await expect.poll(() => credits(a, Q)).toEqual([1, 1]);
-      await a.client.enqueue(Q, ["j0", "j1"]);
+      await expect.poll(() => credits(t.sy, Q)).toEqual([1, 1]);
+      await t.sy.client.enqueue(Q, ["j0", "j1"]);
       await expect.poll(() => [one.started.length, two.started.length]).toEqual([1, 1]);
     } finally {
       for (const ok of [...one.finish, ...two.finish]) ok();
@@ -152,12 +143,12 @@ describe("prefetch follows how quick the handlers are (prefetchMs)", () => {
 
   it("keeps ready what the handlers get through in prefetchMs at their average run time, at most `prefetch`", async () => {
     const Q = "{pf-adapt}";
-    const clock = a.clock as ManualClock;
-    await a.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
+    const clock = t.sy.clock as ManualClock;
+    await t.sy.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
     const gates: (() => void)[] = [];
     const done: string[] = [];
     const worker = runWorker({
-      client: a.client, queue: Q, concurrency: 2, prefetch: 8, clock,
+      client: t.sy.client, queue: Q, concurrency: 2, prefetch: 8, clock,
       // "slow" items run until the test has moved the clock on and let them go; the rest return at once.
       handler: (d) => {
         if (!text(d).startsWith("slow")) return void done.push(text(d));
@@ -166,24 +157,24 @@ describe("prefetch follows how quick the handlers are (prefetchMs)", () => {
     });
     /** Runs one slow item for `ms` on the manual clock. */
     const slow = async (name: string, ms: number) => {
-      await a.client.enqueue(Q, [name]);
+      await t.sy.client.enqueue(Q, [name]);
       await expect.poll(() => gates.length).toBe(done.filter((t) => t.startsWith("slow")).length + 1);
       await clock.advance(ms);
       gates[gates.length - 1]();
       await expect.poll(() => done.at(-1)).toBe(name);
     };
     try {
-      await expect.poll(() => credits(a, Q)).toEqual([2]);
-      await a.client.enqueue(Q, ["q0", "q1", "q2"]);
+      await expect.poll(() => credits(t.sy, Q)).toEqual([2]);
+      await t.sy.client.enqueue(Q, ["q0", "q1", "q2"]);
       // Handlers returning at once (0 ms on average): 2 to run and all 8 of `prefetch` ready.
-      await expect.poll(() => credits(a, Q)).toEqual([10]);
+      await expect.poll(() => credits(t.sy, Q)).toEqual([10]);
       await expect.poll(() => done.length).toBe(3);
       // One 10 ms run: the average is 2 ms (0 + 10 × 0.2); 2 handlers get through 5 in 5 ms.
       await slow("slow0", 10);
-      await expect.poll(() => credits(a, Q)).toEqual([7]);
+      await expect.poll(() => credits(t.sy, Q)).toEqual([7]);
       // One 100 ms run lifts the average to 21.6 ms, past 2 × 5 ms: back to what it runs.
       await slow("slow1", 100);
-      await expect.poll(() => credits(a, Q)).toEqual([2]);
+      await expect.poll(() => credits(t.sy, Q)).toEqual([2]);
       expect(done).toEqual(["q0", "q1", "q2", "slow0", "slow1"]);
     } finally {
       for (const ok of gates) ok();
@@ -193,23 +184,23 @@ describe("prefetch follows how quick the handlers are (prefetchMs)", () => {
 
   it("keeps no more ready than prefetchBytes of payload, at the payloads' average size", async () => {
     const Q = "{pf-bytes}";
-    await a.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
+    await t.sy.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
     const done: string[] = [];
     const worker = runWorker({
-      client: a.client, queue: Q, concurrency: 1, prefetch: 8, prefetchMs: Infinity, prefetchBytes: 3000,
+      client: t.sy.client, queue: Q, concurrency: 1, prefetch: 8, prefetchMs: Infinity, prefetchBytes: 3000,
       handler: (d) => void done.push(text(d)),
     });
     try {
       // Nothing delivered yet, so no size known: all of `prefetch`.
-      await expect.poll(() => credits(a, Q)).toEqual([9]);
-      await a.client.enqueue(Q, ["a".repeat(1000)]);
+      await expect.poll(() => credits(t.sy, Q)).toEqual([9]);
+      await t.sy.client.enqueue(Q, ["a".repeat(1000)]);
       await expect.poll(() => done.length).toBe(1);
       // 1,000-byte payloads: 3 fit in 3,000 bytes.
-      await expect.poll(() => credits(a, Q)).toEqual([4]);
-      await a.client.enqueue(Q, ["b".repeat(20_000)]);
+      await expect.poll(() => credits(t.sy, Q)).toEqual([4]);
+      await t.sy.client.enqueue(Q, ["b".repeat(20_000)]);
       await expect.poll(() => done.length).toBe(2);
       // The average is 4,800 bytes (1,000 + 19,000 × 0.2): none fits.
-      await expect.poll(() => credits(a, Q)).toEqual([1]);
+      await expect.poll(() => credits(t.sy, Q)).toEqual([1]);
     } finally {
       await worker.stop();
     }
@@ -217,26 +208,26 @@ describe("prefetch follows how quick the handlers are (prefetchMs)", () => {
 
   it("gives back uncounted what waited 20 × prefetchMs behind a handler stuck far past the average, and keeps none ready until it finishes", async () => {
     const Q = "{pf-stale}";
-    const clock = a.clock as ManualClock;
-    await a.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
+    const clock = t.sy.clock as ManualClock;
+    await t.sy.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
     const h = held();
     const quick: string[] = [];
     const worker = runWorker({
-      client: a.client, queue: Q, concurrency: 1, prefetch: 4, clock,
+      client: t.sy.client, queue: Q, concurrency: 1, prefetch: 4, clock,
       handler: (d) => (text(d).startsWith("hang") ? h.handler(d) : void quick.push(text(d))),
     });
     try {
-      await a.client.enqueue(Q, ["q0"]);
+      await t.sy.client.enqueue(Q, ["q0"]);
       // One quick run (0 ms): 1 to run and all 4 of `prefetch` ready.
-      await expect.poll(() => credits(a, Q)).toEqual([5]);
-      await a.client.enqueue(Q, ["hang", "w1", "w2", "w3", "w4"]);
+      await expect.poll(() => credits(t.sy, Q)).toEqual([5]);
+      await t.sy.client.enqueue(Q, ["hang", "w1", "w2", "w3", "w4"]);
       await expect.poll(() => h.started.length).toBe(1);
       await clock.advance(99);
-      expect(credits(a, Q)).toEqual([5]);
+      expect(credits(t.sy, Q)).toEqual([5]);
       // 100 ms (20 × 5 ms) without a handler free: the four go back to the front, uncounted, and none is kept ready.
       await clock.advance(1);
-      await expect.poll(() => credits(a, Q)).toEqual([1]);
-      expect(await next(a, Q, 4)).toEqual([["w1", 1], ["w2", 1], ["w3", 1], ["w4", 1]]);
+      await expect.poll(() => credits(t.sy, Q)).toEqual([1]);
+      expect(await next(t.sy, Q, 4)).toEqual([["w1", 1], ["w2", 1], ["w3", 1], ["w4", 1]]);
       expect(quick).toEqual(["q0"]);
     } finally {
       for (const ok of h.finish) ok();
@@ -248,14 +239,14 @@ describe("prefetch follows how quick the handlers are (prefetchMs)", () => {
 describe("prefetch elsewhere", () => {
   it("a SIMPLE queue's worker takes no more than it runs (its items cannot go back)", async () => {
     const Q = "{pf-simple}";
-    await a.client.createQueue({ name: Q, mode: QueueMode.SIMPLE });
-    await a.client.enqueue(Q, ["j0", "j1", "j2"]);
+    await t.sy.client.createQueue({ name: Q, mode: QueueMode.SIMPLE });
+    await t.sy.client.enqueue(Q, ["j0", "j1", "j2"]);
     const h = held();
-    const worker = runWorker({ client: a.client, queue: Q, concurrency: 2, prefetch: 5, prefetchMs: Infinity, handler: h.handler });
+    const worker = runWorker({ client: t.sy.client, queue: Q, concurrency: 2, prefetch: 5, prefetchMs: Infinity, handler: h.handler });
     try {
       await expect.poll(() => h.started.length).toBe(2);
-      expect(credits(a, Q)).toEqual([2]);
-      expect(await redis.plain.llen(Q)).toBe(1);
+      expect(credits(t.sy, Q)).toEqual([2]);
+      expect(await t.redis.plain.llen(Q)).toBe(1);
     } finally {
       for (const ok of h.finish) ok();
       await worker.stop();
@@ -264,28 +255,28 @@ describe("prefetch elsewhere", () => {
 
   it("a STREAM queue's entries that waited go back uncounted on stop(): the group reads them next with count 1", async () => {
     const Q = "pf-uploads";
-    await a.client.createQueue({ name: Q, mode: QueueMode.STREAM, groups: [{ name: "g", startId: "0" }], minIdle: durationFromMs(60_000) });
-    await a.client.enqueue(Q, ["e0", "e1", "e2"]);
+    await t.sy.client.createQueue({ name: Q, mode: QueueMode.STREAM, groups: [{ name: "g", startId: "0" }], minIdle: durationFromMs(60_000) });
+    await t.sy.client.enqueue(Q, ["e0", "e1", "e2"]);
     const h = held();
-    const worker = runWorker({ client: a.client, queue: Q, group: "g", concurrency: 1, prefetch: 2, prefetchMs: Infinity, stopGraceMs: 0, handler: h.handler });
-    await expect.poll(() => credits(a, Q)).toEqual([3]);
-    await expect.poll(async () => (await a.client.getQueueStats(Q)).groups[0]?.pending).toBe(3n);
+    const worker = runWorker({ client: t.sy.client, queue: Q, group: "g", concurrency: 1, prefetch: 2, prefetchMs: Infinity, stopGraceMs: 0, handler: h.handler });
+    await expect.poll(() => credits(t.sy, Q)).toEqual([3]);
+    await expect.poll(async () => (await t.sy.client.getQueueStats(Q)).groups[0]?.pending).toBe(3n);
     expect(h.started.map(text)).toEqual(["e0"]);
     await worker.stop();
-    expect(await next(a, Q, 3, "g")).toEqual([["e0", 2], ["e1", 1], ["e2", 1]]);
+    expect(await next(t.sy, Q, 3, "g")).toEqual([["e0", 2], ["e1", 1], ["e2", 1]]);
   });
 });
 
 describe("LeaseRequest.release", () => {
   it("refuses, each with its own result, a token the stream does not hold, and one of a SIMPLE queue", async () => {
     const [R, S] = ["{rel-r}", "{rel-s}"];
-    await a.client.createQueue({ name: R, mode: QueueMode.RELIABLE });
-    await a.client.createQueue({ name: S, mode: QueueMode.SIMPLE });
-    await a.client.enqueue(R, ["r0", "r1"]);
-    await a.client.enqueue(S, ["s0"]);
-    const one = a.client.lease(R, 1);
-    const other = a.client.lease(R, 1);
-    const simple = a.client.lease(S, 1);
+    await t.sy.client.createQueue({ name: R, mode: QueueMode.RELIABLE });
+    await t.sy.client.createQueue({ name: S, mode: QueueMode.SIMPLE });
+    await t.sy.client.enqueue(R, ["r0", "r1"]);
+    await t.sy.client.enqueue(S, ["s0"]);
+    const one = t.sy.client.lease(R, 1);
+    const other = t.sy.client.lease(R, 1);
+    const simple = t.sy.client.lease(S, 1);
     try {
       expect((await one.opened).releases).toBe(true);
       expect((await simple.opened).releases).toBe(false);
@@ -305,8 +296,8 @@ describe("LeaseRequest.release", () => {
         { token: popped.leaseToken, reason: "LEASE_NOT_HELD", code: 9 },
       ]));
       // Mine went back; theirs is still held by the other stream.
-      await expect.poll(async () => (await a.client.getQueueStats(R)).ready).toBe(1n);
-      expect((await a.client.getQueueStats(R)).processing).toBe(1n);
+      await expect.poll(async () => (await t.sy.client.getQueueStats(R)).ready).toBe(1n);
+      expect((await t.sy.client.getQueueStats(R)).processing).toBe(1n);
       // Released twice: the second finds nothing held.
       one.release([mine.leaseToken]);
       await expect.poll(() => results.length).toBe(3);
