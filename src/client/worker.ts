@@ -15,10 +15,11 @@
  * those running, so a handler that finishes starts the next item without
  * waiting a round trip for it: as many as its handlers get through in
  * `prefetchMs` (5 ms) at their average run time, at most `prefetch` (default
- * 4 × concurrency, at least 16) and `prefetchBytes` of payload (16 MiB). Quick handlers get the most from it (a round
- * trip through the server covers many of their items); a long job gains little,
- * and an item is better off with an idle worker elsewhere than waiting behind
- * one here long. Those wait their turn in delivery order, their leases extended like a running
+ * 4 × concurrency, at least 16) and `prefetchBytes` of payload (16 MiB).
+ * Quick handlers get the most from it (a round trip through the server covers
+ * many of their items); a long job gains little, and an item is better off
+ * with an idle worker elsewhere than waiting behind one here long. Those wait
+ * their turn in delivery order, their leases extended like a running
  * handler's; the ones never started go back to the front of the queue,
  * uncounted (LeaseRequest.release), when the worker stops, when the server
  * drains, and when one has waited 20 × prefetchMs with every handler stuck.
