@@ -54,7 +54,10 @@ export function parse(argv: string[], specs: OptionSpecs): { values: Values; pos
     const { values, positionals } = parseArgs({ args: argv, options: { ...globalOptions, ...specs }, allowPositionals: true, strict: true });
     return { values: values as Values, positionals };
   } catch (err) {
-    throw new UsageError(err instanceof Error ? err.message.replace(/\. To specify.*$/s, "") : String(err));
+    const message = err instanceof Error ? err.message.replace(/\. To specify.*$/s, "") : String(err);
+    // An item id may begin with '-': parseArgs takes it for an option unless it comes after --.
+    const unknown = /^Unknown option '(-[^']*)'/.exec(message);
+    throw new UsageError(unknown ? `${message}; if ${unknown[1]} is an argument (an item id, say), put it after --` : message);
   }
 }
 

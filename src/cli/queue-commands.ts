@@ -284,7 +284,7 @@ function pauseCommand(verb: "pause" | "resume"): Command {
 /** `requeue-dead` and `delete-dead`: dead letters by id, or all of them. */
 function deadLetterCommand(verb: "requeue" | "delete"): Command {
   return {
-    usage: `queue ${verb}-dead NAME (ID... | --all)   (${verb === "requeue" ? "back onto the queue, fresh delivery count" : "gone for good"})`,
+    usage: `queue ${verb}-dead NAME (ID... | --all)   (${verb === "requeue" ? "back onto the queue, fresh delivery count" : "gone for good"}; ids that begin with - go after --)`,
     options: { all: { type: "boolean" } },
     async run({ argv, globals, connect, io }) {
       const client = connect();

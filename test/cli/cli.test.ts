@@ -209,7 +209,8 @@ describe("switchyard CLI", () => {
     expect((await get(server.http, "/readyz")).status).toBe(200);
 
     // The dead letter goes back, then the waiting item is purged (only with --yes); a schedule is previewed.
-    expect(await ok(a, ["queue", "requeue-dead", q, fromStdin.ids[0]])).toBe(`requeued 1 dead letter of ${q}\n`);
+    // Item ids may begin with '-': after --, they are not taken for options.
+    expect(await ok(a, ["queue", "requeue-dead", q, "--", fromStdin.ids[0]])).toBe(`requeued 1 dead letter of ${q}\n`);
     const refused = await sy(a, ["queue", "purge", q]);
     expect([refused.code, refused.stderr]).toEqual([2, expect.stringContaining("add --yes")]);
     expect(JSON.parse(await ok(a, ["queue", "purge", q, "--yes", "--json"]))).toEqual({ queue: q, purged: "1" });
@@ -227,6 +228,9 @@ describe("switchyard CLI", () => {
     const usage = await sy(a, ["queue", "declare", "x"]);
     expect(usage.code).toBe(2);
     expect(usage.stderr).toContain("--mode simple|reliable|stream is required");
+    // An item id that begins with '-', not after --, is taken for an option: the message says where it goes.
+    const dashed = await sy(a, ["queue", "requeue-dead", q, "-CXm9y5-4"]);
+    expect([dashed.code, dashed.stderr]).toEqual([2, expect.stringContaining("Unknown option '-C'; if -C is an argument (an item id, say), put it after --")]);
     const unknown = await sy(a, ["queue", "frobnicate"]);
     expect(unknown.code).toBe(2);
     expect(unknown.stderr).toContain('unknown command "queue frobnicate"');

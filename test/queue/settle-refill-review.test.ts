@@ -91,11 +91,17 @@ describe("an instance that stops while a settle with a lease beside it is in fli
     });
     lease.retry(first.leaseToken, { delayMs: 1000 });
     const held = await holding;
-    const queues = sy.app.queues as unknown as { stop(graceMs?: number): Promise<void>; instances: { id: string; keys: { alive: string } } };
+    const queues = sy.app.queues as unknown as {
+      stop(graceMs?: number): Promise<void>;
+      instances: { id: string; keys: { alive: string } };
+      onRelease?: () => void;
+    };
     const { id, keys } = queues.instances;
     expect(await redis.plain.zscore(keys.alive, id)).not.toBeNull();
+    const listening = queues.onRelease;
     const stopping = queues.stop(1000);
-    await new Promise((r) => setTimeout(r, 100));
+    // stop() has closed the streams and waits for the settle in flight (it listens for its answer).
+    await expect.poll(() => queues.onRelease !== listening).toBe(true);
     held.forward();
     await expect.poll(() => held.replies.includes("SYWRONGTYPE")).toBe(true);
     held.release();
