@@ -629,8 +629,8 @@ export class LeaseSession implements AsyncIterable<Delivery> {
 
   /**
    * Gives back deliveries never started, uncounted, to the front of their
-   * queue (a server that opened the stream with `releases`; RELIABLE and
-   * STREAM queues). One refused comes back as a settle result.
+   * queue (a server that opened the stream with `releases`). One refused
+   * comes back as a settle result.
    */
   release(leaseTokens: readonly string[]): void {
     if (leaseTokens.length > 0) this.send({ case: "release", value: { leaseTokens: [...leaseTokens] } });

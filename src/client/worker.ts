@@ -23,8 +23,10 @@
  * handler's; the ones never started go back to the front of the queue,
  * uncounted (LeaseRequest.release), when the worker stops, when the server
  * drains, and when one has waited 20 × prefetchMs with every handler stuck.
- * A SIMPLE queue's items leave Redis when leased and cannot go back: there
- * the worker takes no more than it runs.
+ * On a SIMPLE queue (at most once) what is kept ready is in the worker's
+ * hands as what runs is: a worker that dies loses both (`prefetch: 0` keeps
+ * that to what runs); a stop gives it back. A server too old to take releases
+ * gets no more than the worker runs.
  */
 import { durationMs, timestampMs } from "@bufbuild/protobuf/wkt";
 import type { Delivery, SettleResult } from "../gen/switchyard/v1/queue_pb.js";
@@ -63,12 +65,13 @@ export interface WorkerOptions {
   /** Handlers running at once. */
   concurrency: number;
   /**
-   * The most deliveries kept ready beyond the running handlers, on RELIABLE and
-   * STREAM queues (the stream's credit is concurrency + those). Default: 4 ×
+   * The most deliveries kept ready beyond the running handlers (the stream's
+   * credit is concurrency + those). Default: 4 ×
    * concurrency, at least 256 (a server's lease call moves at most 256 by default, and a
    * round trip through it covers about that many quick items); 0 takes no
-   * more than it runs. Ignored on SIMPLE queues. Fewer while handlers are slow
-   * (prefetchMs) or payloads large (prefetchBytes).
+   * more than it runs (on a SIMPLE queue, what a worker that dies loses beside
+   * its running items). Fewer while handlers are slow (prefetchMs) or payloads
+   * large (prefetchBytes).
    */
   prefetch?: number;
   /**
@@ -399,7 +402,7 @@ export function runWorker(options: WorkerOptions): Worker {
     payloadBytes = payloadBytes === undefined ? size : payloadBytes + (size - payloadBytes) * 0.2;
     const job: Job = { s, d, abort: new AbortController(), lost: false, done: false };
     job.context = contextOf(job, refreshCredit);
-    // Once stopping, what can go back waits to (a SIMPLE queue's item still runs: it cannot go back).
+    // Once stopping, what can go back waits to (on a server that takes no release, it still runs: it cannot go back).
     if (running.size < options.concurrency && waiting.length === 0 && !(stopping && s.releases)) {
       start(job);
       return;
@@ -412,7 +415,7 @@ export function runWorker(options: WorkerOptions): Worker {
 
   /**
    * Gives back what waits on stream `s` and never started: uncounted, where the
-   * server takes them back; else (a SIMPLE queue) they stay (the item cannot go back).
+   * server takes them back; else (a server too old to) they stay (they cannot go back).
    */
   const giveBack = (s: Stream, which: (job: Job) => boolean = () => true) => {
     const back = waiting.filter((job) => job.s === s && !job.done && !job.lost && which(job));
@@ -515,7 +518,7 @@ export function runWorker(options: WorkerOptions): Worker {
       const unfinished = [...running.keys()].map((job) => job.d);
       // Their results are not settled: the stream closes now, and its items go back to the queue.
       for (const job of running.keys()) job.lost = true;
-      // Deliveries that could not be given back (a SIMPLE queue's) and never ran.
+      // Deliveries that could not be given back (the server takes no release) and never ran.
       for (const job of waiting) {
         if (!job.done) unfinished.push(job.d);
         finished(job);

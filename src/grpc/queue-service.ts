@@ -219,7 +219,7 @@ function leaseHandler(queues: Queues, baseLog: Logger, settings: LeaseSettings) 
                   mode: modeMessage(config.mode),
                   heartbeatInterval: msDuration(settings.heartbeatIntervalMs),
                   ackBatches: true,
-                  releases: config.mode !== "simple",
+                  releases: true,
                   maxCredit: settings.maxCredit,
                   minIdle: config.minIdleMs ? msDuration(config.minIdleMs) : undefined,
                   paused: config.paused,

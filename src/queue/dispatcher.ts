@@ -276,7 +276,7 @@ export class QueueDispatcher {
       }));
     }
     const { first, values } = await popItems(host.redis.client, keys, max);
-    return values.map((value, i) => ({ ref: { queue: name, fence: first + i, owner: "" }, value }));
+    return values.map((value, i) => ({ ref: { queue: name, fence: first + i, owner: "", popped: value }, value }));
   }
 
   /** A reliable queue's leased items as this instance's deliveries. */
@@ -399,14 +399,27 @@ export class QueueDispatcher {
   /** Returns items that no stream could take to the front of the queue, uncounted and in their order. */
   private giveBack(taken: Taken[]): void {
     if (this.config.mode === "simple") {
-      // Popped items: pushed back to the front, last first (at most once: a push Redis refuses loses them, as a pop whose answer is lost would).
-      this.host.redis.client.rpush(this.config.name, ...taken.map((t) => t.value!).reverse()).catch((err: unknown) =>
-        this.host.log.error("could not push back popped items of a simple queue", { queue: this.config.name, items: taken.length, err }),
-      );
+      void pushBackPopped(this.host.redis.client, this.config.name, taken.map((t) => t.value!), this.host.log);
       return;
     }
     this.host.giveBack(this.config, [...taken].reverse().map((t) => t.ref));
   }
+}
+
+/**
+ * Pushes popped items of simple queue `queue` back to its front, the first of
+ * `values` in front. At most once: a push Redis refuses loses them (logged), as
+ * a pop whose answer is lost would. Resolves to whether Redis took them.
+ */
+export function pushBackPopped(redis: RedisClient, queue: string, values: readonly Buffer[], log: Logger): Promise<boolean> {
+  if (values.length === 0) return Promise.resolve(true);
+  return redis.rpush(queue, ...[...values].reverse()).then(
+    () => true,
+    (err: unknown) => {
+      log.error("could not push back popped items of a simple queue: they are lost", { queue, items: values.length, err });
+      return false;
+    },
+  );
 }
 
 /** The leases-hash field of each reliable delivery (simple ones have none). */

@@ -12,7 +12,7 @@ import { enqueueScheduled, pushItems, type DeadLetterAction, type SettleCode, ty
 import { systemKeys } from "../redis/keys.js";
 import { keysOf, type QueueConfig } from "./declaration.js";
 import { DelayedItems } from "./delayed.js";
-import { fieldsOf, QueueDispatcher, type DispatchHost, type DispatchOptions } from "./dispatcher.js";
+import { fieldsOf, pushBackPopped, QueueDispatcher, type DispatchHost, type DispatchOptions } from "./dispatcher.js";
 import { encodeItems } from "./envelope.js";
 import { ItemIds } from "./item-ids.js";
 import { itemsOf, type NewItem, type NewItems } from "./new-items.js";
@@ -877,14 +877,16 @@ export class Queues {
    * uncounted, at once; their credit is free again. Resolves to the tokens
    * refused, each with why: a malformed one (INVALID_ARGUMENT), one the stream
    * does not hold (settled, recovered, another stream's, or with its settle on
-   * the way), and every one of a SIMPLE queue (its item left Redis when it was popped). If Redis cannot
-   * take them now, they are tried again until it can, as a closed stream's are.
+   * the way). If Redis cannot take them now, they are tried again until it can,
+   * as a closed stream's are; except a SIMPLE queue's: its items left Redis when
+   * they were popped, and are pushed back once (at most once: a push Redis
+   * refuses loses them, and says so).
    */
   async releaseUnstarted(tokens: readonly string[], stream: LeaseStream): Promise<SettleFailure[]> {
     const failures: SettleFailure[] = [];
     const asked = new Set(tokens);
     // In delivery order (the order the stream took them), whatever order the worker named them in.
-    const given = stream.config.mode === "simple" ? [] : [...stream.held].filter(([token]) => asked.has(token));
+    const given = [...stream.held].filter(([token]) => asked.has(token));
     for (const [token] of given) asked.delete(token);
     for (const token of asked) {
       // A malformed token is the worker's bug, told as an ack of it would be (INVALID_ARGUMENT, LEASE_TOKEN_INVALID).
@@ -894,12 +896,18 @@ export class Queues {
         failures.push({ token, error });
         continue;
       }
-      const why = stream.config.mode === "simple"
-        ? `a SIMPLE queue's item left Redis when it was leased; process it (LeaseOpened.releases is false on "${stream.queue}")`
-        : "this stream does not hold it: it was settled, recovered, or leased on another stream";
+      const why = "this stream does not hold it: it was settled, recovered, or leased on another stream";
       failures.push({ token, error: new SwitchyardError("failed_precondition", `cannot release: ${why}`, { reason: "LEASE_NOT_HELD", metadata: { queue: stream.queue } }) });
     }
     if (given.length === 0) return failures;
+    if (stream.config.mode === "simple") {
+      // The push goes out before the freed credit's lease, on the same connection: Redis runs it first.
+      const back = pushBackPopped(this.redis.client, stream.queue, given.flatMap(([, ref]) => ref.popped ?? []), this.log);
+      this.dispatcherOf(stream)?.pushed();
+      for (const [token] of given) this.release(token, stream);
+      await back;
+      return failures;
+    }
     // Each goes to the front: the last delivered first, so the queue keeps its order (as closeStream).
     // On their way back before they stop counting as held: the pump's reconcile must never see them as nobody's.
     const back = given.filter(([, ref]) => ref.owner).reverse();

@@ -22,6 +22,8 @@ export interface LeaseRef {
   owner: string;
   /** Stream queues only. */
   entry?: EntryRef;
+  /** A simple queue's delivery while its stream holds it: the item as popped, for a release to push back. */
+  popped?: Buffer;
 }
 
 /** The mode of the queue a token's delivery came from. */

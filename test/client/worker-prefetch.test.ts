@@ -1,6 +1,6 @@
 /**
- * runWorker's prefetch: deliveries kept ready beyond the running handlers on
- * RELIABLE and STREAM queues, and given back uncounted (LeaseRequest.release)
+ * runWorker's prefetch: deliveries kept ready beyond the running handlers,
+ * and given back uncounted (LeaseRequest.release)
  * when the worker stops or the server drains.
  */
 import { describe, expect, it } from "vitest";
@@ -237,20 +237,25 @@ describe("prefetch follows how quick the handlers are (prefetchMs)", () => {
 });
 
 describe("prefetch elsewhere", () => {
-  it("a SIMPLE queue's worker takes no more than it runs (its items cannot go back)", async () => {
+  it("a SIMPLE queue's worker keeps items ready too, and stop() pushes back what never started, in order, at the front", async () => {
     const Q = "{pf-simple}";
     await t.sy.client.createQueue({ name: Q, mode: QueueMode.SIMPLE });
-    await t.sy.client.enqueue(Q, ["j0", "j1", "j2"]);
+    await t.sy.client.enqueue(Q, ["j0", "j1", "j2", "j3", "j4", "j5"]);
     const h = held();
-    const worker = runWorker({ client: t.sy.client, queue: Q, concurrency: 2, prefetch: 5, prefetchMs: Infinity, handler: h.handler });
-    try {
-      await expect.poll(() => h.started.length).toBe(2);
-      expect(credits(t.sy, Q)).toEqual([2]);
-      expect(await t.redis.plain.llen(Q)).toBe(1);
-    } finally {
-      for (const ok of h.finish) ok();
-      await worker.stop();
-    }
+    const worker = runWorker({ client: t.sy.client, queue: Q, concurrency: 2, prefetch: 3, prefetchMs: Infinity, stopGraceMs: 0, handler: h.handler });
+    await expect.poll(() => credits(t.sy, Q)).toEqual([5]);
+    await expect.poll(() => t.redis.plain.llen(Q)).toBe(1);
+    expect(h.started.map(text)).toEqual(["j0", "j1"]);
+    h.finish[0]();
+    await expect.poll(() => h.started.map(text)).toEqual(["j0", "j1", "j2"]);
+    // The ack freed a unit: j5 was popped too, behind j3 and j4.
+    await expect.poll(() => t.redis.plain.llen(Q)).toBe(0);
+    const unfinished = await worker.stop();
+    // j1 and j2 ran and did not finish: popped, they are the worker's (at most once), not pushed back.
+    expect(unfinished.map(text)).toEqual(["j1", "j2"]);
+    // j3, j4 and j5 never reached a handler: back at the front, in the order they were delivered.
+    expect(await next(t.sy, Q, 3)).toEqual([["j3", 1], ["j4", 1], ["j5", 1]]);
+    expect(await t.redis.plain.llen(Q)).toBe(0);
   });
 
   it("a STREAM queue's entries that waited go back uncounted on stop(): the group reads them next with count 1", async () => {
@@ -268,42 +273,61 @@ describe("prefetch elsewhere", () => {
 });
 
 describe("LeaseRequest.release", () => {
-  it("refuses, each with its own result, a token the stream does not hold, and one of a SIMPLE queue", async () => {
-    const [R, S] = ["{rel-r}", "{rel-s}"];
+  it("refuses, each with its own result, a token the stream does not hold", async () => {
+    const R = "{rel-r}";
     await t.sy.client.createQueue({ name: R, mode: QueueMode.RELIABLE });
-    await t.sy.client.createQueue({ name: S, mode: QueueMode.SIMPLE });
     await t.sy.client.enqueue(R, ["r0", "r1"]);
-    await t.sy.client.enqueue(S, ["s0"]);
     const one = t.sy.client.lease(R, 1);
     const other = t.sy.client.lease(R, 1);
-    const simple = t.sy.client.lease(S, 1);
     try {
       expect((await one.opened).releases).toBe(true);
-      expect((await simple.opened).releases).toBe(false);
       const [mine] = await one.take(1);
       const [theirs] = await other.take(1);
-      const [popped] = await simple.take(1);
       const results: { token: string; reason: string; code: number }[] = [];
       one.onSettleResult((r) => results.push({ token: r.leaseToken, reason: r.reason, code: r.code }));
-      simple.onSettleResult((r) => results.push({ token: r.leaseToken, reason: r.reason, code: r.code }));
       // Credit 0 first, as a stopping worker does: else the freed credit leases mine again.
       one.setCredit(0);
       one.release([theirs.leaseToken, mine.leaseToken]);
-      simple.release([popped.leaseToken]);
-      await expect.poll(() => results.length).toBe(2);
-      expect(results).toEqual(expect.arrayContaining([
-        { token: theirs.leaseToken, reason: "LEASE_NOT_HELD", code: 9 },
-        { token: popped.leaseToken, reason: "LEASE_NOT_HELD", code: 9 },
-      ]));
+      await expect.poll(() => results.length).toBe(1);
+      expect(results).toEqual([{ token: theirs.leaseToken, reason: "LEASE_NOT_HELD", code: 9 }]);
       // Mine went back; theirs is still held by the other stream.
       await expect.poll(async () => (await t.sy.client.getQueueStats(R)).ready).toBe(1n);
       expect((await t.sy.client.getQueueStats(R)).processing).toBe(1n);
       // Released twice: the second finds nothing held.
       one.release([mine.leaseToken]);
-      await expect.poll(() => results.length).toBe(3);
-      expect(results[2]).toEqual({ token: mine.leaseToken, reason: "LEASE_NOT_HELD", code: 9 });
+      await expect.poll(() => results.length).toBe(2);
+      expect(results[1]).toEqual({ token: mine.leaseToken, reason: "LEASE_NOT_HELD", code: 9 });
     } finally {
-      await Promise.all([one.close(), other.close(), simple.close()]);
+      await Promise.all([one.close(), other.close()]);
+    }
+  });
+
+  it("on a SIMPLE queue pushes the popped items back to the front, in delivery order, once, and frees their credit", async () => {
+    const S = "{rel-s}";
+    await t.sy.client.createQueue({ name: S, mode: QueueMode.SIMPLE });
+    // A plain producer's items (no envelope): pushed back byte for byte.
+    await t.redis.plain.lpush(S, "s0", "s1", "s2", "s3");
+    const lease = t.sy.client.lease(S, 3);
+    try {
+      expect((await lease.opened).releases).toBe(true);
+      const got = await lease.take(3);
+      expect(got.map(text)).toEqual(["s0", "s1", "s2"]);
+      const results: { token: string; reason: string; code: number }[] = [];
+      lease.onSettleResult((r) => results.push({ token: r.leaseToken, reason: r.reason, code: r.code }));
+      lease.setCredit(0);
+      // Named out of order: they go back in the order they were delivered, ahead of s3.
+      lease.release([got[2].leaseToken, got[1].leaseToken]);
+      await expect.poll(() => t.redis.plain.lrange(S, 0, -1)).toEqual(["s3", "s2", "s1"]);
+      // Released twice, and the one still held acked: the second release is refused, and nothing is pushed again.
+      lease.release([got[1].leaseToken]);
+      await expect.poll(() => results).toEqual([{ token: got[1].leaseToken, reason: "LEASE_NOT_HELD", code: 9 }]);
+      await t.sy.client.ack(got[0].leaseToken);
+      expect(await t.redis.plain.lrange(S, 0, -1)).toEqual(["s3", "s2", "s1"]);
+      // Their credit is free: the stream takes them again, first, with their payloads as they were.
+      lease.setCredit(3);
+      expect((await lease.take(3)).map(text)).toEqual(["s1", "s2", "s3"]);
+    } finally {
+      await lease.close();
     }
   });
 });

@@ -3019,9 +3019,10 @@ type LeaseOpened struct {
 	MinIdle *durationpb.Duration `protobuf:"bytes,5,opt,name=min_idle,json=minIdle,proto3" json:"min_idle,omitempty"`
 	// Deliveries are paused (PauseQueue); the stream stays open.
 	Paused bool `protobuf:"varint,6,opt,name=paused,proto3" json:"paused,omitempty"`
-	// The server accepts release on this stream (RELIABLE and STREAM queues), so
-	// a worker may take deliveries ahead of its handlers and give back those it
-	// never starts, uncounted. Older servers and SIMPLE queues leave it false.
+	// The server accepts release on this stream, so a worker may take deliveries
+	// ahead of its handlers and give back those it never starts, uncounted (a
+	// SIMPLE queue's are pushed back to its front). Older servers leave it false,
+	// and so did SIMPLE queues' streams before servers pushed their items back.
 	Releases bool `protobuf:"varint,7,opt,name=releases,proto3" json:"releases,omitempty"`
 	// The largest credit this server accepts (SWITCHYARD_MAX_CREDIT); 0 from
 	// older servers. A credit above it ends the stream with INVALID_ARGUMENT.

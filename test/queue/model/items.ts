@@ -195,6 +195,31 @@ export function giveBack(r: Run, sessions: Session[], why: string): void {
   }
 }
 
+/**
+ * A stream gives back some of the deliveries it holds, as a worker does with
+ * those it never started (LeaseRequest.release): to the front of their queue,
+ * uncounted (a simple queue's popped items pushed back). Only deliveries that
+ * nothing else may take meanwhile (no recovery, reap or return due).
+ */
+export async function release(r: Run): Promise<string | undefined> {
+  const live = new Set(r.world.live());
+  const calm = (it: Item) => it.mayLeave === undefined && it.mustLeave === undefined && it.killedAt === undefined;
+  const sessions = openSessions(r).filter((s) => live.has(s.inst) && r.model.heldBy(s.id).some(calm));
+  if (sessions.length === 0) return undefined;
+  const s = pick(r, sessions);
+  const mine = r.model.heldBy(s.id).filter(calm);
+  const some = mine.filter(() => chance(r, 0.6));
+  if (some.length === 0) some.push(pick(r, mine));
+  const what = `stream ${s.id} releases ${describeItems(r, some)}`;
+  const tokens = some.map((it) => it.token!);
+  for (const it of some) {
+    if (it.place === "held") r.model.stale.push({ token: it.token!, queue: it.queue, why: "released" });
+    r.model.releaseBack(it);
+  }
+  s.lease.release(tokens);
+  return what;
+}
+
 export async function endSession(r: Run): Promise<string | undefined> {
   const open = openSessions(r);
   if (open.length === 0) return undefined;

@@ -120,6 +120,12 @@ export class Model {
     clear(it, "token", "field", "session", "claimAt", "killedAt", "mayLeave", "mustLeave");
   }
 
+  /** A held item given back uncounted (LeaseRequest.release): to the front of its queue, its count as it was. */
+  releaseBack(it: Item): void {
+    Object.assign(it, { place: "moving", dests: ["ready"], leasable: true });
+    clear(it, "token", "field", "session", "claimAt", "killedAt", "mayLeave", "mustLeave");
+  }
+
   /**
    * Checks the model against a snapshot and the arrivals since the last check.
    * Returns the problems; with none, the model takes in what it learnt.

@@ -9,8 +9,9 @@
  * (equal values, non-UTF-8 bytes, values that look like a derived claim);
  * Lease streams on up to three instances with various credits; credit
  * changes; ack, retry (the policy's backoff, or a delay of its own), drop and
- * extend, on the stream or unary through any instance; stale tokens (settled,
- * returned, recovered, reaped, of a deleted queue); stream close and cancel;
+ * extend, on the stream or unary through any instance; release of some a
+ * stream holds (back to the front, uncounted); stale tokens (settled,
+ * returned, recovered, released, reaped, of a deleted queue); stream close and cancel;
  * instance kill (its link to Redis down for good, nothing returned), graceful
  * stop and restart; a cut of instances' Redis connections right after a push;
  * an outage of one instance's Redis while its streams end (their returns wait);
@@ -36,11 +37,11 @@ import { startStandaloneRedis, type StandaloneRedis } from "../../helpers/redis.
 import { Model } from "./model.js";
 import { INSTANCE_TIMEOUT_MS, WATCHDOG_MS, World, killed } from "./world.js";
 import { FIRST_SEED, MIN_IDLE_MS, ModelFailure, QUEUES, RUNS, STEPS, declarations, openSessions, queueModels, settle, step, summary, type Run } from "./run.js";
-import { credit, endSession, enqueue, giveBack, open, quiet, rawPush, settleOne, stale } from "./items.js";
+import { credit, endSession, enqueue, giveBack, open, quiet, rawPush, release, settleOne, stale } from "./items.js";
 import { advance, cut, kill, longHandler, lostLease, outage, pauseOrResume, purge, redeclare, restart, stop } from "./faults.js";
 
 const steps: [number, (r: Run) => Promise<string | undefined>][] = [
-  [3, enqueue], [3, (r) => rawPush(r)], [3, open], [1, credit], [9, settleOne], [2, stale], [1, endSession],
+  [3, enqueue], [3, (r) => rawPush(r)], [3, open], [1, credit], [9, settleOne], [2, stale], [1.5, release], [1, endSession],
   [0.4, kill], [0.4, stop], [1, restart], [1, cut], [0.7, outage], [1, lostLease], [3, (r) => advance(r)], [1, longHandler], [1, pauseOrResume], [0.4, purge], [0.2, redeclare],
 ];
 const totalWeight = steps.reduce((a, [w]) => a + w, 0);

@@ -1450,9 +1450,10 @@ export type LeaseOpened = Message<"switchyard.v1.LeaseOpened"> & {
   paused: boolean;
 
   /**
-   * The server accepts release on this stream (RELIABLE and STREAM queues), so
-   * a worker may take deliveries ahead of its handlers and give back those it
-   * never starts, uncounted. Older servers and SIMPLE queues leave it false.
+   * The server accepts release on this stream, so a worker may take deliveries
+   * ahead of its handlers and give back those it never starts, uncounted (a
+   * SIMPLE queue's are pushed back to its front). Older servers leave it false,
+   * and so did SIMPLE queues' streams before servers pushed their items back.
    *
    * @generated from field: bool releases = 7;
    */
