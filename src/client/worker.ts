@@ -29,7 +29,7 @@
  * gets no more than the worker runs.
  */
 import { durationMs, timestampMs } from "@bufbuild/protobuf/wkt";
-import type { Delivery, SettleResult } from "../gen/switchyard/v1/queue_pb.js";
+import { QueueMode, type Delivery, type SettleResult } from "../gen/switchyard/v1/queue_pb.js";
 import { systemClock, type Clock } from "../clock.js";
 import { SwitchyardClient, type LeaseSession, type Reply } from "./client.js";
 
@@ -141,13 +141,20 @@ class Stream {
   maxCredit = 0;
   /** The server takes back deliveries never started (LeaseOpened.releases). */
   releases = false;
+  /**
+   * A SIMPLE queue's stream: its items left Redis when popped, so its end
+   * gives nothing back. What it delivered stays this worker's: handlers keep
+   * running (their signal does not fire for it), what waited still starts,
+   * and a reply goes by a unary Ack.
+   */
+  simple = false;
   private readonly extends = new Map<string, ((r: SettleResult | undefined) => void)[]>();
 
   constructor(readonly session: LeaseSession) {
     session.onSettleResult((r) => this.answer(r.leaseToken, r));
     session.onDrain(() => this.abort.abort(new Error("the server is draining this lease stream")));
     void session.ended.then(() => {
-      this.abort.abort(new Error("the lease stream ended"));
+      if (!this.simple) this.abort.abort(new Error("the lease stream ended"));
       for (const token of [...this.extends.keys()]) this.answer(token, undefined);
     });
   }
@@ -277,11 +284,16 @@ export function runWorker(options: WorkerOptions): Worker {
 
   const settle = (job: Job, result: HandlerResult) => {
     if (job.lost) return;
+    if (job.s.simple && job.s.session.closed) {
+      // Its stream ended: an ack changes nothing on a SIMPLE queue, but a reply is still enqueued, through any instance.
+      if (result?.reply) client.ack(job.d.leaseToken, result.reply).catch((err: unknown) => options.onError?.(err, job.d));
+      return;
+    }
     job.s.session.ack(job.d.leaseToken, result ? result.reply : undefined);
   };
   const fail = (job: Job, err: unknown) => {
     options.onError?.(err, job.d);
-    if (job.lost) return;
+    if (job.lost || (job.s.simple && job.s.session.closed)) return; // a retry changes nothing on a SIMPLE queue
     job.s.session.retry(job.d.leaseToken, { reason: reasonOf(err) });
   };
   const finished = (job: Job) => {
@@ -385,7 +397,7 @@ export function runWorker(options: WorkerOptions): Worker {
   const startWaiting = () => {
     while (running.size < options.concurrency && waiting.length > 0 && !stopping) {
       const job = waiting.shift()!;
-      if (job.lost || job.done || job.s.session.closed) finished(job);
+      if (job.lost || job.done || (job.s.session.closed && !job.s.simple)) finished(job);
       else start(job);
     }
   };
@@ -469,6 +481,7 @@ export function runWorker(options: WorkerOptions): Worker {
         s.minIdleMs = opened.minIdle ? durationMs(opened.minIdle) : 0;
         s.maxCredit = opened.maxCredit;
         s.releases = opened.releases;
+        s.simple = opened.mode === QueueMode.SIMPLE;
         if (opened.releases && !s.session.drained) {
           s.prefetch = prefetch;
           refreshCredit();
@@ -484,8 +497,8 @@ export function runWorker(options: WorkerOptions): Worker {
         if (!stopping) options.onError?.(err);
       }
       await s.session.ended;
-      // The server returned what waited on it when the stream ended.
-      for (const job of waiting) if (job.s === s) finished(job);
+      // The server returned what waited on it when the stream ended (a SIMPLE queue's cannot go back: it still runs here).
+      if (!s.simple) for (const job of waiting) if (job.s === s) finished(job);
       prune();
       startWaiting();
       processedBefore += s.session.settlesSent;

@@ -1052,12 +1052,18 @@ export class Queues {
       await this.settle(token, "ack", {}, fromStream);
       return [];
     }
-    const route = reply.queue || (await this.registry.get(parseToken(token).queue)).replyQueue;
+    const ref = parseToken(token);
+    // A SIMPLE delivery's ack changes nothing in Redis: its stream stops holding it at once, so a release
+    // sent behind this ack finds it settled (LEASE_NOT_HELD) rather than pushing the item back to run again.
+    const simple = tokenMode(ref) === "simple";
+    if (simple) this.releaseSimple(token, fromStream);
+    const route = reply.queue || (await this.registry.get(ref.queue)).replyQueue;
     if (!route) throw invalid("reply_queue is required with replies (the queue declares no reply_queue)", "reply_queue");
     const prepared = await this.prepare(route, reply.items, reply.ttlMs);
     await this.settle(token, "check", {}, fromStream);
     const written = await this.write(prepared);
-    await this.settle(token, "ack", {}, fromStream);
+    if (simple) this.metrics.items(ref.queue, "acked");
+    else await this.settle(token, "ack", {}, fromStream);
     return written instanceof ItemIds ? written.toArray() : written.ids;
   }
 
