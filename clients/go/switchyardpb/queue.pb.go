@@ -1327,7 +1327,8 @@ type QueueStats struct {
 	// Deliveries made since the queue was declared (its fence counter), by every
 	// instance: sample it twice for a rate.
 	LeasedTotal int64 `protobuf:"varint,7,opt,name=leased_total,json=leasedTotal,proto3" json:"leased_total,omitempty"`
-	// Items completed: acked or dropped (RELIABLE); for SIMPLE, every lease.
+	// Items completed: acked or dropped (RELIABLE); for SIMPLE, every lease (an
+	// item a worker released and that was leased again counts each time).
 	CompletedTotal int64 `protobuf:"varint,8,opt,name=completed_total,json=completedTotal,proto3" json:"completed_total,omitempty"`
 	// Items waiting for their time (delay, not_before, retry backoff).
 	Delayed int64 `protobuf:"varint,9,opt,name=delayed,proto3" json:"delayed,omitempty"`

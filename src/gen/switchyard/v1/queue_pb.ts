@@ -607,7 +607,8 @@ export type QueueStats = Message<"switchyard.v1.QueueStats"> & {
   leasedTotal: bigint;
 
   /**
-   * Items completed: acked or dropped (RELIABLE); for SIMPLE, every lease.
+   * Items completed: acked or dropped (RELIABLE); for SIMPLE, every lease (an
+   * item a worker released and that was leased again counts each time).
    *
    * @generated from field: int64 completed_total = 8;
    */
