@@ -582,10 +582,10 @@ ${deployed ? `- Deployed shapes: Switchyard's server is a child process (\`node 
     reliable (recovery set, min_idle 60 s) when the processing list is empty after the last handler
     ran; simple when the last handler ran; BullMQ at the last \`completed\` event. Workers report their
     count every 5 ms over IPC; the parent polls the processing list every 1 ms after the last one.
-    \`runWorker({concurrency: c})\` runs at most c handlers at once, as BullMQ's Worker does; on reliable and
-    stream queues it also keeps its default prefetch (deliveries ready beyond the running handlers: what
-    they get through in 5 ms at their average run time, at most 4c and at least 256; given back uncounted
-    on stop): these handlers return at once, so its stream's credit is c + max(256, 4c); BullMQ's Worker
+    \`runWorker({concurrency: c})\` runs at most c handlers at once, as BullMQ's Worker does; it also keeps
+    its default prefetch (deliveries ready beyond the running handlers: what
+    they get through in 5 ms at their average run time, at most 4c and at least 512; given back uncounted
+    on stop): these handlers return at once, so its stream's credit is c + max(512, 4c); BullMQ's Worker
     fetches no more than c (it takes the next job in the call that completes one).
   - Latency: a producer process paced open loop at ${D.latency.map((l) => `${l.rate}/s (${l.items.toLocaleString("en-US")} items after ${l.warmup} warm-up)`).join(" and ")},
     one worker process with concurrency ${D.latencyConcurrency}, reliable queue with a recovery set; each

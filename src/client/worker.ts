@@ -15,7 +15,7 @@
  * those running, so a handler that finishes starts the next item without
  * waiting a round trip for it: as many as its handlers get through in
  * `prefetchMs` (5 ms) at their average run time, at most `prefetch` (default
- * 4 × concurrency, at least 256) and `prefetchBytes` of payload (16 MiB).
+ * 4 × concurrency, at least 512) and `prefetchBytes` of payload (16 MiB).
  * Quick handlers get the most from it (a round trip through the server covers
  * many of their items); a long job gains little, and an item is better off
  * with an idle worker elsewhere than waiting behind one here long. Those wait
@@ -66,9 +66,9 @@ export interface WorkerOptions {
   concurrency: number;
   /**
    * The most deliveries kept ready beyond the running handlers (the stream's
-   * credit is concurrency + those). Default: 4 ×
-   * concurrency, at least 256 (a server's lease call moves at most 256 by default, and a
-   * round trip through it covers about that many quick items); 0 takes no
+   * credit is concurrency + those). Default: 4 × concurrency, at least 512
+   * (a server's lease call moves at most 256 by default: two of them in flight
+   * cover a round trip of quick items, where one left the worker waiting); 0 takes no
    * more than it runs (on a SIMPLE queue, what a worker that dies loses beside
    * its running items). Fewer while handlers are slow (prefetchMs) or payloads
    * large (prefetchBytes).
@@ -251,7 +251,7 @@ export function runWorker(options: WorkerOptions): Worker {
   const client = typeof options.client === "string" ? new SwitchyardClient(options.client) : options.client;
   const clock = options.clock ?? systemClock;
   // NaN or negative keeps none ready, as prefetchMs and prefetchBytes do (a NaN credit fails to encode and ends the stream).
-  const prefetch = Math.max(0, Math.floor(options.prefetch ?? Math.max(256, 4 * options.concurrency)) || 0);
+  const prefetch = Math.max(0, Math.floor(options.prefetch ?? Math.max(512, 4 * options.concurrency)) || 0);
   const prefetchMs = options.prefetchMs ?? 5;
   const prefetchBytes = options.prefetchBytes ?? 16 * 1024 * 1024;
   /** Moving averages of handlers' run times (ms), once one has finished, and of payload sizes, once one has come. */
