@@ -4,7 +4,7 @@
 // Redis. The prefill is not counted. At c = 1 every item costs each process its wake-ups: on a
 // VM a socket write that wakes a sleeping process is dear, and Switchyard's extra hop pays it twice.
 //   node bench/diagnostics/cpu-per-item.mjs [C] [ITEMS] [--sys]   (after npm run bench built dist-bench/)
-// SERVER_NODE_ARGS="--cpu-prof --cpu-prof-dir=DIR" profiles the server child.
+// SERVER_NODE_ARGS="--cpu-prof --cpu-prof-dir=DIR" profiles the server child; AGENT_NODE_ARGS the worker processes.
 import { readFileSync } from "node:fs";
 import { Deployed } from "../../dist-bench/deployed.js";
 import { startBenchRedis } from "../../dist-bench/env.js";
@@ -19,7 +19,7 @@ const cpuMs = (pid) => {
   return ticks * 10; // USER_HZ = 100
 };
 const redis = await startBenchRedis();
-const d = await Deployed.start(redis, { workers: 1, serverNodeArgs: process.env.SERVER_NODE_ARGS?.split(" ").filter(Boolean) });
+const d = await Deployed.start(redis, { workers: 1, serverNodeArgs: process.env.SERVER_NODE_ARGS?.split(" ").filter(Boolean), agentNodeArgs: process.env.AGENT_NODE_ARGS?.split(" ").filter(Boolean) });
 try {
   for (const system of ["switchyard", "bullmq"]) {
     await d.consume(system, "reliable", 1, c, 2000); // warm-up

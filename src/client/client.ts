@@ -39,6 +39,7 @@ import {
 import { AuditService, type ListAuditLogsResponse } from "../gen/switchyard/v1/audit_pb.js";
 import { AuthService, type GetCallerResponse } from "../gen/switchyard/v1/auth_pb.js";
 import { clientConstructor, PreEncoded } from "../grpc/adapter.js";
+import { encodeAckBatch } from "../grpc/lease-wire.js";
 import { encodeEnqueueRequest, type EnqueueRequestFields } from "../grpc/enqueue-wire.js";
 import { EnqueueBatcher } from "./enqueue-batcher.js";
 import { EnqueueStream } from "./enqueue-stream.js";
@@ -373,7 +374,7 @@ export class SwitchyardClient {
    * 4 MiB by default), which the open announces.
    */
   lease(queue: string, credit: number, options: { group?: string } = {}): LeaseSession {
-    const stream = (this.grpc as unknown as { lease(): grpc.ClientDuplexStream<LeaseRequest, LeaseResponse> }).lease();
+    const stream = (this.grpc as unknown as { lease(): grpc.ClientDuplexStream<LeaseRequest | PreEncoded, LeaseResponse> }).lease();
     return new LeaseSession(stream, queue, credit, this.receiveLimit, options.group ?? "");
   }
 
@@ -467,7 +468,7 @@ export class LeaseSession implements AsyncIterable<Delivery> {
   drained = false;
 
   constructor(
-    private readonly stream: grpc.ClientDuplexStream<LeaseRequest, LeaseResponse>,
+    private readonly stream: grpc.ClientDuplexStream<LeaseRequest | PreEncoded, LeaseResponse>,
     queue: string,
     credit: number,
     maxMessageBytes = 0,
@@ -539,7 +540,7 @@ export class LeaseSession implements AsyncIterable<Delivery> {
     const leaseTokens = this.acks;
     this.acks = [];
     if (this.done || this.closing) return;
-    this.stream.write(create(LeaseRequestSchema, { kind: { case: "ackBatch", value: { leaseTokens } } }));
+    this.stream.write(new PreEncoded(encodeAckBatch(leaseTokens)));
     this.settles += leaseTokens.length;
   }
 

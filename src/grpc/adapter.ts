@@ -4,7 +4,7 @@
  */
 import * as grpc from "@grpc/grpc-js";
 import { fromBinary, toBinary, type DescMessage, type DescMethod, type DescService } from "@bufbuild/protobuf";
-import { EnqueueRequestSchema, EnqueueResponseSchema, EnqueueStreamResponseSchema, QueueService } from "../gen/switchyard/v1/queue_pb.js";
+import { EnqueueRequestSchema, EnqueueResponseSchema, EnqueueStreamResponseSchema, LeaseResponseSchema, QueueService } from "../gen/switchyard/v1/queue_pb.js";
 import {
   decodeEnqueueRequest,
   decodeEnqueueResponse,
@@ -14,6 +14,7 @@ import {
   readEnqueueRequest,
   readEnqueueStreamRequest,
 } from "./enqueue-wire.js";
+import { decodeLeaseResponse } from "./lease-wire.js";
 
 /**
  * What the deserializer hands on instead of throwing: grpc-js would turn a
@@ -41,7 +42,7 @@ interface Codec {
 }
 
 /**
- * Codecs written by hand for the messages of hot paths (see enqueue-wire.ts),
+ * Codecs written by hand for the messages of hot paths (see enqueue-wire.ts, lease-wire.ts),
  * used wherever those messages are sent or read, in place of protobuf-es'
  * generic toBinary and fromBinary: they write the same bytes, and accept and
  * return the same messages.
@@ -50,6 +51,8 @@ const handWritten = new Map<string, Codec>([
   [EnqueueRequestSchema.typeName, { encode: encodeEnqueueRequest, decode: decodeEnqueueRequest }],
   [EnqueueResponseSchema.typeName, { encode: encodeEnqueueResponse, decode: decodeEnqueueResponse }],
   [EnqueueStreamResponseSchema.typeName, { encode: (m) => toBinary(EnqueueStreamResponseSchema, m), decode: decodeEnqueueStreamResponse }],
+  // The server writes deliveries by hand (delivery-wire.ts) and other kinds with toBinary; the client reads them here.
+  [LeaseResponseSchema.typeName, { encode: (m) => toBinary(LeaseResponseSchema, m), decode: decodeLeaseResponse }],
 ]);
 
 function codec(schema: DescMessage): Codec {

@@ -25,7 +25,6 @@
  * with protobuf-es on generated, mangled and truncated input.
  */
 import { create, toBinary } from "@bufbuild/protobuf";
-import { BinaryReader, getTextEncoding } from "@bufbuild/protobuf/wire";
 import type { Duration, Timestamp } from "@bufbuild/protobuf/wkt";
 import {
   type EnqueueRequest,
@@ -37,14 +36,8 @@ import {
 } from "../gen/switchyard/v1/queue_pb.js";
 import type { ItemIds } from "../queue/item-ids.js";
 import { PackedItems, type PackedExtras } from "../queue/new-items.js";
+import { RECURSION_LIMIT, Reader, readDuration, readHeader, readTimestamp } from "../wire/proto-reader.js";
 import { lenFieldSize, measureStringMap, ProtoWriter, varintFieldSize, varintSize } from "../wire/proto-writer.js";
-
-/**
- * fromBinary's recursion limit: a message read at depth d may skip unknown
- * groups nested up to this less d deep (the request is at depth 1, an item
- * or a duration at 2).
- */
-const RECURSION_LIMIT = 100;
 
 /** The one-byte tags of the fields every item has: (field << 3) | wire type LEN. */
 const ITEM_TAG = (2 << 3) | 2;
@@ -52,104 +45,6 @@ const PAYLOAD_TAG = (1 << 3) | 2;
 const ID_TAG = (1 << 3) | 2;
 /** EnqueueStreamResponse's ids. */
 const STREAM_ID_TAG = (4 << 3) | 2;
-
-/**
- * protobuf-es' reader with two shortcuts for what every item has, which
- * spare the allocations of tag() (an array) and of string() (an array of
- * char codes) and read the same.
- */
-class Reader extends BinaryReader {
-  /** The whole input as Latin-1 text (one char per byte), made at the first strictString(). */
-  private text?: string;
-
-  constructor(private readonly input: Uint8Array) {
-    super(input);
-  }
-
-  /** Consumes the next tag when it is the single byte `tag` (a field 1–15); tag() would read the same. */
-  skipTag(tag: number): boolean {
-    if (this.input[this.pos] !== tag) return false;
-    this.pos++;
-    return true;
-  }
-
-  /**
-   * string(true): the same string, or the same error. An ASCII string is cut
-   * from the input decoded once as Latin-1, which for a message of many short
-   * strings (a thousand ids) costs less than decoding each on its own.
-   */
-  strictString(): string {
-    const length = this.uint32();
-    const start = this.pos;
-    this.pos += length;
-    if (this.pos > this.len) throw new RangeError("premature EOF"); // as string() checks
-    for (let i = start; i < this.pos; i++) {
-      if (this.input[i] > 0x7f) return getTextEncoding().decodeUtf8(this.input.subarray(start, this.pos), true);
-    }
-    this.text ??= Buffer.from(this.input.buffer, this.input.byteOffset, this.input.byteLength).toString("latin1");
-    return this.text.substring(start, this.pos);
-  }
-
-  /** bytes(), but where the bytes start (they end at pos) rather than a view of them. */
-  bytesStart(): number {
-    const length = this.uint32();
-    const start = this.pos;
-    this.pos += length;
-    if (this.pos > this.len) throw new RangeError("premature EOF"); // as bytes() checks
-    return start;
-  }
-
-  /** The end of the message whose length comes next. */
-  messageEnd(): number {
-    const length = this.uint32();
-    return this.pos + length;
-  }
-}
-
-/**
- * Reads a Duration into `into` (a repeated message field merges) or a new one.
- * `depth`: how deep the request holding it is (1: the message itself).
- */
-function readDuration(r: Reader, into: Duration | undefined, depth: number): Duration {
-  const d: Duration = into ?? { $typeName: "google.protobuf.Duration", seconds: 0n, nanos: 0 };
-  const end = r.messageEnd();
-  while (r.pos < end) {
-    const [no, wireType] = r.tag();
-    if (no === 1) d.seconds = r.int64() as bigint;
-    else if (no === 2) d.nanos = r.int32();
-    else r.skip(wireType, no, RECURSION_LIMIT - depth - 1);
-  }
-  return d;
-}
-
-/** Reads a Timestamp into `into` (a repeated message field merges) or a new one; `depth` as readDuration's. */
-function readTimestamp(r: Reader, into: Timestamp | undefined, depth: number): Timestamp {
-  const t: Timestamp = into ?? { $typeName: "google.protobuf.Timestamp", seconds: 0n, nanos: 0 };
-  const end = r.messageEnd();
-  while (r.pos < end) {
-    const [no, wireType] = r.tag();
-    if (no === 1) t.seconds = r.int64() as bigint;
-    else if (no === 2) t.nanos = r.int32();
-    else r.skip(wireType, no, RECURSION_LIMIT - depth - 1);
-  }
-  return t;
-}
-
-/** Reads one map entry into `headers`: a missing key or value is "", a repeated key's last value wins. */
-function readHeader(r: Reader, headers: Record<string, string>, depth: number): void {
-  let key = "";
-  let value = "";
-  const end = r.messageEnd();
-  while (r.pos < end) {
-    const [no, wireType] = r.tag();
-    if (no === 1) key = r.string(true);
-    else if (no === 2) value = r.string(true);
-    else r.skip(wireType, no, RECURSION_LIMIT - depth - 1);
-  }
-  // "__proto__" is a header like any other, not the object's prototype.
-  if (key === "__proto__") Object.defineProperty(headers, key, { value, writable: true, enumerable: true, configurable: true });
-  else headers[key] = value;
-}
 
 /** Reads an item into `items`: its last payload, its headers in the order given, its other fields as fromBinary reads them. */
 function readItem(r: Reader, items: PackedItems, depth: number): void {

@@ -1,0 +1,123 @@
+/**
+ * The reading side of the wire pieces Switchyard handles by hand (see
+ * proto-writer.ts): protobuf-es' own BinaryReader, used the way fromBinary
+ * uses it, with shortcuts for the fields hot paths read most, and readers of
+ * the small messages (Duration, Timestamp, a string map entry) that several
+ * hand-read messages hold. What they accept, return and throw is fromBinary's.
+ */
+import { BinaryReader, getTextEncoding } from "@bufbuild/protobuf/wire";
+import type { Duration, Timestamp } from "@bufbuild/protobuf/wkt";
+
+/**
+ * fromBinary's recursion limit: a message read at depth d may skip unknown
+ * groups nested up to this less d deep (the request is at depth 1, an item
+ * or a duration at 2).
+ */
+export const RECURSION_LIMIT = 100;
+
+/**
+ * protobuf-es' reader with two shortcuts for what hot messages hold most (items, ids, tokens), which
+ * spare the allocations of tag() (an array) and of string() (an array of
+ * char codes) and read the same.
+ */
+export class Reader extends BinaryReader {
+  /**
+   * Consumes the next tag when it takes one byte (fields 1–15) and returns it
+   * as (field << 3) | wire type; -1, consuming nothing, when it is longer
+   * (then tag() reads it). Spares tag()'s array where a switch on the byte serves.
+   */
+  shortTag(): number {
+    const b = this.input[this.pos];
+    if (b === undefined || b >= 0x80) return -1;
+    this.pos++;
+    return b;
+  }
+
+  /** The whole input as Latin-1 text (one char per byte), made at the first strictString(). */
+  private text?: string;
+
+  constructor(private readonly input: Uint8Array) {
+    super(input);
+  }
+
+  /** Consumes the next tag when it is the single byte `tag` (a field 1–15); tag() would read the same. */
+  skipTag(tag: number): boolean {
+    if (this.input[this.pos] !== tag) return false;
+    this.pos++;
+    return true;
+  }
+
+  /**
+   * string(true): the same string, or the same error. An ASCII string is cut
+   * from the input decoded once as Latin-1, which for a message of many short
+   * strings (a thousand ids) costs less than decoding each on its own.
+   */
+  strictString(): string {
+    const length = this.uint32();
+    const start = this.pos;
+    this.pos += length;
+    if (this.pos > this.len) throw new RangeError("premature EOF"); // as string() checks
+    for (let i = start; i < this.pos; i++) {
+      if (this.input[i] > 0x7f) return getTextEncoding().decodeUtf8(this.input.subarray(start, this.pos), true);
+    }
+    this.text ??= Buffer.from(this.input.buffer, this.input.byteOffset, this.input.byteLength).toString("latin1");
+    return this.text.substring(start, this.pos);
+  }
+
+  /** bytes(), but where the bytes start (they end at pos) rather than a view of them. */
+  bytesStart(): number {
+    const length = this.uint32();
+    const start = this.pos;
+    this.pos += length;
+    if (this.pos > this.len) throw new RangeError("premature EOF"); // as bytes() checks
+    return start;
+  }
+
+  /** The end of the message whose length comes next. */
+  messageEnd(): number {
+    const length = this.uint32();
+    return this.pos + length;
+  }
+}
+
+/**
+ * Reads a Duration or Timestamp (the same two fields: 1 seconds, 2 nanos)
+ * into `into` (a repeated message field merges) or a new one of `typeName`.
+ * `depth`: how deep the message holding it is (1: the message itself).
+ */
+function readSecondsNanos<T extends Duration | Timestamp>(r: Reader, into: T | undefined, depth: number, typeName: T["$typeName"]): T {
+  const m = into ?? ({ $typeName: typeName, seconds: 0n, nanos: 0 } as T);
+  const end = r.messageEnd();
+  while (r.pos < end) {
+    const [no, wireType] = r.tag();
+    if (no === 1) m.seconds = r.int64() as bigint;
+    else if (no === 2) m.nanos = r.int32();
+    else r.skip(wireType, no, RECURSION_LIMIT - depth - 1);
+  }
+  return m;
+}
+
+/** Reads a Duration (see readSecondsNanos). */
+export const readDuration = (r: Reader, into: Duration | undefined, depth: number): Duration => readSecondsNanos(r, into, depth, "google.protobuf.Duration");
+
+/** Reads a Timestamp (see readSecondsNanos). */
+export const readTimestamp = (r: Reader, into: Timestamp | undefined, depth: number): Timestamp => readSecondsNanos(r, into, depth, "google.protobuf.Timestamp");
+
+/**
+ * Reads one map entry into `headers`: a missing key or value is "", a repeated key's last value wins.
+ * Not `strict`: a key or value that is not UTF-8 is read with U+FFFD for its bad bytes, not refused.
+ */
+export function readHeader(r: Reader, headers: Record<string, string>, depth: number, strict = true): void {
+  let key = "";
+  let value = "";
+  const end = r.messageEnd();
+  while (r.pos < end) {
+    const [no, wireType] = r.tag();
+    if (no === 1) key = r.string(strict);
+    else if (no === 2) value = r.string(strict);
+    else r.skip(wireType, no, RECURSION_LIMIT - depth - 1);
+  }
+  // "__proto__" is a header like any other, not the object's prototype.
+  if (key === "__proto__") Object.defineProperty(headers, key, { value, writable: true, enumerable: true, configurable: true });
+  else headers[key] = value;
+}
