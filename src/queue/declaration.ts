@@ -89,6 +89,12 @@ export const DEFAULT_MAX_DELIVERIES = 25;
 export const DEFAULT_RETRY_POLICY: RetryPolicy = Object.freeze({ initialMs: 0, multiplier: 2, maxMs: 600_000, jitter: 0.2 });
 /** How long a stream queue's entry may stay pending before it is reclaimed, unless the declaration says otherwise. */
 export const DEFAULT_STREAM_MIN_IDLE_MS = 60_000;
+/**
+ * A stream queue's longest min_idle, 10 years: Redis keeps an entry's idle time as the time since
+ * its last delivery, and an entry handed back is parked with XCLAIM … IDLE min_idle, which Redis
+ * takes as "delivered min_idle ago" and refuses past 1970 (idle 0 instead): it would never come back.
+ */
+export const MAX_STREAM_MIN_IDLE_MS = 10 * 365 * 86_400_000;
 /** A stream queue that declares no trimming. */
 export const NO_TRIM: StreamTrimPolicy = Object.freeze({ maxLen: 0, maxAgeMs: 0 });
 /** How long idempotency keys are remembered unless the declaration says otherwise. */
@@ -297,6 +303,13 @@ function streamConfig(spec: QueueSpec, common: Omit<QueueConfig, "mode" | "proce
   checkDuration("stream_trim.max_age", trim.maxAgeMs);
   if (trim.maxLen > 0 && trim.maxAgeMs > 0) {
     throw invalid(`queue "${spec.name}": give stream_trim.max_len or stream_trim.max_age, not both (XADD trims by one of them)`, field("stream_trim"));
+  }
+  if ((spec.minIdleMs ?? 0) > MAX_STREAM_MIN_IDLE_MS) {
+    throw invalid(
+      `queue "${spec.name}": a stream queue's min_idle must be at most 10 years (${MAX_STREAM_MIN_IDLE_MS / 1000} s): ` +
+        "Redis counts an entry's idle time from its last delivery and cannot park one longer ago than 1970",
+      field("min_idle"),
+    );
   }
   const config: QueueConfig = {
     ...common,

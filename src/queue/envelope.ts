@@ -3,10 +3,11 @@
  * envelope (id, headers, enqueue time); any other value is a raw payload, as a
  * plain `LPUSH` from any Redis client writes it (SPEC Q1).
  */
-import { fromBinary } from "@bufbuild/protobuf";
-import { EnvelopeSchema } from "../gen/switchyard/v1/queue_pb.js";
+import { create, fromBinary } from "@bufbuild/protobuf";
+import { type Envelope, EnvelopeSchema, type ItemHistory, ItemHistorySchema } from "../gen/switchyard/v1/queue_pb.js";
 import { SwitchyardError } from "../errors.js";
 import { BulkStrings } from "../redis/bulk-strings.js";
+import { RECURSION_LIMIT, Reader, readHeader } from "../wire/proto-reader.js";
 import { lenFieldSize, measureStringMap, ProtoWriter, varintFieldSize } from "../wire/proto-writer.js";
 import { ItemIds } from "./item-ids.js";
 import { itemsOf, type NewItems } from "./new-items.js";
@@ -145,18 +146,61 @@ export interface StoredItem extends Item {
  */
 export function decodeItem(value: Buffer): StoredItem {
   if (value.length >= MAGIC.length && value.subarray(0, MAGIC.length).equals(MAGIC)) {
+    const bytes = value.subarray(MAGIC.length);
+    let env: Envelope | undefined;
     try {
-      const env = fromBinary(EnvelopeSchema, value.subarray(MAGIC.length));
-      // Switchyard's envelopes always carry an id or a history; without either, the magic bytes were a coincidence.
-      if (env.id || env.history) {
-        return {
-          id: env.id, payload: env.payload, headers: env.headers, enqueueTimeMs: Number(env.enqueueTimeMs),
-          deliveries: env.history?.deliveries ?? 0, lastError: env.history?.lastError ?? "",
-        };
-      }
+      env = fromBinary(EnvelopeSchema, bytes);
     } catch {
-      // Not an envelope after all: a raw value that happens to start with the magic bytes.
+      // A dead-lettered stream entry's fields are its headers byte for byte (lib.lua entry_envelope), and a raw
+      // XADD producer's need not be UTF-8: read those as a worker received them, else the item is raw.
+      env = readEnvelopeLeniently(bytes);
+    }
+    // Switchyard's envelopes always carry an id or a history; without either, the magic bytes were a coincidence.
+    if (env?.id || env?.history) {
+      return {
+        id: env.id, payload: env.payload, headers: env.headers, enqueueTimeMs: Number(env.enqueueTimeMs),
+        deliveries: env.history?.deliveries ?? 0, lastError: env.history?.lastError ?? "",
+      };
     }
   }
   return { id: "", payload: value, headers: {}, enqueueTimeMs: 0, deliveries: 0, lastError: "" };
+}
+
+/**
+ * fromBinary(EnvelopeSchema, bytes), but a header key or value that is not
+ * UTF-8 is read with U+FFFD for its bad bytes (as stream/entries.ts gives it to
+ * a worker) rather than refused; undefined where fromBinary fails otherwise
+ * too (not an envelope after all: a raw value that starts with the magic bytes).
+ */
+function readEnvelopeLeniently(bytes: Uint8Array): Envelope | undefined {
+  try {
+    const env = create(EnvelopeSchema);
+    const r = new Reader(bytes);
+    while (r.pos < r.len) {
+      const [no, wireType] = r.tag();
+      if (no === 1) env.id = r.string(true);
+      else if (no === 2) env.payload = r.bytes();
+      else if (no === 3) readHeader(r, env.headers, 1, false);
+      else if (no === 4) env.enqueueTimeMs = r.int64() as bigint;
+      else if (no === 5) env.history = readHistory(r, env.history);
+      else r.skip(wireType, no, RECURSION_LIMIT - 1);
+    }
+    return env;
+  } catch {
+    return undefined;
+  }
+}
+
+/** An Envelope's history (ItemHistory: 1 deliveries, 2 last_error, 3 last_fence), merged into `into` as fromBinary merges. */
+function readHistory(r: Reader, into: ItemHistory | undefined): ItemHistory {
+  const h = into ?? create(ItemHistorySchema);
+  const end = r.messageEnd();
+  while (r.pos < end) {
+    const [no, wireType] = r.tag();
+    if (no === 1) h.deliveries = r.uint32();
+    else if (no === 2) h.lastError = r.string(true);
+    else if (no === 3) h.lastFence = r.uint64() as bigint;
+    else r.skip(wireType, no, RECURSION_LIMIT - 2);
+  }
+  return h;
 }

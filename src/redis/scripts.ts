@@ -122,8 +122,13 @@ async function notAList(client: RedisClient, key: string, err: unknown): Promise
 /** A script call's rejection: notAList's error when the script refused a key of another type (lib.lua wrong_type), else `err`. */
 function refusedType(client: RedisClient, queue: string) {
   return async (err: unknown): Promise<never> => {
-    throw err instanceof Error && err.message.startsWith("SYWRONGTYPE") ? await notAList(client, queue, err) : err;
+    throw await typedError(client, queue, err);
   };
+}
+
+/** notAList's error for `err` when it is a script's refusal of a key of another type (lib.lua wrong_type), else `err`. */
+async function typedError<E>(client: RedisClient, queue: string, err: E): Promise<E> {
+  return err instanceof Error && err.message.startsWith("SYWRONGTYPE") ? ((await notAList(client, queue, err)) as E) : err;
 }
 
 /** One item for {@link enqueueScheduled}. */
@@ -304,7 +309,7 @@ export async function settleAndLease(
   pushOps(args, ops);
   const [settled, flat] = (await call(client, "sySettleLeaseBuffer", args).catch(refusedType(client, keys.queue))) as [number[], (Buffer | number)[] | Error];
   // The settles applied even when the lease after them failed: that error is the lease's alone.
-  return { results: settleResults(settled), leased: flat instanceof Error ? flat : leasedItems(flat) };
+  return { results: settleResults(settled), leased: flat instanceof Error ? await typedError(client, keys.queue, flat) : leasedItems(flat) };
 }
 
 /** settle.lua's keys and first six arguments. */
@@ -342,7 +347,7 @@ export function streamDeliveryField(id: string, count: number, consumer: string,
 export async function settleStreamItems(client: RedisClient, keys: QueueKeys, ctx: SettleContext, ops: readonly SettleOp[]): Promise<SettleResult[]> {
   const args: (string | number)[] = [keys.queue, keys.deadLetter, keys.leases, ...streamSettleArgs(ctx)];
   pushStreamOps(args, ops);
-  return streamSettleResults((await call(client, "syStreamSettle", args)) as number[], ctx, ops);
+  return streamSettleResults((await call(client, "syStreamSettle", args).catch(refusedType(client, keys.queue))) as number[], ctx, ops);
 }
 
 /**
@@ -355,11 +360,11 @@ export async function settleStreamAndLease(
 ): Promise<{ results: SettleResult[]; leased: StreamLease | Error }> {
   const args: (string | number)[] = [keys.queue, keys.fence, keys.deadLetter, keys.leases, ...streamSettleArgs(ctx), ...streamLeaseArgs(lease)];
   pushStreamOps(args, ops);
-  const [settled, leased] = (await call(client, "syStreamSettleLeaseBuffer", args)) as [(number | Buffer)[], RawStreamLease | Error];
+  const [settled, leased] = (await call(client, "syStreamSettleLeaseBuffer", args).catch(refusedType(client, keys.queue))) as [(number | Buffer)[], RawStreamLease | Error];
   // The settles applied even when the lease after them failed: that error is the lease's alone.
   return {
     results: streamSettleResults(settled.map(Number), ctx, ops),
-    leased: leased instanceof Error ? leased : streamLeaseOf(leased),
+    leased: leased instanceof Error ? await typedError(client, keys.queue, leased) : streamLeaseOf(leased),
   };
 }
 
@@ -436,7 +441,8 @@ type RawStreamLease = [Buffer, number, number, Buffer, ...[Buffer, number, Buffe
 
 /** stream-lease.lua: reclaims idle entries of `group` (dead-lettering those past max deliveries), then reads new ones, up to `max`. */
 export async function leaseStreamEntries(client: RedisClient, keys: QueueKeys, lease: StreamLeaseArgs): Promise<StreamLease> {
-  const raw = (await call(client, "syStreamLeaseBuffer", [keys.queue, keys.fence, keys.deadLetter, keys.leases, ...streamLeaseArgs(lease)])) as RawStreamLease;
+  const raw = (await call(client, "syStreamLeaseBuffer", [keys.queue, keys.fence, keys.deadLetter, keys.leases, ...streamLeaseArgs(lease)])
+    .catch(refusedType(client, keys.queue))) as RawStreamLease;
   return streamLeaseOf(raw);
 }
 

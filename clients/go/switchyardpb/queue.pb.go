@@ -351,6 +351,8 @@ type Queue struct {
 	// time in ms, so the watchdog can return items idle longer than min_idle.
 	RecoverySet string `protobuf:"bytes,4,opt,name=recovery_set,json=recoverySet,proto3" json:"recovery_set,omitempty"`
 	// Required with recovery_set: a claim idle this long belongs to no live worker.
+	// STREAM queues: how long an entry stays pending before it is reclaimed
+	// (default 60 s, at most 10 years).
 	MinIdle *durationpb.Duration `protobuf:"bytes,5,opt,name=min_idle,json=minIdle,proto3" json:"min_idle,omitempty"`
 	// Optional, with recovery_set: an abandoned recovery set expires after this.
 	// Must be longer than min_idle.

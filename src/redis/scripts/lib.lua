@@ -419,6 +419,17 @@ end
 local function stream_settle_all(KEYS, ARGV, from)
   local stream = KEYS[1]
   local max, min_idle, policy, seed, park = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4]), ARGV[5]
+  -- Every settle reads the counts hash; a kill, or a retry that may be the last, writes the dead letters.
+  -- A key of another type would fail the call midway, the settles before it applied (see wrong_type).
+  local checks = { KEYS[3], "hash" }
+  for i = from, #ARGV, 8 do
+    if ARGV[i] == "k" or ARGV[i] == "r" then
+      checks = { KEYS[3], "hash", KEYS[2], "list" }
+      break
+    end
+  end
+  local refused = wrong_type(checks)
+  if refused then return refused end
   local out = {}
   for i = from, #ARGV, 8 do
     local action, group, id, count, consumer, fence, reason, delay =
@@ -426,7 +437,7 @@ local function stream_settle_all(KEYS, ARGV, from)
     -- A group or stream deleted since (or a token naming neither) holds nothing.
     local read = redis.pcall("XPENDING", stream, group, id, id, 1)
     local pending = type(read) == "table" and not read.err and read[1]
-    local code, wait = 1, 0
+    local code, wait, claimed = 1, 0, nil
     local err_field, fence_field = "e:" .. group .. ":" .. id, "f:" .. group .. ":" .. id
     if not pending then code = -1
     elseif pending[2] ~= consumer or pending[4] ~= count or redis.call("HGET", KEYS[3], fence_field) ~= fence then code = -2
@@ -435,7 +446,7 @@ local function stream_settle_all(KEYS, ARGV, from)
       redis.call("HINCRBY", KEYS[3], "completed", 1)
       redis.call("HDEL", KEYS[3], err_field, fence_field)
     elseif action == "x" then
-      redis.call("XCLAIM", stream, group, consumer, 0, id, "JUSTID")
+      claimed = redis.call("XCLAIM", stream, group, consumer, 0, id, "JUSTID")
     elseif action == "k" or (action == "r" and count >= max) then
       -- An entry trimmed from the stream while pending has nothing left to dead-letter: it is only acked.
       local entry = redis.call("XRANGE", stream, id, id)[1]
@@ -449,11 +460,17 @@ local function stream_settle_all(KEYS, ARGV, from)
       wait = delay == "" and backoff(policy, count, nth_random(seed, i)) or tonumber(delay)
       if wait > min_idle then wait = min_idle end
       if reason ~= "" then redis.call("HSET", KEYS[3], err_field, reason) end
-      redis.call("XCLAIM", stream, group, park, 0, id, "IDLE", min_idle - wait, "JUSTID")
+      claimed = redis.call("XCLAIM", stream, group, park, 0, id, "IDLE", min_idle - wait, "JUSTID")
     elseif action == "b" then
-      redis.call("XCLAIM", stream, group, park, 0, id, "IDLE", min_idle, "JUSTID")
+      claimed = redis.call("XCLAIM", stream, group, park, 0, id, "IDLE", min_idle, "JUSTID")
     elseif action == "u" then
-      redis.call("XCLAIM", stream, group, park, 0, id, "IDLE", min_idle, "RETRYCOUNT", count - 1, "JUSTID")
+      claimed = redis.call("XCLAIM", stream, group, park, 0, id, "IDLE", min_idle, "RETRYCOUNT", count - 1, "JUSTID")
+    end
+    if claimed and #claimed == 0 then
+      -- Trimmed from the stream while pending: XCLAIM found no entry and took it out of the pending
+      -- list, so nothing is held (an extend is refused, not answered with a lease that cannot end).
+      redis.call("HDEL", KEYS[3], err_field, fence_field)
+      code, wait = -1, 0
     end
     out[#out + 1] = code
     out[#out + 1] = wait
@@ -469,6 +486,10 @@ end
 local function stream_lease(KEYS, ARGV)
   local stream, group, consumer = KEYS[1], ARGV[1], ARGV[2]
   local max, min_idle, max_deliveries = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+  -- The keys written after entries are claimed or read must be of their types: a Redis error there would
+  -- leave them pending for this consumer with no record of their delivery, counted once more (see wrong_type).
+  local refused = wrong_type({ KEYS[2], "string", KEYS[3], "list", KEYS[4], "hash" })
+  if refused then return refused end
   local out, dead = {}, 0
   local claimed = redis.call("XAUTOCLAIM", stream, group, consumer, min_idle, ARGV[6], "COUNT", max)
   local cursor = claimed[1]

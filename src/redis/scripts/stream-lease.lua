@@ -14,6 +14,8 @@
   Returns: { next cursor, first fence, dead-lettered, wake id, deliveries... }, each
     delivery { id, delivery count, last error, { field, value, ... } }. The wake id
     is the group's last delivered id when it read fewer new entries than it could
-    (an XREAD after it wakes once there is more), else "".
+    (an XREAD after it wakes once there is more), else "". Or, having changed
+    nothing, wrong_type's SYWRONGTYPE error when the fence counter, the dead-letter
+    list or the counts hash holds another type.
 ]]
 return stream_lease(KEYS, ARGV)

@@ -9,9 +9,11 @@
   ARGV[12..] stream-settle.lua's octuples
   Returns: { stream-settle.lua's answer, stream-lease.lua's answer }. A lease that
   fails once the settles applied (the group deleted meanwhile, say) leaves their
-  answer standing: its error comes in place of stream-lease.lua's answer.
+  answer standing: its error comes in place of stream-lease.lua's answer. Settles
+  refused for a key of another type refuse the whole call, leasing nothing.
 ]]
 local settled = stream_settle_all({ KEYS[1], KEYS[3], KEYS[4] }, ARGV, 12)
+if settled.err then return settled end
 local ok, leased = pcall(stream_lease, KEYS, { ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11] })
 if not ok then
   leased = redis.error_reply(type(leased) == "table" and leased.err or tostring(leased))

@@ -16,7 +16,9 @@
     k kill: to the dead letters at once with its reason (it fits no delivery message)
     x extend: XCLAIM to the same consumer (idle restarts)   c check: change nothing
   Returns: a flat array, two numbers per settle: a code (1 done, 2 dead-lettered,
-    -1 not held: acked already, -2 superseded: reclaimed or handed back since) and,
-    for a retry that applied, its wait in ms.
+    -1 not held: acked already, or trimmed from the stream, -2 superseded: reclaimed
+    or handed back since) and, for a retry that applied, its wait in ms. Or, having
+    changed nothing, wrong_type's SYWRONGTYPE error when the counts hash (or, for a
+    kill or retry, the dead-letter list) holds another type.
 ]]
 return stream_settle_all(KEYS, ARGV, 6)

@@ -155,6 +155,8 @@ export type Queue = Message<"switchyard.v1.Queue"> & {
 
   /**
    * Required with recovery_set: a claim idle this long belongs to no live worker.
+   * STREAM queues: how long an entry stays pending before it is reclaimed
+   * (default 60 s, at most 10 years).
    *
    * @generated from field: google.protobuf.Duration min_idle = 5;
    */
