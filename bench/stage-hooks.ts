@@ -166,36 +166,27 @@ async function install(): Promise<void> {
     woken.set(self, 2);
     return orig.call(self);
   });
-  // A lease goes out on its own (take) or with a settle (leaseBeside); either way its answer's items become deliveries in `taken`.
-  const leaseSent = new WeakMap<object, { t0: number; how: number }>();
-  const sent = (self: object) => {
-    leaseSent.set(self, { t0: monoUs(), how: woken.get(self) ?? 0 });
-    woken.delete(self);
-  };
-  wrap("QueueDispatcher", P(QueueDispatcher), "take", (orig, self, args) => {
-    sent(self);
-    return orig.apply(self, args);
-  });
-  wrap("QueueDispatcher", P(QueueDispatcher), "leaseBeside", (orig, self, args) => {
-    const started = monoUs();
+  // A lease goes out on its own (take) or with a settle (takeBeside); either way its answer's items are the
+  // deliveries it resolves to. Each call is stamped on its own: a pump may send a second lease right behind
+  // the first (credit beyond one call's batch), and the first's items were sent with the first.
+  const leased = (orig: Fn, self: object, args: unknown[]) => {
+    const t0 = monoUs();
     const how = woken.get(self) ?? 0;
-    const carried = orig.apply(self, args) as boolean;
-    if (carried) leaseSent.set(self, { t0: started, how });
-    return carried;
-  });
-  wrap("QueueDispatcher", P(QueueDispatcher), "taken", (orig, self, args) => {
-    const t1 = monoUs();
-    const { t0, how } = leaseSent.get(self) ?? { t0: t1, how: 0 };
-    const taken = orig.apply(self, args) as { value: Buffer; ref: { fence: number } }[];
-    for (const t of taken) {
-      const s = seqOfJson(decodeItem(t.value).payload);
-      fenceSeq.set(t.ref.fence, s);
-      stamp("s.lease", s, t0);
-      stamp("s.leased", s, t1);
-      if (!via.has(s)) via.set(s, how);
-    }
-    return taken;
-  });
+    woken.delete(self);
+    return (orig.apply(self, args) as Promise<{ value: Buffer; ref: { fence: number } }[]>).then((taken) => {
+      const t1 = monoUs();
+      for (const t of taken) {
+        const s = seqOfJson(decodeItem(t.value).payload);
+        fenceSeq.set(t.ref.fence, s);
+        stamp("s.lease", s, t0);
+        stamp("s.leased", s, t1);
+        if (!via.has(s)) via.set(s, how);
+      }
+      return taken;
+    });
+  };
+  wrap("QueueDispatcher", P(QueueDispatcher), "take", leased);
+  wrap("QueueDispatcher", P(QueueDispatcher), "takeBeside", leased);
   wrap("QueueDispatcher", P(QueueDispatcher), "distribute", (orig, self, [taken]) => {
     const t = monoUs();
     for (const x of taken as { ref: { fence: number } }[]) stamp("s.deliver", fenceSeq.get(x.ref.fence) ?? -1, t);
