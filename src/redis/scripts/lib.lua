@@ -190,13 +190,15 @@ local function queue_context(keys, recovery)
   }
   k.pending = redis.call("LLEN", k.processing)
   k.claims = recovery and redis.call("ZCARD", k.recovery) or 0
+  -- Deliveries removed and completed by this call: counted once at its end (count_removed), not per item.
+  k.removed, k.completed = 0, 0
   return k
 end
 
 -- Removes a live delivery: its record and claim, and one copy of its value from processing.
 local function remove_delivery(k, field, kind, value)
   redis.call("HDEL", k.leases, field)
-  redis.call("HINCRBY", k.leases, "live", -1)
+  k.removed = k.removed + 1
   if k.pending > 0 then k.pending = k.pending - redis.call("LREM", k.processing, -1, value) end
   if kind ~= "-" then
     if k.claims > 0 then k.claims = k.claims - redis.call("ZREM", k.recovery, claim_member(kind, value, field)) end
@@ -204,6 +206,12 @@ local function remove_delivery(k, field, kind, value)
     if kind == "v" then redis.call("HDEL", k.leases, "m:" .. sha) end
     if redis.call("HINCRBY", k.leases, "n:" .. sha, -1) <= 0 then redis.call("HDEL", k.leases, "n:" .. sha) end
   end
+end
+
+-- Writes the call's removed and completed deliveries into the counts ("live", "completed").
+local function count_removed(k)
+  if k.removed > 0 then redis.call("HINCRBY", k.leases, "live", -k.removed) end
+  if k.completed > 0 then redis.call("HINCRBY", k.leases, "completed", k.completed) end
 end
 
 -- Remembers that the delivery with `fence` was taken from its holder (returned or recovered).
@@ -343,7 +351,7 @@ local function settle_all(KEYS, ARGV, from)
         remove_delivery(k, field, kind, value)
         live = live - 1
         if action == "a" or action == "d" then
-          redis.call("HINCRBY", KEYS[3], "completed", 1)
+          k.completed = k.completed + 1
         elseif action == "u" then
           redis.call("RPUSH", KEYS[1], value)
         else
@@ -365,6 +373,7 @@ local function settle_all(KEYS, ARGV, from)
     out[#out + 1] = code
     out[#out + 1] = due
   end
+  count_removed(k)
   return out
 end
 
@@ -387,9 +396,10 @@ local function lease_items(KEYS, ARGV)
   if refused then return refused end
   local owner = ARGV[5]
   local out = {}
-  for _ = 1, max do
+  local first = redis.call("INCRBY", KEYS[4], max) - max + 1
+  for i = 1, max do
     local value = redis.call("LMOVE", KEYS[1], KEYS[2], "RIGHT", "LEFT")
-    local fence = redis.call("INCR", KEYS[4])
+    local fence = first + i - 1
     local field = fence .. "@" .. owner
     local kind = "-"
     if recovery then
@@ -430,7 +440,7 @@ local function stream_settle_all(KEYS, ARGV, from)
   end
   local refused = wrong_type(checks)
   if refused then return refused end
-  local out = {}
+  local out, completed = {}, 0
   for i = from, #ARGV, 8 do
     local action, group, id, count, consumer, fence, reason, delay =
       ARGV[i], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3]), ARGV[i + 4], ARGV[i + 5], ARGV[i + 6], ARGV[i + 7]
@@ -443,7 +453,7 @@ local function stream_settle_all(KEYS, ARGV, from)
     elseif pending[2] ~= consumer or pending[4] ~= count or redis.call("HGET", KEYS[3], fence_field) ~= fence then code = -2
     elseif action == "a" or action == "d" then
       redis.call("XACK", stream, group, id)
-      redis.call("HINCRBY", KEYS[3], "completed", 1)
+      completed = completed + 1
       redis.call("HDEL", KEYS[3], err_field, fence_field)
     elseif action == "x" then
       claimed = redis.call("XCLAIM", stream, group, consumer, 0, id, "JUSTID")
@@ -475,6 +485,7 @@ local function stream_settle_all(KEYS, ARGV, from)
     out[#out + 1] = code
     out[#out + 1] = wait
   end
+  if completed > 0 then redis.call("HINCRBY", KEYS[3], "completed", completed) end
   return out
 end
 

@@ -52,4 +52,5 @@ for i, member in ipairs(stale) do
     k.claims = k.claims - redis.call("ZREM", KEYS[4], member)
   end
 end
+count_removed(k)
 return { recovered, dead, #stale, earliest }
