@@ -144,6 +144,13 @@ export async function advance(r: Run, by?: number): Promise<string> {
   return `advance the clock ${ms} ms`;
 }
 
+/**
+ * How long a declaration change may take to reach every live instance: an instance whose pub/sub
+ * connection is still coming back from an outage (its reconnects back off up to 1 s: redis/connection.ts)
+ * misses the event and reads the declarations afresh once it listens again.
+ */
+const PROPAGATION_MS = 5000;
+
 export async function pauseOrResume(r: Run): Promise<string | undefined> {
   const inst = liveInstance(r);
   if (!inst) return undefined;
@@ -154,7 +161,7 @@ export async function pauseOrResume(r: Run): Promise<string | undefined> {
     return `resume ${q.name} via ${inst.name}`;
   }
   await inst.sy.client.pauseQueue(q.name);
-  await expect.poll(() => r.world.live().every((i) => i.sy.app.queues.registry.cached(q.name)?.paused)).toBe(true);
+  await expect.poll(() => r.world.live().every((i) => i.sy.app.queues.registry.cached(q.name)?.paused), { timeout: PROPAGATION_MS }).toBe(true);
   await settle(r); // deliveries leased before the pause reached every instance may still arrive
   q.paused = true;
   return `pause ${q.name} via ${inst.name}`;
@@ -195,7 +202,7 @@ export async function redeclare(r: Run): Promise<string | undefined> {
   await inst.sy.client.createQueue(declarations[q.name]);
   q.paused = false;
   // Every instance has heard of the new declaration (a stream opened on the old one is failed when the delete arrives).
-  await expect.poll(() => [...before].every(([i, old]) => ![undefined, old].includes(i.sy.app.queues.registry.cached(q.name)))).toBe(true);
+  await expect.poll(() => [...before].every(([i, old]) => ![undefined, old].includes(i.sy.app.queues.registry.cached(q.name))), { timeout: PROPAGATION_MS }).toBe(true);
   return `delete ${q.name} with purge and declare it again via ${inst.name} (sessions ${sessions.map((s) => s.id).join(", ") || "none"} end)`;
 }
 
