@@ -7,7 +7,7 @@ import { startBenchRedis } from "../../dist-bench/env.js";
 
 const c = Number(process.argv[2] ?? 10), n = Number(process.argv[3] ?? 20000);
 const redis = await startBenchRedis();
-const d = await Deployed.start(redis, { workers: 1, serverNodeArgs: process.env.SERVER_NODE_ARGS?.split(" ").filter(Boolean) });
+const d = await Deployed.start(redis, { workers: 1, serverNodeArgs: process.env.SERVER_NODE_ARGS?.split(" ").filter(Boolean), agentNodeArgs: process.env.AGENT_NODE_ARGS?.split(" ").filter(Boolean) });
 /** CPU ms (user + system) a process has used so far. */
 const cpuMs = (pid) => {
   const f = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1].split(" ");
