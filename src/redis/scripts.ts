@@ -42,6 +42,7 @@ const definitions = {
   syStreamSettleLease: { numberOfKeys: 4, lua: withLib("stream-settle-lease") },
   syStreamRetire: { numberOfKeys: 1, lua: load("stream-retire") },
   syStreamRestore: { numberOfKeys: 1, lua: load("stream-restore") },
+  syStreamGroupDelete: { numberOfKeys: 2, lua: withLib("stream-group-delete") },
   syDeclare: { numberOfKeys: 3, lua: load("declare") },
   syUndeclare: { numberOfKeys: 3, lua: load("undeclare") },
 } as const;
@@ -394,6 +395,14 @@ function streamSettleResults(flat: readonly number[], ctx: SettleContext, ops: r
 /** stream-retire.lua: deletes `consumer` of `group` if it holds no pending entry; true when deleted. */
 export async function retireConsumer(client: RedisClient, stream: string, group: string, consumer: string): Promise<boolean> {
   return (await call(client, "syStreamRetire", [stream, group, consumer])) === 1;
+}
+
+/**
+ * stream-group-delete.lua, called until done: destroys `group` and deletes its pending entries' records from
+ * the counts hash, 1,000 entries a call (a group with a long pending list does not hold Redis for long).
+ */
+export async function deleteStreamGroup(client: RedisClient, keys: QueueKeys, group: string): Promise<void> {
+  while ((await call(client, "syStreamGroupDelete", [keys.queue, keys.leases, group, 1000]).catch(refusedType(client, keys.queue))) !== 1);
 }
 
 /** stream-restore.lua: creates the declared groups Redis lacks (from "0" rather than "$" on a stream left with none); how many it created. */

@@ -119,6 +119,29 @@ describe("fencing across group moves", () => {
   });
 });
 
+describe("deleting a group", () => {
+  it("takes its pending entries' records out of the counts hash, a thousand a call, and leaves other groups' alone", async () => {
+    const Q = "{delete-records}";
+    await t.sy.client.createQueue({ name: Q, mode: QueueMode.STREAM, groups: [{ name: "g", startId: "0" }, { name: "g:2", startId: "0" }] });
+    await t.sy.client.enqueue(Q, Array.from({ length: 2500 }, (_, i) => `e${i}`));
+    const held = t.sy.client.lease(Q, 2500, { group: "g" });
+    const [retried, ...rest] = await held.take(2500);
+    await t.sy.client.retry(retried.leaseToken, { reason: "kept as e:", delayMs: 60_000 });
+    const other = t.sy.client.lease(Q, 3, { group: "g:2" });
+    const others = await other.take(3);
+    // A group's records are "f:<group>:<entry id>" and "e:<group>:<entry id>" (group "g:2"'s begin like g's).
+    const fields = async (prefix: string) => (await t.redis.plain.hkeys(`${Q}.leases`)).filter((f) => f.startsWith(prefix) && /^\d+-\d+$/.test(f.slice(prefix.length)));
+    expect([(await fields("f:g:")).length, await fields("e:g:")]).toEqual([2500, [`e:g:${retried.id}`]]);
+    await t.sy.client.deleteConsumerGroup(Q, "g");
+    await expect(held.ended).resolves.toMatchObject({ code: 5 });
+    expect([await fields("f:g:"), await fields("e:g:")]).toEqual([[], []]);
+    expect((await fields("f:g:2:")).sort()).toEqual(others.map((d) => `f:g:2:${d.id}`).sort());
+    expect((await t.redis.plain.xinfo("GROUPS", Q) as unknown[][]).map((g) => g[1])).toEqual(["g:2"]);
+    expect(rest).toHaveLength(2499);
+    await other.close();
+  });
+});
+
 describe("reclaiming idle entries", () => {
   it("delivers entries idle past min_idle again with a grown count, refuses the stale token, and dead-letters past max_deliveries", async () => {
     const Q = "{reclaim}";

@@ -6,7 +6,8 @@
  */
 import { SwitchyardError, invalid } from "../../errors.js";
 import type { RedisClient } from "../../redis/connection.js";
-import { checkGroup, type QueueConfig } from "../declaration.js";
+import { deleteStreamGroup } from "../../redis/scripts.js";
+import { checkGroup, keysOf, type QueueConfig } from "../declaration.js";
 import type { QueueRegistry } from "../registry.js";
 import { createGroup, groupNotFound, wrongType } from "./entries.js";
 
@@ -58,11 +59,14 @@ export async function setConsumerGroupPosition(registry: QueueRegistry, client: 
   }
 }
 
-/** Deletes a group (XGROUP DESTROY, with its pending list) and takes it out of the declaration. */
+/**
+ * Deletes a group (XGROUP DESTROY, with its pending list, and its pending entries' records in the
+ * counts hash, which their settles would have removed) and takes it out of the declaration.
+ */
 export async function deleteConsumerGroup(registry: QueueRegistry, client: RedisClient, name: string, group: string): Promise<QueueConfig> {
   const config = await streamQueue(registry, name);
   if (!config.groups.some((g) => g.name === group)) throw groupNotFound(name, group);
   const updated = await registry.update(name, (stored) => ({ ...stored, groups: stored.groups.filter((g) => g.name !== group) }));
-  if ((await client.exists(name)) === 1) await client.xgroup("DESTROY", name, group).catch((err: Error) => Promise.reject(wrongType(name, err)));
+  await deleteStreamGroup(client, keysOf(config), group).catch((err: Error) => Promise.reject(wrongType(name, err)));
   return updated;
 }
