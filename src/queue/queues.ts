@@ -1115,12 +1115,14 @@ export class Queues {
     const { client } = this.redis;
     const keys = keysOf(config);
     const leaseStreams = this.dispatchersOf(name).reduce((n, d) => n + d.streamCount, 0);
+    // A key replaced by a value of another type (a stray write by another client) is named, not an INTERNAL error.
+    const read = <T>(key: string, type: string, value: Promise<T>) => value.catch((err: Error) => Promise.reject(keyOfType(key, type, err)));
     if (config.mode === "stream") {
       const [entries, deadLetter, leased, completed, groups] = await Promise.all([
         client.xlen(keys.queue).catch((err: Error) => Promise.reject(wrongType(keys.queue, err))),
-        client.llen(keys.deadLetter),
-        client.get(keys.fence),
-        client.hget(keys.leases, "completed"),
+        read(keys.deadLetter, "list", client.llen(keys.deadLetter)),
+        read(keys.fence, "string", client.get(keys.fence)),
+        read(keys.leases, "hash", client.hget(keys.leases, "completed")),
         groupStats(client, keys.queue),
       ]);
       return {
@@ -1130,8 +1132,6 @@ export class Queues {
       };
     }
     const reliable = config.mode === "reliable";
-    // A key replaced by a value of another type (a stray write by another client) is named, not an INTERNAL error.
-    const read = <T>(key: string, type: string, value: Promise<T>) => value.catch((err: Error) => Promise.reject(keyOfType(key, type, err)));
     const [ready, processing, deadLetter, oldest, leased, completed, delayed] = await Promise.all([
       read(keys.queue, "list", client.llen(keys.queue)),
       reliable ? read(keys.processing, "list", client.llen(keys.processing)) : 0,

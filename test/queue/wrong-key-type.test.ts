@@ -11,6 +11,8 @@ import { QueueMode } from "../../src/gen/switchyard/v1/queue_pb.js";
 import { errorDetails, errorReason } from "../../src/client/errors.js";
 import type { ManualClock } from "../../src/clock.js";
 import { createLogger } from "../../src/log.js";
+import { queueKeys } from "../../src/redis/keys.js";
+import { settleItems } from "../../src/redis/scripts.js";
 import { useSwitchyard } from "../helpers/switchyard.js";
 
 const warnings: { msg?: string; err?: { message?: string } }[] = [];
@@ -128,6 +130,62 @@ describe("a queue key of another type", () => {
     expect([Buffer.from(d.payload).toString(), d.fence, d.deliveryCount]).toEqual(["a", 1n, 1]);
     await sy.client.ack(d.leaseToken);
     await lease.close();
+  });
+  it("refuses a settle batch that returns an item while the tombstones set holds another type, whole, and counts it all once fixed", async () => {
+    const { sy, redis } = t;
+    const q = "{wrong-returned}";
+    await sy.client.createQueue({ name: q, mode: QueueMode.RELIABLE });
+    await sy.client.enqueue(q, ["a", "b"]);
+    const lease = sy.client.lease(q, 2);
+    await lease.take(2);
+    const fields = (await redis.plain.hkeys(`${q}.leases`)).filter((f) => /^\d+@/.test(f)).sort();
+    const keys = queueKeys(q, `${q}.processing`, `${q}.dead`, "");
+    const ctx = { now: Date.now(), maxDeliveries: 25, retryPolicy: "0,2,600000,0.2", publishTtlMs: 0 };
+    const ops = [{ action: "ack" as const, delivery: fields[0] }, { action: "return" as const, delivery: fields[1] }];
+    await redis.plain.set(`${q}.returned`, "not a sorted set");
+    // An ack before a return: were the tombstone's write to fail after the ack applied, its count would be lost.
+    await expect(settleItems(sy.app.redis.client, keys, ctx, ops)).rejects.toMatchObject({ reason: "WRONG_KEY_TYPE", metadata: { key: `${q}.returned` } });
+    expect([await redis.plain.llen(`${q}.processing`), await redis.plain.hget(`${q}.leases`, "live")]).toEqual([2, "2"]);
+    await redis.plain.del(`${q}.returned`);
+    expect((await settleItems(sy.app.redis.client, keys, ctx, ops)).map((r) => r.code)).toEqual(["done", "done"]);
+    const stats = await sy.client.getQueueStats(q);
+    expect([stats.ready, stats.processing, stats.completedTotal, await redis.plain.hget(`${q}.leases`, "live")]).toEqual([1n, 0n, 1n, "0"]);
+    await lease.close();
+  });
+
+  it("keeps stalled deliveries claimed and counted while the tombstones set holds another type, and recovers them once fixed", async () => {
+    const { sy, redis } = t;
+    const q = "{wrong-recover-returned}";
+    await sy.client.createQueue({ name: q, mode: QueueMode.RELIABLE, recoverySet: `${q}.claims`, minIdle: { seconds: 1n, nanos: 0 } });
+    await sy.client.enqueue(q, ["a", "b"]);
+    const lease = sy.client.lease(q, 2);
+    await lease.take(2);
+    await redis.plain.set(`${q}.returned`, "not a sorted set");
+    const seen = warnings.length;
+    await clock().advance(2000);
+    await expect.poll(() => warnings.slice(seen).find((w) => w.msg === "watchdog pass failed")?.err?.message).toContain(`key "${q}.returned" holds a string, not a sorted set`);
+    expect([await redis.plain.llen(`${q}.processing`), await redis.plain.zcard(`${q}.claims`), await redis.plain.hget(`${q}.leases`, "live")]).toEqual([2, 2, "2"]);
+    await redis.plain.del(`${q}.returned`);
+    await clock().advance(2000);
+    await expect.poll(() => redis.plain.llen(q)).toBe(2);
+    expect([await redis.plain.llen(`${q}.processing`), await redis.plain.hget(`${q}.leases`, "live")]).toEqual([0, "0"]);
+    await lease.close();
+  });
+
+  it("answers a STREAM queue's GetQueueStats with FAILED_PRECONDITION naming a stray key, not INTERNAL", async () => {
+    const { sy, redis } = t;
+    const q = "{wrong-stream-stats}";
+    await sy.client.createQueue({ name: q, mode: QueueMode.STREAM, groups: [{ name: "g" }] });
+    await sy.client.enqueue(q, ["a"]);
+    for (const key of [`${q}.dead`, `${q}.fence`, `${q}.leases`]) {
+      const saved = await redis.plain.dumpBuffer(key);
+      await redis.plain.del(key);
+      await redis.plain.sadd(key, "not what the queue keeps here");
+      expect(await refusal(sy.client.getQueueStats(q))).toEqual({ code: grpc.status.FAILED_PRECONDITION, reason: "WRONG_KEY_TYPE", key });
+      await redis.plain.del(key);
+      if (saved) await redis.plain.restore(key, 0, saved);
+    }
+    expect((await sy.client.getQueueStats(q)).ready).toBe(1n);
   });
 });
 

@@ -208,7 +208,9 @@ local function remove_delivery(k, field, kind, value)
   end
 end
 
--- Writes the call's removed and completed deliveries into the counts ("live", "completed").
+-- Writes the call's removed and completed deliveries into the counts ("live", "completed"). A call
+-- checks the keys it writes before it removes anything (wrong_type): an error between would keep the
+-- removals (Redis keeps a script's writes before its error) without their counts.
 local function count_removed(k)
   if k.removed > 0 then redis.call("HINCRBY", k.leases, "live", -k.removed) end
   if k.completed > 0 then redis.call("HINCRBY", k.leases, "completed", k.completed) end
@@ -318,12 +320,14 @@ local function settle_all(KEYS, ARGV, from)
     dead = KEYS[6], delayed = KEYS[7], returned = KEYS[8],
   }, recovery)
   -- Settles that put an item back need the keys they may write to be of their types (see
-  -- wrong_type): a retry or return the queue, delayed set or dead letters, a kill the dead letters.
+  -- wrong_type): a retry or return the queue, delayed set or dead letters (a return also the
+  -- tombstones), a kill the dead letters. Checked first, nothing can fail once a delivery is
+  -- removed, so the counts written at the end (count_removed) stay in step with the removals.
   local checks = {}
   for i = from, #ARGV, 4 do
     local action = ARGV[i]
     if action == "r" or action == "b" or action == "u" then
-      checks = { KEYS[1], "list", KEYS[7], "zset", KEYS[6], "list" }
+      checks = { KEYS[1], "list", KEYS[7], "zset", KEYS[6], "list", KEYS[8], "zset" }
       break
     elseif action == "k" then
       checks = { KEYS[6], "list" }

@@ -16,7 +16,7 @@
 local now, max = tonumber(ARGV[1]), tonumber(ARGV[4])
 local stale = redis.call("ZRANGEBYSCORE", KEYS[4], "-inf", now - tonumber(ARGV[2]), "LIMIT", 0, tonumber(ARGV[3]))
 if #stale == 0 then return { 0, 0, 0, 0 } end
-local refused = wrong_type({ KEYS[1], "list", KEYS[6], "zset", KEYS[5], "list" })
+local refused = wrong_type({ KEYS[1], "list", KEYS[6], "zset", KEYS[5], "list", KEYS[7], "zset" })
 if refused then return refused end
 local k = queue_context({
   queue = KEYS[1], processing = KEYS[2], leases = KEYS[3], recovery = KEYS[4],
