@@ -87,6 +87,8 @@ export function queuePage(name: string, ctx: Ctx): Page {
   const deadEl = h("div", {});
   const confirmEl = h("div", {});
   const pauseEl = h("span", {});
+  /** What the pause button shows (undefined before the first refresh). */
+  let shownPaused: boolean | undefined;
   let mode = QueueMode.UNSPECIFIED;
   let ready = 0n;
 
@@ -128,12 +130,15 @@ export function queuePage(name: string, ctx: Ctx): Page {
       const [{ queue }, { stats }] = await Promise.all([queueApi.getQueue({ name }), queueApi.getQueueStats({ name })]);
       mode = queue!.mode;
       ready = stats!.ready;
-      // Pause and resume reach every instance; enqueues still land while paused.
-      fill(pauseEl, queue!.paused
+      // Pause and resume reach every instance; enqueues still land while paused. The button is made
+      // again only when the state changed: one replaced every refresh could take a click's press and
+      // lose its release (and a test's click waits for an element that stays put).
+      if (queue!.paused !== shownPaused) fill(pauseEl, queue!.paused
         ? button("Resume deliveries", () => void act(ctx, async () => (await queueApi.resumeQueue({ name }), `Resumed deliveries of ${name}.`)),
           { allowed: may, why, testid: "resume-queue" })
         : button("Pause deliveries", () => void act(ctx, async () => (await queueApi.pauseQueue({ name }), `Paused deliveries of ${name}; enqueues still land.`)),
           { allowed: may, why, testid: "pause-queue" }));
+      shownPaused = queue!.paused;
       const age = durationMs(stats!.oldestClaimAge);
       fill(statsEl,
         [["mode", modeName(mode)], ["deliveries", stats!.paused ? "paused" : "running"], ["ready", stats!.ready],
