@@ -29,24 +29,10 @@ const DELIVERY_TAG = (1 << 3) | 2;
 /** A delivery without a payload field has this one (fromBinary's is a new empty array each time; neither can be written to). */
 const EMPTY = new Uint8Array(0);
 
-/** A Delivery field's one-byte tag: (field << 3) | wire type (0 varint, 2 length-delimited). */
-const enum Tag {
-  Token = (1 << 3) | 2,
-  Fence = 2 << 3,
-  Id = (3 << 3) | 2,
-  Payload = (4 << 3) | 2,
-  Header = (5 << 3) | 2,
-  EnqueueTime = (6 << 3) | 2,
-  DeliveryCount = 7 << 3,
-  Queue = (8 << 3) | 2,
-  LastError = (9 << 3) | 2,
-}
-
 /**
  * Reads one Delivery; `depth` is the depth of the batch holding it (the
- * response is at 1). Its fields' tags as the server writes them are one byte
- * each; the field number alone decides how a field is read, so any other
- * tag is read again by the field number it carries.
+ * response is at 1). The field number alone decides how a field is read, as
+ * in fromBinary (its wire type is not checked).
  */
 function readDelivery(r: Reader, depth: number): Delivery {
   const d: Delivery = {
@@ -56,22 +42,16 @@ function readDelivery(r: Reader, depth: number): Delivery {
   };
   const end = r.messageEnd();
   while (r.pos < end) {
+    // The server writes one-byte tags (fields 1-15); tag() reads any other, and throws where fromBinary does.
     let no: number;
-    let wireType = 0;
+    let wireType: number;
     const tag = r.shortTag();
-    switch (tag) {
-      case Tag.Token: no = 1; break;
-      case Tag.Fence: no = 2; break;
-      case Tag.Id: no = 3; break;
-      case Tag.Payload: no = 4; break;
-      case Tag.Header: no = 5; break;
-      case Tag.EnqueueTime: no = 6; break;
-      case Tag.DeliveryCount: no = 7; break;
-      case Tag.Queue: no = 8; break;
-      case Tag.LastError: no = 9; break;
-      default:
-        if (tag >= 0) r.pos--;
-        [no, wireType] = r.tag();
+    if (tag >= 8 && (tag & 7) <= 5) {
+      no = tag >>> 3;
+      wireType = tag & 7;
+    } else {
+      if (tag >= 0) r.pos--;
+      [no, wireType] = r.tag();
     }
     switch (no) {
       case 1:
