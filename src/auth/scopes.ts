@@ -82,17 +82,15 @@ export function parseScope(text: string, where: string): Grant {
 /** A caller's scopes, checked against what requests need. */
 export class Grants {
   private readonly matchers: { grant: Grant; matches: (queue: string) => boolean }[];
+  /** Whether these include `*`, every scope. */
+  readonly all: boolean;
 
   constructor(readonly grants: readonly Grant[]) {
+    this.all = grants.some((g) => g.name === "*");
     this.matchers = grants.map((grant) => {
       const re = grant.pattern === "*" ? undefined : globRegExp(grant.pattern);
       return { grant, matches: (queue: string) => (re ? re.test(queue) : true) };
     });
-  }
-
-  /** Whether these include `*`, every scope. */
-  get all(): boolean {
-    return this.grants.some((g) => g.name === "*");
   }
 
   /** Whether these scopes satisfy `need`. */
