@@ -991,7 +991,8 @@ export class Queues {
     for (const token of new Set(tokens)) {
       let ref: LeaseRef;
       try {
-        ref = parseToken(token);
+        // A delivery a stream here holds has its ref at hand: what parsing its token would give.
+        ref = this.holders.get(token)?.held.get(token) ?? parseToken(token);
       } catch (error) {
         failures.push({ token, error });
         continue;
