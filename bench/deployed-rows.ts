@@ -63,6 +63,11 @@ export async function runDeployed(
         await d.consume(system, "reliable", 4, 25, 5000);
         await d.consume(system, "simple", 1, 10, 3000);
       }
+      // The stream rows' code paths (the server's stream dispatcher and scripts, the raw reader) warm up as the list rows' do.
+      if (want("stream")) {
+        await d.consumeStream("switchyard", 10, 5000);
+        await d.consumeStream("raw", 10, 5000);
+      }
     }
     if (want("enqueue")) {
       const uncoalesced = await d.uncoalescedProducer();
