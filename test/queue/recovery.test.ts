@@ -85,6 +85,42 @@ describe("watchdog", () => {
   });
 });
 
+describe("tombstones", () => {
+  it("keep the newest 100,000 fences: a call that recovers or returns past the bound drops the oldest, never its own", async () => {
+    // 100,000 tombstones of long-gone deliveries (fences far above any this test issues, scored long ago).
+    const key = `${Q}.returned`;
+    await redis.plain.del(key);
+    for (let chunk = 0; chunk < 100; chunk++) {
+      const args: (string | number)[] = [];
+      for (let i = 0; i < 1000; i++) args.push(chunk * 1000 + i, 1e12 + chunk * 1000 + i);
+      await redis.plain.zadd(key, ...args);
+    }
+    await sy.client.enqueue(Q, ["a", "b", "c"]);
+    const stalled = sy.client.lease(Q, 2);
+    const [a, b] = await stalled.take(2);
+    stalled.setCredit(0);
+    await clock.advance(2 * MIN_IDLE_MS);
+    expect(await redis.plain.llen(Q)).toBe(3);
+    // The watchdog recovered both: their fences are tombstones now, and the two oldest went.
+    expect(await redis.plain.zcard(key)).toBe(100_000);
+    expect(await redis.plain.zscore(key, String(a.fence))).not.toBeNull();
+    expect(await redis.plain.zscore(key, String(b.fence))).not.toBeNull();
+    expect(await redis.plain.zrange(key, 0, 0)).toEqual([String(1e12 + 2)]);
+    await expect(sy.client.ack(a.leaseToken)).rejects.toMatchObject({ code: 9, details: expect.stringContaining("superseded") });
+    await stalled.cancel();
+    await stalled.ended;
+
+    // A closed stream's return (settle.lua, action "b") keeps the bound too.
+    const closing = sy.client.lease(Q, 1);
+    const [c] = await closing.take(1);
+    await closing.cancel();
+    await closing.ended;
+    await expect.poll(() => redis.plain.zscore(key, String(c.fence))).not.toBeNull();
+    expect(await redis.plain.zcard(key)).toBe(100_000);
+    expect(await redis.plain.zrange(key, 0, 0)).toEqual([String(1e12 + 3)]);
+  });
+});
+
 describe("lease stream end", () => {
   it("returns a closed stream's unsettled items at once, without waiting for min_idle", async () => {
     const ids = await sy.client.enqueue(Q, ["1", "2", "3"]);

@@ -37,6 +37,13 @@ local function read_varint(s, pos)
 end
 
 local function varint(n)
+  if n >= 0 and n < 128 then return string.char(n) end
+  if n >= 128 and n < 2097152 then
+    local hi = math.floor(n / 16384)
+    local lo, mid = n % 128, math.floor(n / 128) % 128
+    if hi == 0 then return string.char(lo + 128, mid) end
+    return string.char(lo + 128, mid + 128, hi)
+  end
   local out = {}
   repeat
     local b = n % 128
@@ -83,46 +90,96 @@ local function fields_of(s, from)
   return out
 end
 
+-- An ItemHistory's deliveries and last error over `deliveries` and `err` (as merging it would); nil when malformed.
+local function read_history(h, deliveries, err)
+  local pos, n = 1, #h
+  while pos <= n do
+    local tag
+    tag, pos = read_varint(h, pos)
+    if not tag then return nil end
+    local field, wire = math.floor(tag / 8), tag % 8
+    local data = pos
+    if wire == 0 then
+      local v
+      v, pos = read_varint(h, pos)
+      if not v then return nil end
+      if field == 1 then deliveries = v end
+    elseif wire == 2 then
+      local len
+      len, pos = read_varint(h, pos)
+      if not len then return nil end
+      data = pos
+      pos = pos + len
+    elseif wire == 1 then pos = pos + 8
+    elseif wire == 5 then pos = pos + 4
+    else return nil end
+    if pos > n + 1 or field == 0 then return nil end
+    if field == 2 and wire == 2 then err = string.sub(h, data, pos - 1) end
+  end
+  return deliveries, err
+end
+
 --[[
   Reads a stored value: its deliveries so far, its last error, and the bytes
   of its envelope fields other than the history, or nil for those when it is
-  a raw payload (then the value itself is the payload).
+  a raw payload (then the value itself is the payload). One pass over the
+  fields, with no table per field: the watchdog and every retry read each
+  value they put back (the fields as fields_of reads them; a history that is
+  malformed inside is dropped and read as none, as fields_of(h) or {} did).
 ]]
 local function read_item(value)
   if string.sub(value, 1, 4) ~= "SYE1" then return 0, "", nil end
-  local fields = fields_of(value, 5)
-  if not fields then return 0, "", nil end
-  local kept, has_id, deliveries, err, history = {}, false, 0, "", false
-  for _, f in ipairs(fields) do
-    local field, wire, first, last, data = f[1], f[2], f[3], f[4], f[5]
+  local pos, n = 5, #value
+  local has_id, history, deliveries, err = false, false, 0, ""
+  -- The kept bytes: from `kept_from` on, with the pieces before each history field.
+  local kept_from, pieces = 5, nil
+  while pos <= n do
+    local start = pos
+    -- Tags and lengths are one byte but for long fields: read those here, the rest by read_varint.
+    local tag = string.byte(value, pos)
+    if tag < 128 then pos = pos + 1 else tag, pos = read_varint(value, pos) end
+    if not tag then return 0, "", nil end
+    local field, wire = math.floor(tag / 8), tag % 8
+    local data = pos
+    if wire == 0 then
+      local v
+      v, pos = read_varint(value, pos)
+      if not v then return 0, "", nil end
+    elseif wire == 2 then
+      local len = string.byte(value, pos)
+      if len and len < 128 then pos = pos + 1 else len, pos = read_varint(value, pos) end
+      if not len then return 0, "", nil end
+      data = pos
+      pos = pos + len
+    elseif wire == 1 then pos = pos + 8
+    elseif wire == 5 then pos = pos + 4
+    else return 0, "", nil end
+    if pos > n + 1 or field == 0 then return 0, "", nil end
     if field == 5 and wire == 2 then
       history = true
-      local h = string.sub(value, data, last)
-      for _, g in ipairs(fields_of(h, 1) or {}) do
-        if g[1] == 1 and g[2] == 0 then deliveries = read_varint(h, g[5]) or 0 end
-        if g[1] == 2 and g[2] == 2 then err = string.sub(h, g[5], g[4]) end
-      end
-    else
-      if field == 1 and wire == 2 and last >= data then has_id = true end
-      kept[#kept + 1] = string.sub(value, first, last)
+      local d, e = read_history(string.sub(value, data, pos - 1), deliveries, err)
+      if d then deliveries, err = d, e end
+      pieces = pieces or {}
+      pieces[#pieces + 1] = string.sub(value, kept_from, start - 1)
+      kept_from = pos
+    elseif field == 1 and wire == 2 and pos > data then
+      has_id = true
     end
   end
   if not has_id and not history then return 0, "", nil end
-  return deliveries, err, table.concat(kept)
-end
-
--- The deliveries an item had before the one starting now.
-local function history(value)
-  return (read_item(value))
+  if not pieces then return deliveries, err, string.sub(value, 5) end
+  pieces[#pieces + 1] = string.sub(value, kept_from)
+  return deliveries, err, table.concat(pieces)
 end
 
 -- The item with its history: an envelope (a raw payload wrapped as one) carrying ItemHistory.
-local function with_history(value, deliveries, err, fence)
-  local _, _, kept = read_item(value)
+-- `kept` is read_item(value)'s third answer (nil for a raw payload), read once by the caller.
+local function with_history(value, kept, deliveries, err, fence)
   kept = kept or len_field(2, value)
-  local h = varint_field(1, deliveries)
-  if err ~= "" then h = h .. len_field(2, err) end
-  return "SYE1" .. kept .. len_field(5, h .. varint_field(3, fence))
+  -- ItemHistory { 1 deliveries, 2 last_error, 3 last_fence } as field 5, in one concatenation.
+  local d, f = varint_field(1, deliveries), varint_field(3, fence)
+  local e = err ~= "" and len_field(2, err) or ""
+  return "SYE1" .. kept .. varint(5 * 8 + 2) .. varint(#d + #e + #f) .. d .. e .. f
 end
 
 -- The item as first stored, without its history (a raw payload as it was pushed).
@@ -159,9 +216,16 @@ end
 
 -- The wait before attempt `count` + 1 under the retry policy
 -- "initial,multiplier,max,jitter" (ms, factor, ms, fraction); `r` is in [0, 1).
+local policies = {}
 local function backoff(policy, count, r)
-  local initial, multiplier, max, jitter = string.match(policy, "^([^,]+),([^,]+),([^,]+),([^,]+)$")
-  initial, multiplier, max, jitter = tonumber(initial), tonumber(multiplier), tonumber(max), tonumber(jitter)
+  -- Parsed once per call of the script (a batch's settles share one policy).
+  local p = policies[policy]
+  if not p then
+    local initial, multiplier, max, jitter = string.match(policy, "^([^,]+),([^,]+),([^,]+),([^,]+)$")
+    p = { tonumber(initial), tonumber(multiplier), tonumber(max), tonumber(jitter) }
+    policies[policy] = p
+  end
+  local initial, multiplier, max, jitter = p[1], p[2], p[3], p[4]
   if initial <= 0 then return 0 end
   local wait = initial * multiplier ^ (count - 1)
   if wait > max then wait = max end
@@ -190,35 +254,64 @@ local function queue_context(keys, recovery)
   }
   k.pending = redis.call("LLEN", k.processing)
   k.claims = recovery and redis.call("ZCARD", k.recovery) or 0
-  -- Deliveries removed and completed by this call: counted once at its end (count_removed), not per item.
-  k.removed, k.completed = 0, 0
+  -- Deliveries removed and completed by this call: counted once at its end (finish_call), not per item.
+  k.removed, k.completed, k.tombed = 0, 0, {}
   return k
 end
 
 -- Removes a live delivery: its record and claim, and one copy of its value from processing.
-local function remove_delivery(k, field, kind, value)
-  redis.call("HDEL", k.leases, field)
+-- `sha` is sha1hex(value) when the caller has it already; `k.claims_gone` when the caller
+-- took the claims out of the recovery set itself.
+local function remove_delivery(k, field, kind, value, sha)
   k.removed = k.removed + 1
   if k.pending > 0 then k.pending = k.pending - redis.call("LREM", k.processing, -1, value) end
-  if kind ~= "-" then
-    if k.claims > 0 then k.claims = k.claims - redis.call("ZREM", k.recovery, claim_member(kind, value, field)) end
-    local sha = redis.sha1hex(value)
-    if kind == "v" then redis.call("HDEL", k.leases, "m:" .. sha) end
-    if redis.call("HINCRBY", k.leases, "n:" .. sha, -1) <= 0 then redis.call("HDEL", k.leases, "n:" .. sha) end
+  if kind == "-" then
+    redis.call("HDEL", k.leases, field)
+    return
   end
+  if k.claims > 0 and not k.claims_gone then k.claims = k.claims - redis.call("ZREM", k.recovery, claim_member(kind, value, field)) end
+  sha = sha or redis.sha1hex(value)
+  -- The record, the value's own claim (kind "v") and its count, in one HDEL when this was the
+  -- value's last live delivery (the usual case: values are seldom equal); else the count goes down.
+  local n = tonumber(redis.call("HGET", k.leases, "n:" .. sha))
+  local gone = {}
+  gone[1] = field
+  if kind == "v" then gone[2] = "m:" .. sha end
+  if not n or n <= 1 then
+    gone[#gone + 1] = "n:" .. sha
+  else
+    redis.call("HINCRBY", k.leases, "n:" .. sha, -1)
+  end
+  redis.call("HDEL", k.leases, unpack(gone))
 end
 
--- Writes the call's removed and completed deliveries into the counts ("live", "completed"). A call
--- checks the keys it writes before it removes anything (wrong_type): an error between would keep the
--- removals (Redis keeps a script's writes before its error) without their counts.
-local function count_removed(k)
+-- Remembers that the delivery with `fence` was taken from its holder (returned or recovered) at
+-- `now` (one time per call). Written with one ZADD at the call's end (finish_call), and the set
+-- cut back to TOMBSTONES, the newest, then.
+local function tombstone(k, fence, now)
+  k.tombs = k.tombs or {}
+  k.tombs[#k.tombs + 1] = now
+  k.tombs[#k.tombs + 1] = fence
+  k.tombed[fence] = true
+end
+
+-- Whether the delivery with `fence` was taken from its holder: a tombstone, or one this call wrote.
+local function tombstoned(k, fence)
+  return k.tombed[fence] or redis.call("ZSCORE", k.returned, fence)
+end
+
+-- What a call writes once at its end, not per item: its removed and completed deliveries into the
+-- counts ("live", "completed"), and the tombstones' bound. A call checks the keys it writes before
+-- it removes anything (wrong_type): an error between would keep the removals (Redis keeps a
+-- script's writes before its error) without their counts.
+local function finish_call(k)
   if k.removed > 0 then redis.call("HINCRBY", k.leases, "live", -k.removed) end
   if k.completed > 0 then redis.call("HINCRBY", k.leases, "completed", k.completed) end
-end
-
--- Remembers that the delivery with `fence` was taken from its holder (returned or recovered).
-local function tombstone(k, fence, now)
-  redis.call("ZADD", k.returned, now, fence)
+  if not k.tombs then return end
+  -- ZADD's arguments in chunks well inside Lua's stack (unpack).
+  for i = 1, #k.tombs, 1000 do
+    redis.call("ZADD", k.returned, unpack(k.tombs, i, math.min(i + 999, #k.tombs)))
+  end
   if redis.call("ZCARD", k.returned) > TOMBSTONES then
     redis.call("ZREMRANGEBYRANK", k.returned, 0, -(TOMBSTONES + 1))
   end
@@ -243,11 +336,11 @@ end
 --[[
   Puts the item of a removed delivery back with its history: to the dead letters
   when `dead`, else into the delayed set when `delay` > 0, else onto the queue,
-  at the front (taken next) or the back. Returns 2 when dead-lettered, else the
-  time it is due (0: at once).
+  at the front (taken next) or the back. `kept` is read_item(value)'s third
+  answer. Returns -1 when dead-lettered, else the time it is due (0: at once).
 ]]
-local function put_back(k, value, count, err, fence, now, delay, front, dead, ttl)
-  local stored = with_history(value, count, err, fence)
+local function put_back(k, value, kept, count, err, fence, now, delay, front, dead, ttl)
+  local stored = with_history(value, kept, count, err, fence)
   if dead then
     redis.call("LPUSH", k.dead, stored)
     return -1
@@ -322,7 +415,7 @@ local function settle_all(KEYS, ARGV, from)
   -- Settles that put an item back need the keys they may write to be of their types (see
   -- wrong_type): a retry or return the queue, delayed set or dead letters (a return also the
   -- tombstones), a kill the dead letters. Checked first, nothing can fail once a delivery is
-  -- removed, so the counts written at the end (count_removed) stay in step with the removals.
+  -- removed, so the counts written at the end (finish_call) stay in step with the removals.
   local checks = {}
   for i = from, #ARGV, 4 do
     local action = ARGV[i]
@@ -345,7 +438,7 @@ local function settle_all(KEYS, ARGV, from)
     if not record then
       local fence = fence_of(field)
       if not fence or fence < 1 or fence > issued then code = -3
-      elseif redis.call("ZSCORE", KEYS[8], fence) then code = -2
+      elseif tombstoned(k, fence) then code = -2
       else code = -1 end
     else
       local kind, value = parse_record(record)
@@ -359,7 +452,7 @@ local function settle_all(KEYS, ARGV, from)
         elseif action == "u" then
           redis.call("RPUSH", KEYS[1], value)
         else
-          local before, last = read_item(value)
+          local before, last, kept = read_item(value)
           local count = before + 1
           local err = action == "b" and last or reason
           local wait = 0
@@ -368,7 +461,7 @@ local function settle_all(KEYS, ARGV, from)
           end
           local dead = action == "k" or (max > 0 and count >= max)
           local fence = fence_of(field)
-          due = put_back(k, value, count, err, fence, now, wait, action == "b", dead, ttl)
+          due = put_back(k, value, kept, count, err, fence, now, wait, action == "b", dead, ttl)
           if due < 0 then code, due = 2, 0 end
           if action == "b" then tombstone(k, fence, now) end
         end
@@ -377,7 +470,7 @@ local function settle_all(KEYS, ARGV, from)
     out[#out + 1] = code
     out[#out + 1] = due
   end
-  count_removed(k)
+  finish_call(k)
   return out
 end
 

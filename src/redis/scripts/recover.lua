@@ -22,25 +22,31 @@ local k = queue_context({
   queue = KEYS[1], processing = KEYS[2], leases = KEYS[3], recovery = KEYS[4],
   dead = KEYS[5], delayed = KEYS[6], returned = KEYS[7],
 }, true)
+-- Every stale claim goes, its delivery recovered or not: they are the set's first #stale by rank.
+redis.call("ZREMRANGEBYRANK", KEYS[4], 0, #stale - 1)
+k.claims, k.claims_gone = k.claims - #stale, true
 local recovered, dead, earliest = 0, 0, 0
 for i, member in ipairs(stale) do
   local field
   if string.sub(member, 1, #DERIVED) == DERIVED then field = string.sub(member, #DERIVED + 1) end
   local record = field and redis.call("HGET", KEYS[3], field)
-  local kind, value
+  local kind, value, sha
   if record then kind, value = parse_record(record) end
   if not record or kind ~= "d" then
     -- The member is a value: the delivery that claims under it.
-    field = redis.call("HGET", KEYS[3], "m:" .. redis.sha1hex(member))
+    sha = redis.sha1hex(member)
+    field = redis.call("HGET", KEYS[3], "m:" .. sha)
     record = field and redis.call("HGET", KEYS[3], field)
     if record then kind, value = parse_record(record) end
   end
   if record and claim_member(kind, value, field) == member then
-    remove_delivery(k, field, kind, value)
-    local count = history(value) + 1
+    -- A claim under the value itself: its sha is the value's.
+    remove_delivery(k, field, kind, value, kind == "v" and sha or nil)
+    local before, _, kept = read_item(value)
+    local count = before + 1
     local fence = fence_of(field)
     local wait = backoff(ARGV[5], count, nth_random(tonumber(ARGV[6]), i))
-    local due = put_back(k, value, count, ARGV[7], fence, now, wait, true, max > 0 and count >= max, tonumber(ARGV[8]))
+    local due = put_back(k, value, kept, count, ARGV[7], fence, now, wait, true, max > 0 and count >= max, tonumber(ARGV[8]))
     tombstone(k, fence, now)
     if due < 0 then
       dead = dead + 1
@@ -48,9 +54,7 @@ for i, member in ipairs(stale) do
       recovered = recovered + 1
       if due > 0 and (earliest == 0 or due < earliest) then earliest = due end
     end
-  elseif k.claims > 0 then
-    k.claims = k.claims - redis.call("ZREM", KEYS[4], member)
   end
 end
-count_removed(k)
+finish_call(k)
 return { recovered, dead, #stale, earliest }
