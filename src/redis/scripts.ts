@@ -115,7 +115,7 @@ async function notAList(client: RedisClient, key: string, err: unknown): Promise
   const at = named?.[3] ?? key;
   return new SwitchyardError(
     "failed_precondition",
-    `key "${at}" holds a ${type}, not a ${wanted}; delete or rename it: the queue "${key}" needs it (nothing was written)`,
+    `key "${at}" holds a ${type}, not ${/^[aeiou]/.test(wanted) ? "an" : "a"} ${wanted}; delete or rename it: the queue "${key}" needs it (nothing was written)`,
     { reason: "WRONG_KEY_TYPE", metadata: { key: at } },
   );
 }

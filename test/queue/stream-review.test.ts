@@ -21,10 +21,14 @@ const sleep = (ms: number) => new Promise((ok) => setTimeout(ok, ms));
 const within = <T>(p: Promise<T>, ms: number) => Promise.race([p, sleep(ms).then(() => "nothing" as const)]);
 
 describe("a STREAM queue's key of another type (a stray write by another client)", () => {
-  it("moves no entry into the group's pending list while its fence counter is not a string, and delivers it (count 1) once fixed", async () => {
-    const q = "{r16-fence}";
+  it.each([
+    ["is not a string", "hash", "holds a hash, not a string"],
+    ["holds a string that is no integer", "junk", "holds a string, not an integer"],
+  ])("moves no entry into the group's pending list while its fence counter %s, and delivers it (count 1) once fixed", async (_, stray, named) => {
+    const q = `{r16-fence-${stray}}`;
     await t.sy.client.createQueue({ name: q, mode: QueueMode.STREAM, groups: [{ name: "g" }], minIdle: durationFromMs(60_000) });
-    await t.redis.plain.hset(`${q}.fence`, "not", "a counter");
+    if (stray === "hash") await t.redis.plain.hset(`${q}.fence`, "not", "a counter");
+    else await t.redis.plain.set(`${q}.fence`, "junk");
     const [id] = await t.sy.client.enqueue(q, ["a"]);
     const seen = warnings.length;
     const lease = t.sy.client.lease(q, 1, { group: "g" });
@@ -32,7 +36,7 @@ describe("a STREAM queue's key of another type (a stray write by another client)
     await expect.poll(() => failed() !== undefined).toBe(true);
     // As for list queues (test/queue/wrong-key-type.test.ts): nothing moved without its record, and the key named.
     expect(await pending(q, "g")).toEqual([]);
-    expect(failed()?.err?.message).toContain(`key "${q}.fence" holds a hash, not a string`);
+    expect(failed()?.err?.message).toContain(`key "${q}.fence" ${named}`);
     await t.redis.plain.del(`${q}.fence`);
     const got = await within(lease.take(1), 5000);
     expect(got === "nothing" ? "nothing" : got.map((d) => [d.id, d.deliveryCount])).toEqual([[id, 1]]);

@@ -12,6 +12,7 @@ import { errorDetails, errorReason } from "../../src/client/errors.js";
 import type { ManualClock } from "../../src/clock.js";
 import { createLogger } from "../../src/log.js";
 import { queueKeys } from "../../src/redis/keys.js";
+import { keysOf } from "../../src/queue/declaration.js";
 import { settleItems } from "../../src/redis/scripts.js";
 import { useSwitchyard } from "../helpers/switchyard.js";
 
@@ -174,6 +175,53 @@ describe("a queue key of another type", () => {
     await redis.plain.del(`${q}.returned`);
     await clock().advance(2000);
     await expect.poll(() => redis.plain.llen(q)).toBe(2);
+    expect([await redis.plain.llen(`${q}.processing`), await redis.plain.hget(`${q}.leases`, "live")]).toEqual([0, "0"]);
+    await lease.close();
+  });
+
+  it("keeps stalled deliveries claimed while the leases hash holds another type, and recovers them once fixed", async () => {
+    const { sy, redis } = t;
+    const q = "{wrong-recover-leases}";
+    await sy.client.createQueue({ name: q, mode: QueueMode.RELIABLE, recoverySet: `${q}.claims`, minIdle: { seconds: 1n, nanos: 0 } });
+    await sy.client.enqueue(q, ["a", "b"]);
+    const lease = sy.client.lease(q, 2);
+    await lease.take(2);
+    await redis.plain.rename(`${q}.leases`, "saved-leases");
+    await redis.plain.set(`${q}.leases`, "not a hash");
+    const seen = warnings.length;
+    await clock().advance(2000);
+    await expect.poll(() => warnings.slice(seen).find((w) => w.msg === "watchdog pass failed")?.err?.message).toContain(`key "${q}.leases" holds a string, not a hash`);
+    // The claims stay: once the hash is back, the watchdog finds them (an emptied set would leave the items in processing for good).
+    expect([await redis.plain.llen(`${q}.processing`), await redis.plain.zcard(`${q}.claims`)]).toEqual([2, 2]);
+    await redis.plain.del(`${q}.leases`);
+    await redis.plain.rename("saved-leases", `${q}.leases`);
+    await clock().advance(2000);
+    await expect.poll(() => redis.plain.llen(q)).toBe(2);
+    expect([await redis.plain.llen(`${q}.processing`), await redis.plain.hget(`${q}.leases`, "live")]).toEqual([0, "0"]);
+    await lease.close();
+  });
+
+  it("refuses a settle batch while the fence counter holds a string that is no integer, whole, and settles once it is fixed", async () => {
+    const { sy, redis } = t;
+    const q = "{wrong-fence-value}";
+    await sy.client.createQueue({ name: q, mode: QueueMode.RELIABLE });
+    await sy.client.enqueue(q, ["a"]);
+    const lease = sy.client.lease(q, 1);
+    const [d] = await lease.take(1);
+    const fence = await redis.plain.get(`${q}.fence`);
+    await redis.plain.set(`${q}.fence`, "junk");
+    // A return of the held delivery beside a settle of one never issued: the batch is refused before either applies.
+    const keys = keysOf(sy.app.queues.registry.cached(q)!);
+    const ctx = { now: clock().now(), maxDeliveries: 0, retryPolicy: "0,2,1000,0", publishTtlMs: 0 };
+    const field = (await redis.plain.hkeys(keys.leases)).find((f) => f.startsWith(`${d.fence}@`))!;
+    await expect(settleItems(sy.app.redis.client, keys, ctx, [
+      { action: "return", delivery: field },
+      { action: "ack", delivery: `${Number(d.fence) + 1}@nobody0000` },
+    ])).rejects.toMatchObject({ code: "failed_precondition", reason: "WRONG_KEY_TYPE", metadata: { key: `${q}.fence` } });
+    expect([await redis.plain.llen(`${q}.processing`), await redis.plain.hget(`${q}.leases`, "live")]).toEqual([1, "1"]);
+    expect(await refusal(sy.client.ack(d.leaseToken))).toEqual({ code: grpc.status.FAILED_PRECONDITION, reason: "WRONG_KEY_TYPE", key: `${q}.fence` });
+    await redis.plain.set(`${q}.fence`, fence!);
+    await sy.client.ack(d.leaseToken);
     expect([await redis.plain.llen(`${q}.processing`), await redis.plain.hget(`${q}.leases`, "live")]).toEqual([0, "0"]);
     await lease.close();
   });

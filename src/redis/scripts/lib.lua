@@ -255,13 +255,13 @@ local function queue_context(keys, recovery)
   k.pending = redis.call("LLEN", k.processing)
   k.claims = recovery and redis.call("ZCARD", k.recovery) or 0
   -- Deliveries removed and completed by this call: counted once at its end (finish_call), not per item.
-  k.removed, k.completed, k.tombed = 0, 0, {}
+  k.removed, k.completed = 0, 0
   return k
 end
 
 -- Removes a live delivery: its record and claim, and one copy of its value from processing.
 -- `sha` is sha1hex(value) when the caller has it already; `k.claims_gone` when the caller
--- took the claims out of the recovery set itself.
+-- takes the claims out of the recovery set itself.
 local function remove_delivery(k, field, kind, value, sha)
   k.removed = k.removed + 1
   if k.pending > 0 then k.pending = k.pending - redis.call("LREM", k.processing, -1, value) end
@@ -285,19 +285,12 @@ local function remove_delivery(k, field, kind, value, sha)
   redis.call("HDEL", k.leases, unpack(gone))
 end
 
--- Remembers that the delivery with `fence` was taken from its holder (returned or recovered) at
--- `now` (one time per call). Written with one ZADD at the call's end (finish_call), and the set
--- cut back to TOMBSTONES, the newest, then.
+-- Remembers that the delivery with `fence` was taken from its holder (returned or recovered). Written
+-- at once, with the item's put-back (a call that fails later keeps both); the set is cut back to
+-- TOMBSTONES, the newest, once at the call's end (finish_call).
 local function tombstone(k, fence, now)
-  k.tombs = k.tombs or {}
-  k.tombs[#k.tombs + 1] = now
-  k.tombs[#k.tombs + 1] = fence
-  k.tombed[fence] = true
-end
-
--- Whether the delivery with `fence` was taken from its holder: a tombstone, or one this call wrote.
-local function tombstoned(k, fence)
-  return k.tombed[fence] or redis.call("ZSCORE", k.returned, fence)
+  redis.call("ZADD", k.returned, now, fence)
+  k.tombstoned = true
 end
 
 -- What a call writes once at its end, not per item: its removed and completed deliveries into the
@@ -307,12 +300,7 @@ end
 local function finish_call(k)
   if k.removed > 0 then redis.call("HINCRBY", k.leases, "live", -k.removed) end
   if k.completed > 0 then redis.call("HINCRBY", k.leases, "completed", k.completed) end
-  if not k.tombs then return end
-  -- ZADD's arguments in chunks well inside Lua's stack (unpack).
-  for i = 1, #k.tombs, 1000 do
-    redis.call("ZADD", k.returned, unpack(k.tombs, i, math.min(i + 999, #k.tombs)))
-  end
-  if redis.call("ZCARD", k.returned) > TOMBSTONES then
+  if k.tombstoned and redis.call("ZCARD", k.returned) > TOMBSTONES then
     redis.call("ZREMRANGEBYRANK", k.returned, 0, -(TOMBSTONES + 1))
   end
 end
@@ -331,6 +319,20 @@ local function wrong_type(checks)
     end
   end
   return nil
+end
+
+--[[
+  A fence counter's value, or (as wrong_type does for a key of another type) an
+  error "SYWRONGTYPE string integer <key>" when another client left a string in
+  it that is no integer: INCRBY, or a comparison with it, would fail the call
+  midway. A missing counter is 0.
+]]
+local function counter(key)
+  local v = redis.call("GET", key)
+  if v and not string.match(v, "^%-?%d+$") then
+    return nil, redis.error_reply("SYWRONGTYPE string integer " .. key)
+  end
+  return tonumber(v or "0"), nil
 end
 
 --[[
@@ -428,7 +430,8 @@ local function settle_all(KEYS, ARGV, from)
   end
   local refused = wrong_type(checks)
   if refused then return refused end
-  local issued = tonumber(redis.call("GET", KEYS[4]) or "0")
+  local issued, bad = counter(KEYS[4])
+  if bad then return bad end
   local live = tonumber(redis.call("HGET", KEYS[3], "live") or "0")
   local out = {}
   for i = from, #ARGV, 4 do
@@ -438,7 +441,7 @@ local function settle_all(KEYS, ARGV, from)
     if not record then
       local fence = fence_of(field)
       if not fence or fence < 1 or fence > issued then code = -3
-      elseif tombstoned(k, fence) then code = -2
+      elseif redis.call("ZSCORE", KEYS[8], fence) then code = -2
       else code = -1 end
     else
       local kind, value = parse_record(record)
@@ -598,6 +601,8 @@ local function stream_lease(KEYS, ARGV)
   -- leave them pending for this consumer with no record of their delivery, counted once more (see wrong_type).
   local refused = wrong_type({ KEYS[2], "string", KEYS[3], "list", KEYS[4], "hash" })
   if refused then return refused end
+  local _, bad = counter(KEYS[2])
+  if bad then return bad end
   local out, dead = {}, 0
   local claimed = redis.call("XAUTOCLAIM", stream, group, consumer, min_idle, ARGV[6], "COUNT", max)
   local cursor = claimed[1]

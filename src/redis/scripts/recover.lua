@@ -16,15 +16,15 @@
 local now, max = tonumber(ARGV[1]), tonumber(ARGV[4])
 local stale = redis.call("ZRANGEBYSCORE", KEYS[4], "-inf", now - tonumber(ARGV[2]), "LIMIT", 0, tonumber(ARGV[3]))
 if #stale == 0 then return { 0, 0, 0, 0 } end
-local refused = wrong_type({ KEYS[1], "list", KEYS[6], "zset", KEYS[5], "list", KEYS[7], "zset" })
+local refused = wrong_type({ KEYS[1], "list", KEYS[3], "hash", KEYS[6], "zset", KEYS[5], "list", KEYS[7], "zset" })
 if refused then return refused end
 local k = queue_context({
   queue = KEYS[1], processing = KEYS[2], leases = KEYS[3], recovery = KEYS[4],
   dead = KEYS[5], delayed = KEYS[6], returned = KEYS[7],
 }, true)
--- Every stale claim goes, its delivery recovered or not: they are the set's first #stale by rank.
-redis.call("ZREMRANGEBYRANK", KEYS[4], 0, #stale - 1)
-k.claims, k.claims_gone = k.claims - #stale, true
+-- Every stale claim goes, its delivery recovered or not: they are the set's first #stale by rank,
+-- taken out with one ZREMRANGEBYRANK after the loop (so a call that fails in it leaves them).
+k.claims_gone = true
 local recovered, dead, earliest = 0, 0, 0
 for i, member in ipairs(stale) do
   local field
@@ -56,5 +56,6 @@ for i, member in ipairs(stale) do
     end
   end
 end
+redis.call("ZREMRANGEBYRANK", KEYS[4], 0, #stale - 1)
 finish_call(k)
 return { recovered, dead, #stale, earliest }
