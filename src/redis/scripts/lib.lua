@@ -61,31 +61,39 @@ local function varint_field(field, n)
   return varint(field * 8) .. varint(n)
 end
 
+-- The protobuf field at `pos` of `s` (whose length is `n`): its number, wire type, where its
+-- payload starts, the position after it and, for a varint, its value; nil when malformed.
+-- One-byte tags and lengths (all but long fields') are read without read_varint.
+local function next_field(s, pos, n)
+  local tag = string.byte(s, pos)
+  if tag < 128 then pos = pos + 1 else tag, pos = read_varint(s, pos) end
+  if not tag then return nil end
+  local field, wire = math.floor(tag / 8), tag % 8
+  local data, v = pos, nil
+  if wire == 0 then
+    v, pos = read_varint(s, pos)
+    if not v then return nil end
+  elseif wire == 2 then
+    local len = string.byte(s, pos)
+    if len and len < 128 then pos = pos + 1 else len, pos = read_varint(s, pos) end
+    if not len then return nil end
+    data = pos
+    pos = pos + len
+  elseif wire == 1 then pos = pos + 8
+  elseif wire == 5 then pos = pos + 4
+  else return nil end
+  if pos > n + 1 or field == 0 then return nil end
+  return field, wire, data, pos, v
+end
+
 -- The fields of a protobuf message `s` as { field, wire type, first, last, payload first }; nil when malformed.
 local function fields_of(s, from)
   local out, pos, n = {}, from, #s
   while pos <= n do
-    local start = pos
-    local tag
-    tag, pos = read_varint(s, pos)
-    if not tag then return nil end
-    local field, wire = math.floor(tag / 8), tag % 8
-    local data = pos
-    if wire == 0 then
-      local _
-      _, pos = read_varint(s, pos)
-      if not pos then return nil end
-    elseif wire == 2 then
-      local len
-      len, pos = read_varint(s, pos)
-      if not len then return nil end
-      data = pos
-      pos = pos + len
-    elseif wire == 1 then pos = pos + 8
-    elseif wire == 5 then pos = pos + 4
-    else return nil end
-    if pos > n + 1 or field == 0 then return nil end
-    out[#out + 1] = { field, wire, start, pos - 1, data }
+    local field, wire, data, after = next_field(s, pos, n)
+    if not field then return nil end
+    out[#out + 1] = { field, wire, pos, after - 1, data }
+    pos = after
   end
   return out
 end
@@ -94,27 +102,11 @@ end
 local function read_history(h, deliveries, err)
   local pos, n = 1, #h
   while pos <= n do
-    local tag
-    tag, pos = read_varint(h, pos)
-    if not tag then return nil end
-    local field, wire = math.floor(tag / 8), tag % 8
-    local data = pos
-    if wire == 0 then
-      local v
-      v, pos = read_varint(h, pos)
-      if not v then return nil end
-      if field == 1 then deliveries = v end
-    elseif wire == 2 then
-      local len
-      len, pos = read_varint(h, pos)
-      if not len then return nil end
-      data = pos
-      pos = pos + len
-    elseif wire == 1 then pos = pos + 8
-    elseif wire == 5 then pos = pos + 4
-    else return nil end
-    if pos > n + 1 or field == 0 then return nil end
-    if field == 2 and wire == 2 then err = string.sub(h, data, pos - 1) end
+    local field, wire, data, after, v = next_field(h, pos, n)
+    if not field then return nil end
+    if field == 1 and wire == 0 then deliveries = v end
+    if field == 2 and wire == 2 then err = string.sub(h, data, after - 1) end
+    pos = after
   end
   return deliveries, err
 end
@@ -134,37 +126,19 @@ local function read_item(value)
   -- The kept bytes: from `kept_from` on, with the pieces before each history field.
   local kept_from, pieces = 5, nil
   while pos <= n do
-    local start = pos
-    -- Tags and lengths are one byte but for long fields: read those here, the rest by read_varint.
-    local tag = string.byte(value, pos)
-    if tag < 128 then pos = pos + 1 else tag, pos = read_varint(value, pos) end
-    if not tag then return 0, "", nil end
-    local field, wire = math.floor(tag / 8), tag % 8
-    local data = pos
-    if wire == 0 then
-      local v
-      v, pos = read_varint(value, pos)
-      if not v then return 0, "", nil end
-    elseif wire == 2 then
-      local len = string.byte(value, pos)
-      if len and len < 128 then pos = pos + 1 else len, pos = read_varint(value, pos) end
-      if not len then return 0, "", nil end
-      data = pos
-      pos = pos + len
-    elseif wire == 1 then pos = pos + 8
-    elseif wire == 5 then pos = pos + 4
-    else return 0, "", nil end
-    if pos > n + 1 or field == 0 then return 0, "", nil end
+    local field, wire, data, after = next_field(value, pos, n)
+    if not field then return 0, "", nil end
     if field == 5 and wire == 2 then
       history = true
-      local d, e = read_history(string.sub(value, data, pos - 1), deliveries, err)
+      local d, e = read_history(string.sub(value, data, after - 1), deliveries, err)
       if d then deliveries, err = d, e end
       pieces = pieces or {}
-      pieces[#pieces + 1] = string.sub(value, kept_from, start - 1)
-      kept_from = pos
-    elseif field == 1 and wire == 2 and pos > data then
+      pieces[#pieces + 1] = string.sub(value, kept_from, pos - 1)
+      kept_from = after
+    elseif field == 1 and wire == 2 and after > data then
       has_id = true
     end
+    pos = after
   end
   if not has_id and not history then return 0, "", nil end
   if not pieces then return deliveries, err, string.sub(value, 5) end
