@@ -186,7 +186,7 @@ describe("a queue key of another type", () => {
     await sy.client.enqueue(q, ["a", "b"]);
     const lease = sy.client.lease(q, 2);
     await lease.take(2);
-    await redis.plain.rename(`${q}.leases`, "saved-leases");
+    await redis.plain.rename(`${q}.leases`, `${q}.saved-leases`); // the same slot on a cluster
     await redis.plain.set(`${q}.leases`, "not a hash");
     const seen = warnings.length;
     await clock().advance(2000);
@@ -194,7 +194,7 @@ describe("a queue key of another type", () => {
     // The claims stay: once the hash is back, the watchdog finds them (an emptied set would leave the items in processing for good).
     expect([await redis.plain.llen(`${q}.processing`), await redis.plain.zcard(`${q}.claims`)]).toEqual([2, 2]);
     await redis.plain.del(`${q}.leases`);
-    await redis.plain.rename("saved-leases", `${q}.leases`);
+    await redis.plain.rename(`${q}.saved-leases`, `${q}.leases`);
     await clock().advance(2000);
     await expect.poll(() => redis.plain.llen(q)).toBe(2);
     expect([await redis.plain.llen(`${q}.processing`), await redis.plain.hget(`${q}.leases`, "live")]).toEqual([0, "0"]);
