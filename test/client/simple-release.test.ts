@@ -46,6 +46,20 @@ describe("runWorker on a SIMPLE queue whose stream is cut while the worker lives
     await t.sy.client.enqueue(S, ["j0", "j1", "j2", "j3", "j4"]);
     const proxy = await startProxy(t.sy.address);
     const client = new SwitchyardClient(proxy.address);
+    // Deliveries that reached the worker: the server popped j1..j3 before they crossed the proxy, and a cut
+    // before they arrive loses them (at most once), so the cut waits for them.
+    let received = 0;
+    const lease = client.lease.bind(client);
+    client.lease = (...args: Parameters<typeof lease>) => {
+      const session = lease(...args);
+      const nextBatch = session.nextBatch.bind(session);
+      session.nextBatch = async () => {
+        const batch = await nextBatch();
+        received += batch.length;
+        return batch;
+      };
+      return session;
+    };
     const started: Delivery[] = [];
     let finishFirst!: () => void;
     let aborted = false;
@@ -62,6 +76,7 @@ describe("runWorker on a SIMPLE queue whose stream is cut while the worker lives
     try {
       // j0 runs, j1..j3 are kept ready, j4 is still in Redis.
       await expect.poll(() => t.redis.plain.llen(S)).toBe(1);
+      await expect.poll(() => received).toBe(4);
       expect(started.map(text)).toEqual(["j0"]);
       expect(proxy.cut()).toBeGreaterThan(0);
       // The cut ended the stream, on both sides (its items are gone from Redis: nobody else gets them).
