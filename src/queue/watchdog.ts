@@ -12,20 +12,21 @@ import type { Clock, Timer } from "../clock.js";
 import type { Logger } from "../log.js";
 import { noMetrics, type Metrics } from "../metrics/hooks.js";
 import type { RedisClient } from "../redis/connection.js";
-import { adoptOrphans, policyArg, recoverStale, retireConsumer } from "../redis/scripts.js";
+import { adoptOrphans, policyArg, recoverStale, retireConsumer, type RecoverResult } from "../redis/scripts.js";
 import { keysOf, type QueueConfig } from "./declaration.js";
 import type { Instances } from "./instances.js";
 import type { Settler } from "./settler.js";
 
-// 100 claims keep each recover.lua call near 2 ms on the bench machine (about 20 µs a claim),
-// so other clients' commands never wait long behind it (bench row 8b: their p99 was 10-12 ms
-// with 200 a call, 4-7 ms with 100, at the same items/s). That holds while claims come out
-// in about the processing list's order (an envelope's id sorts by time). Claims that share a
-// score (leased in one millisecond) come out in member order; raw values that sort otherwise
-// make each LREM scan far into the list: ~40 ms a call with 100,000 items in processing.
-const RECOVER_CHUNK = 100;
+// 50 claims keep each recover.lua call near 1 ms on the bench machine (about 16 µs a claim).
+// The pass keeps one call queued behind the running one (recover below), so another client's
+// command waits behind at most about two calls: bench row 8b, their p99 4-5 ms, where one call
+// of 100 at a time gave 4-7 ms and one of 200 10-12 ms. That holds while claims come out in
+// about the processing list's order (an envelope's id sorts by time). Claims that share a score
+// (leased in one millisecond) come out in member order; raw values that sort otherwise make
+// each LREM scan far into the list: ~40 ms a call of 100 with 100,000 items in processing.
+const RECOVER_CHUNK = 50;
 /** Bounds one pass (200,000 claims), so a huge backlog cannot monopolise an instance. */
-const MAX_CHUNKS_PER_PASS = 2000;
+const MAX_CHUNKS_PER_PASS = 4000;
 /** Processing items adopt.lua reads at most per call. */
 const ADOPT_READ = 50_000;
 
@@ -138,17 +139,40 @@ export class Watchdog {
     const metrics = this.host.metrics ?? noMetrics;
     const keys = keysOf(config);
     const reason = `not settled within min_idle (${config.minIdleMs / 1000} s): recovered by the watchdog`;
-    for (let chunk = 0; chunk < MAX_CHUNKS_PER_PASS; chunk++) {
-      const r = await recoverStale(client, keys, {
+    const call = () =>
+      recoverStale(client, keys, {
         now: clock.now(), minIdleMs: config.minIdleMs, limit: RECOVER_CHUNK, maxDeliveries: config.maxDeliveries,
         retryPolicy: policyArg(config.retryPolicy), publishTtlMs: config.publishTtlMs, reason,
       });
+    const count = (r: RecoverResult) => {
       total.recovered += r.recovered;
       total.deadLettered += r.deadLettered;
       if (r.recovered) metrics.items(config.name, "recovered", r.recovered);
       if (r.deadLettered) metrics.items(config.name, "dead_lettered", r.deadLettered);
       if (r.earliestDueMs > 0) this.host.delayed(config, r.earliestDueMs);
-      if (r.seen < RECOVER_CHUNK) break;
+    };
+    // One call stays in flight ahead of the one awaited, so Redis never idles for a round trip
+    // between them. Redis runs them one after the other, and each takes the claims still stale
+    // when it runs. The call ahead of the last full one finds few or none, and is counted too.
+    let current = call();
+    for (let calls = 1; ; ) {
+      const ahead = calls < MAX_CHUNKS_PER_PASS ? (calls++, call()) : undefined;
+      // Its failure is taken where it is awaited (or dropped after an earlier one's), never unhandled.
+      ahead?.catch(() => undefined);
+      let r: RecoverResult;
+      try {
+        r = await current;
+      } catch (err) {
+        await ahead?.catch(() => undefined);
+        throw err;
+      }
+      count(r);
+      if (!ahead) break;
+      if (r.seen < RECOVER_CHUNK) {
+        count(await ahead);
+        break;
+      }
+      current = ahead;
     }
     total.claimsAdded += (await adoptOrphans(client, keys, clock.now(), ADOPT_READ)).added;
   }

@@ -234,11 +234,11 @@ local function queue_context(keys, recovery)
 end
 
 -- Removes a live delivery: its record and claim, and one copy of its value from processing.
--- `sha` is sha1hex(value) when the caller has it already; `k.claims_gone` when the caller
--- takes the claims out of the recovery set itself.
-local function remove_delivery(k, field, kind, value, sha)
+-- `sha` is sha1hex(value) and `n` the value's "n:" count (false: none) when the caller has read
+-- them already; `k.claims_gone` when the caller takes the claims out of the recovery set itself.
+local function remove_delivery(k, field, kind, value, sha, n)
   k.removed = k.removed + 1
-  if k.pending > 0 then k.pending = k.pending - redis.call("LREM", k.processing, -1, value) end
+  if k.pending > 0 then k.pending = k.pending - redis.call("LREM", k.processing, "-1", value) end
   if kind == "-" then
     redis.call("HDEL", k.leases, field)
     return
@@ -247,7 +247,8 @@ local function remove_delivery(k, field, kind, value, sha)
   sha = sha or redis.sha1hex(value)
   -- The record, the value's own claim (kind "v") and its count, in one HDEL when this was the
   -- value's last live delivery (the usual case: values are seldom equal); else the count goes down.
-  local n = tonumber(redis.call("HGET", k.leases, "n:" .. sha))
+  if n == nil then n = redis.call("HGET", k.leases, "n:" .. sha) end
+  n = tonumber(n)
   local gone = {}
   gone[1] = field
   if kind == "v" then gone[2] = "m:" .. sha end

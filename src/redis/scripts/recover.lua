@@ -30,18 +30,19 @@ for i, member in ipairs(stale) do
   local field
   if string.sub(member, 1, #DERIVED) == DERIVED then field = string.sub(member, #DERIVED + 1) end
   local record = field and redis.call("HGET", KEYS[3], field)
-  local kind, value, sha
+  local kind, value, sha, n
   if record then kind, value = parse_record(record) end
   if not record or kind ~= "d" then
-    -- The member is a value: the delivery that claims under it.
+    -- The member is a value: the delivery that claims under it (and how many of the value are live).
     sha = redis.sha1hex(member)
-    field = redis.call("HGET", KEYS[3], "m:" .. sha)
+    local got = redis.call("HMGET", KEYS[3], "m:" .. sha, "n:" .. sha)
+    field, n = got[1], got[2]
     record = field and redis.call("HGET", KEYS[3], field)
     if record then kind, value = parse_record(record) end
   end
   if record and claim_member(kind, value, field) == member then
-    -- A claim under the value itself: its sha is the value's.
-    remove_delivery(k, field, kind, value, kind == "v" and sha or nil)
+    -- A claim under the value itself: its sha and count are the value's.
+    if kind == "v" then remove_delivery(k, field, kind, value, sha, n) else remove_delivery(k, field, kind, value) end
     local before, _, kept = read_item(value)
     local count = before + 1
     local fence = fence_of(field)
