@@ -429,9 +429,20 @@ export function normalizeConfig(stored: Partial<QueueConfig> & Pick<QueueConfig,
   };
 }
 
+/** keysOf's answers by declaration: every lease, settle and push asks, and building them costs a dozen slot hashes. */
+const keysByConfig = new WeakMap<QueueConfig, QueueKeys>();
+
 /** The Redis keys of a declared queue. */
 export function keysOf(config: QueueConfig): QueueKeys {
-  return queueKeys(config.name, config.processingList, config.deadLetterList, config.recoverySet);
+  const known = keysByConfig.get(config);
+  // The names they derive from cannot change while the queue exists; compared anyway, as they are cheap to.
+  if (
+    known && known.queue === config.name && known.processing === config.processingList &&
+    known.deadLetter === config.deadLetterList && known.recovery === config.recoverySet
+  ) return known;
+  const keys = queueKeys(config.name, config.processingList, config.deadLetterList, config.recoverySet);
+  keysByConfig.set(config, keys);
+  return keys;
 }
 
 /** The declaration's key names and mode: what cannot change while the queue exists. */
