@@ -157,13 +157,16 @@ export class Watchdog {
     let current = call();
     for (let calls = 1; ; ) {
       const ahead = calls < MAX_CHUNKS_PER_PASS ? (calls++, call()) : undefined;
-      // Its failure is taken where it is awaited (or dropped after an earlier one's), never unhandled.
+      // Its failure is taken where it is awaited (or dropped after an earlier one's failure), never unhandled.
       ahead?.catch(() => undefined);
       let r: RecoverResult;
       try {
         r = await current;
       } catch (err) {
-        await ahead?.catch(() => undefined);
+        // This call's outcome is unknown (a timed-out call may have run); the one ahead of it
+        // ran or failed on its own, and what it recovered is counted before the pass fails.
+        const late = await ahead?.catch(() => undefined);
+        if (late) count(late);
         throw err;
       }
       count(r);

@@ -18,13 +18,13 @@ end
 local added = 0
 for value, copies in pairs(seen) do
   local sha = redis.sha1hex(value)
-  local known = tonumber(redis.call("HGET", KEYS[2], "n:" .. sha) or "0")
+  local known = math.floor(tonumber(redis.call("HGET", KEYS[2], "n:" .. sha)) or 0)
   for _ = known + 1, copies do
     local fence = redis.call("INCR", KEYS[3])
     local field = fence .. "@-"
     local plain = string.sub(value, 1, #DERIVED) ~= DERIVED
     local kind = (plain and redis.call("HSETNX", KEYS[2], "m:" .. sha, field) == 1) and "v" or "d"
-    redis.call("HINCRBY", KEYS[2], "n:" .. sha, 1)
+    count_value(KEYS[2], sha)
     redis.call("ZADD", KEYS[4], ARGV[1], claim_member(kind, value, field))
     redis.call("HSET", KEYS[2], field, kind .. ":" .. value)
     added = added + 1

@@ -236,6 +236,14 @@ end
 -- Removes a live delivery: its record and claim, and one copy of its value from processing.
 -- `sha` is sha1hex(value) and `n` the value's "n:" count (false: none) when the caller has read
 -- them already; `k.claims_gone` when the caller takes the claims out of the recovery set itself.
+-- Counts one more live delivery of the value with sha1 `sha` (its "n:" field). A count another
+-- client left that is no integer ("2.5") would fail HINCRBY, after the item moved; it is
+-- replaced by 1 instead (too few copies counted risks a second delivery, too many a lost one).
+local function count_value(leases, sha)
+  local r = redis.pcall("HINCRBY", leases, "n:" .. sha, 1)
+  if type(r) == "table" and r.err then redis.call("HSET", leases, "n:" .. sha, 1) end
+end
+
 local function remove_delivery(k, field, kind, value, sha, n)
   k.removed = k.removed + 1
   if k.pending > 0 then k.pending = k.pending - redis.call("LREM", k.processing, "-1", value) end
@@ -255,7 +263,9 @@ local function remove_delivery(k, field, kind, value, sha, n)
   if not n or n <= 1 then
     gone[#gone + 1] = "n:" .. sha
   else
-    redis.call("HINCRBY", k.leases, "n:" .. sha, -1)
+    -- Written, not HINCRBY'd: a count another client left that is no integer ("2.5") would fail
+    -- HINCRBY midway through the call; its whole part goes down by one instead.
+    redis.call("HSET", k.leases, "n:" .. sha, math.floor(n) - 1)
   end
   redis.call("HDEL", k.leases, unpack(gone))
 end
@@ -484,7 +494,7 @@ local function lease_items(KEYS, ARGV)
       -- (A value that looks like a derived member never claims under itself.)
       local plain = string.sub(value, 1, #DERIVED) ~= DERIVED
       if plain and redis.call("HSETNX", KEYS[3], "m:" .. sha, field) == 1 then kind = "v" else kind = "d" end
-      redis.call("HINCRBY", KEYS[3], "n:" .. sha, 1)
+      count_value(KEYS[3], sha)
       redis.call("ZADD", KEYS[5], ARGV[1], claim_member(kind, value, field))
     end
     redis.call("HSET", KEYS[3], field, kind .. ":" .. value)

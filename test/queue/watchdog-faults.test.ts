@@ -1,0 +1,135 @@
+/**
+ * The watchdog under faults, driven directly against a real Redis: a recover
+ * call whose reply is lost while the call queued behind it runs (a pass keeps
+ * one in flight ahead), and a leases hash whose count of equal values ("n:")
+ * another client left holding no integer.
+ */
+import { createHash } from "node:crypto";
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { Redis } from "ioredis";
+import { Watchdog, type WatchdogHost } from "../../src/queue/watchdog.js";
+import { keysOf, normalizeConfig } from "../../src/queue/declaration.js";
+import { adoptOrphans, defineScripts, leaseItems } from "../../src/redis/scripts.js";
+import type { RedisClient } from "../../src/redis/connection.js";
+import { startStandaloneRedis, type StandaloneRedis } from "../helpers/redis.js";
+
+const MIN_IDLE_MS = 1000;
+const NOW = 10_000;
+const config = normalizeConfig({
+  name: "{renders}", mode: "reliable", processingList: "{renders}.processing", deadLetterList: "{renders}.dead",
+  recoverySet: "{renders}.claims", minIdleMs: MIN_IDLE_MS, retryPolicy: { initialMs: 0, multiplier: 1, maxMs: 0, jitter: 0 },
+});
+const keys = keysOf(config);
+const nField = (value: string) => `n:${createHash("sha1").update(value).digest("hex")}`;
+
+let redis: StandaloneRedis;
+let client: Redis;
+beforeAll(async () => {
+  redis = await startStandaloneRedis();
+  client = new Redis({ path: redis.socketPath });
+  defineScripts(client);
+});
+beforeEach(async () => {
+  await client.flushall();
+});
+afterAll(async () => {
+  client.disconnect();
+  await redis.stop();
+});
+
+/** A watchdog of `config` on `redisClient`, its clock at NOW; `recovered` sums what the metrics were told. */
+function watchdog(redisClient: RedisClient) {
+  const counted = { recovered: 0, deadLettered: 0 };
+  const host: WatchdogHost = {
+    client: redisClient,
+    clock: { now: () => NOW } as WatchdogHost["clock"],
+    log: { info() {}, warn() {}, error() {}, debug() {} } as unknown as WatchdogHost["log"],
+    metrics: {
+      items: (_queue: string, event: string, n = 0) => {
+        if (event === "recovered") counted.recovered += n;
+        if (event === "dead_lettered") counted.deadLettered += n;
+      },
+    } as unknown as WatchdogHost["metrics"],
+    instances: { beat: async () => {}, claimDead: async () => [] } as unknown as WatchdogHost["instances"],
+    settler: {} as WatchdogHost["settler"],
+    queues: () => [config],
+    delayed: () => {},
+  };
+  return { watchdog: new Watchdog(host, 3_600_000), counted };
+}
+
+/** Pushes `values` and leases them all at time 0 for instance "gone", which never settles. */
+async function leaseAll(values: string[]): Promise<void> {
+  await client.rpush(keys.queue, ...values);
+  await leaseItems(client, keys, { now: 0, max: values.length, recoveryTtlMs: 0, owner: "gone" });
+}
+
+async function deliveryFields(): Promise<string[]> {
+  return (await client.hkeys(keys.leases)).filter((f) => f !== "live" && f !== "completed");
+}
+
+describe("a pass whose recover call's reply is lost", () => {
+  it.each([1, 2, 3])("counts what the other calls recovered, the one queued behind it too (call %i lost)", async (failAt) => {
+    const n = 301; // every third value equal
+    await leaseAll(Array.from({ length: n }, (_, i) => (i % 3 === 0 ? "same" : `v${i}`)));
+    let calls = 0;
+    let lost = 0;
+    // The failAt-th call runs in Redis, and its caller is told it timed out.
+    const faulty = new Proxy(client, {
+      get(target, prop) {
+        if (prop === "syRecover") {
+          return async (...args: unknown[]) => {
+            const me = ++calls;
+            const r = await (target as unknown as { syRecover(...a: unknown[]): Promise<number[]> }).syRecover(...args);
+            if (me === failAt) {
+              lost = r[0] + r[1];
+              throw new Error("Command timed out");
+            }
+            return r;
+          };
+        }
+        const v = Reflect.get(target, prop) as unknown;
+        return typeof v === "function" ? (v as (...a: unknown[]) => unknown).bind(target) : v;
+      },
+    });
+    const { watchdog: wd, counted } = watchdog(faulty as unknown as RedisClient);
+    await expect(wd.pass()).rejects.toThrow("Command timed out");
+    await wd.pass();
+    expect(lost).toBe(50);
+    expect(await client.llen(keys.queue)).toBe(n);
+    expect(await client.llen(keys.processing)).toBe(0);
+    // Everything recovered was counted, but for the lost call's own.
+    expect(counted.recovered).toBe(n - lost);
+  });
+});
+
+describe("a count of equal values that is no integer", () => {
+  it("neither stops a pass nor takes copies out of processing without putting them back", async () => {
+    // Ten distinct values and five copies of V: V claims under itself once, under derived members four times.
+    await leaseAll([...Array.from({ length: 10 }, (_, i) => `a${i}`), ..."VVVVV"]);
+    await client.hset(keys.leases, nField("V"), "2.5");
+    const { watchdog: wd, counted } = watchdog(client as unknown as RedisClient);
+    expect(await wd.pass()).toMatchObject({ recovered: 15, deadLettered: 0 });
+    expect(counted.recovered).toBe(15);
+    expect(await client.llen(keys.queue)).toBe(15);
+    expect(await client.llen(keys.processing)).toBe(0);
+    expect(await client.zcard(keys.recovery)).toBe(0);
+    expect(await deliveryFields()).toEqual([]);
+    expect(await client.hget(keys.leases, "live")).toBe("0");
+  });
+
+  it("does not fail a lease (its item moved) nor an adoption of items in processing", async () => {
+    await client.hset(keys.leases, nField("V"), "2.5", nField("W"), "junk");
+    await client.rpush(keys.queue, "V", "W");
+    const leased = await leaseItems(client, keys, { now: 0, max: 2, recoveryTtlMs: 0, owner: "me" });
+    expect(leased.map((l) => l.value.toString()).sort()).toEqual(["V", "W"]);
+    expect(await client.hmget(keys.leases, nField("V"), nField("W"))).toEqual(["1", "1"]);
+
+    // A copy moved into processing by another client, under a count left holding junk.
+    await client.hset(keys.leases, nField("X"), "1e2x");
+    await client.lpush(keys.processing, "X");
+    expect(await adoptOrphans(client, keys, NOW, 100)).toMatchObject({ added: 1 });
+    expect(await client.hget(keys.leases, nField("X"))).toBe("1");
+    expect(await client.hget(keys.leases, "live")).toBe("3");
+  });
+});
