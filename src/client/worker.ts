@@ -4,7 +4,8 @@
  * throw retries, with the error's message as the reason. A lost stream is
  * reopened with backoff until `stop()`; handlers still running from the lost
  * stream count against `concurrency` (the new stream opens with the credit
- * they leave, raised as they finish).
+ * they leave, raised as they finish). A concurrency above the server's
+ * SWITCHYARD_MAX_CREDIT runs that many at once, told once to `onError`.
  *
  * A handler still running extends its lease every third of the queue's
  * min_idle (the stream's open answer carries it), so the watchdog never hands
@@ -32,6 +33,7 @@ import { durationMs, timestampMs } from "@bufbuild/protobuf/wkt";
 import { QueueMode, type Delivery, type SettleResult } from "../gen/switchyard/v1/queue_pb.js";
 import { systemClock, type Clock } from "../clock.js";
 import { SwitchyardClient, type LeaseSession, type Reply } from "./client.js";
+import { errorDetails } from "./errors.js";
 
 /** What a handler may return: nothing, or reply items to enqueue with the ack. */
 export type HandlerResult = void | { reply: Reply };
@@ -465,13 +467,17 @@ export function runWorker(options: WorkerOptions): Worker {
     });
   };
 
+  // The server's SWITCHYARD_MAX_CREDIT, once an open's answer or a refusal named it: a stream opens
+  // within it, so a concurrency above it runs that many at once rather than being refused forever.
+  let serverMaxCredit = Infinity;
   const loop = async () => {
     for (let attempt = 0; !stopping; ) {
       // Handlers still running from a lost stream take their share of the concurrency: wait until one is free.
       while (running.size >= options.concurrency && !stopping) await new Promise<void>((ok) => (wake = ok));
       wake = undefined;
       if (stopping) break;
-      const credit = options.concurrency - running.size;
+      const credit = Math.min(options.concurrency - running.size, serverMaxCredit);
+      let again = false;
       const s = (current = new Stream(client.lease(options.queue, credit, { group: options.group })));
       s.credit = credit;
       // The server is shutting down: what never started goes to a worker of another instance now.
@@ -480,6 +486,7 @@ export function runWorker(options: WorkerOptions): Worker {
         const opened = await s.session.opened;
         s.minIdleMs = opened.minIdle ? durationMs(opened.minIdle) : 0;
         s.maxCredit = opened.maxCredit;
+        if (opened.maxCredit > 0) serverMaxCredit = opened.maxCredit;
         s.releases = opened.releases;
         s.simple = opened.mode === QueueMode.SIMPLE;
         if (opened.releases && !s.session.drained) {
@@ -494,7 +501,15 @@ export function runWorker(options: WorkerOptions): Worker {
         const err = await s.session.ended;
         if (err && !stopping) options.onError?.(err);
       } catch (err) {
-        if (!stopping) options.onError?.(err);
+        const max = creditLimit(err, credit);
+        if (max !== undefined) {
+          // Told once; the next stream opens at once, within the limit.
+          if (serverMaxCredit === Infinity && !stopping) {
+            options.onError?.(new Error(`runWorker: concurrency ${options.concurrency} is above the server's SWITCHYARD_MAX_CREDIT (${max}): at most ${max} items run at once`, { cause: err }));
+          }
+          serverMaxCredit = max;
+          again = true;
+        } else if (!stopping) options.onError?.(err);
       }
       await s.session.ended;
       // The server returned what waited on it when the stream ended (a SIMPLE queue's cannot go back: it still runs here).
@@ -503,7 +518,7 @@ export function runWorker(options: WorkerOptions): Worker {
       startWaiting();
       processedBefore += s.session.settlesSent;
       current = undefined;
-      if (!stopping) await sleep(Math.min(100 * 2 ** attempt++, 5000));
+      if (!stopping && !again) await sleep(Math.min(100 * 2 ** attempt++, 5000));
     }
   };
   const done = loop();
@@ -549,4 +564,11 @@ export function runWorker(options: WorkerOptions): Worker {
       return unfinished;
     },
   };
+}
+
+/** The server's credit limit when `err` refused an open for `credit` above it (queues.ts checkCredit names it), else undefined. */
+function creditLimit(err: unknown, credit: number): number | undefined {
+  const details = errorDetails(err);
+  const max = Number(details?.metadata.max_credit);
+  return details?.reason === "INVALID_FIELD" && Number.isInteger(max) && max >= 1 && max < credit ? max : undefined;
 }

@@ -676,7 +676,13 @@ export class Queues {
   private checkCredit(credit: number, opening: boolean): void {
     const min = opening ? 1 : 0;
     if (!Number.isInteger(credit) || credit < min || credit > this.options.maxCredit) {
-      throw invalid(`credit must be between ${min} and ${this.options.maxCredit}`, "credit");
+      const max = this.options.maxCredit;
+      // The limit is in the error's metadata too, so a client can open again within it (runWorker does).
+      throw new SwitchyardError("invalid_argument", `credit must be between ${min} and ${max}`, {
+        reason: "INVALID_FIELD",
+        violations: [{ field: "credit", description: `credit must be between ${min} and ${max}` }],
+        metadata: { max_credit: String(max) },
+      });
     }
   }
 
