@@ -60,11 +60,13 @@ export class SwitchyardError extends Error {
 
 /**
  * INVALID_ARGUMENT, reason INVALID_FIELD; with `field` (a request path such
- * as "items[3].delay"), also a BadRequest violation of that field saying `message`.
+ * as "items[3].delay"), also a BadRequest violation of that field saying `message`;
+ * with `metadata`, facts a client can act on (ErrorInfo metadata).
  */
-export function invalid(message: string, field?: string): SwitchyardError {
+export function invalid(message: string, field?: string, metadata?: Record<string, string>): SwitchyardError {
   return new SwitchyardError("invalid_argument", message, {
     reason: "INVALID_FIELD",
     violations: field === undefined ? undefined : [{ field, description: message }],
+    metadata,
   });
 }

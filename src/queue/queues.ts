@@ -678,11 +678,7 @@ export class Queues {
     if (!Number.isInteger(credit) || credit < min || credit > this.options.maxCredit) {
       const max = this.options.maxCredit;
       // The limit is in the error's metadata too, so a client can open again within it (runWorker does).
-      throw new SwitchyardError("invalid_argument", `credit must be between ${min} and ${max}`, {
-        reason: "INVALID_FIELD",
-        violations: [{ field: "credit", description: `credit must be between ${min} and ${max}` }],
-        metadata: { max_credit: String(max) },
-      });
+      throw invalid(`credit must be between ${min} and ${max}`, "credit", { max_credit: String(max) });
     }
   }
 

@@ -233,9 +233,6 @@ local function queue_context(keys, recovery)
   return k
 end
 
--- Removes a live delivery: its record and claim, and one copy of its value from processing.
--- `sha` is sha1hex(value) and `n` the value's "n:" count (false: none) when the caller has read
--- them already; `k.claims_gone` when the caller takes the claims out of the recovery set itself.
 -- Counts one more live delivery of the value with sha1 `sha` (its "n:" field). A count another
 -- client left that is no integer ("2.5") would fail HINCRBY, after the item moved; it is
 -- replaced by 1 instead (too few copies counted risks a second delivery, too many a lost one).
@@ -244,6 +241,9 @@ local function count_value(leases, sha)
   if type(r) == "table" and r.err then redis.call("HSET", leases, "n:" .. sha, 1) end
 end
 
+-- Removes a live delivery: its record and claim, and one copy of its value from processing.
+-- `sha` is sha1hex(value) and `n` the value's "n:" count (false: none) when the caller has read
+-- them already; `k.claims_gone` when the caller takes the claims out of the recovery set itself.
 local function remove_delivery(k, field, kind, value, sha, n)
   k.removed = k.removed + 1
   if k.pending > 0 then k.pending = k.pending - redis.call("LREM", k.processing, "-1", value) end
