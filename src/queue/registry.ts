@@ -8,7 +8,7 @@
 import { SwitchyardError } from "../errors.js";
 import type { Clock } from "../clock.js";
 import type { Logger } from "../log.js";
-import type { RedisConnection } from "../redis/connection.js";
+import { execAll, type RedisConnection } from "../redis/connection.js";
 import { allKeys, type SystemKeys } from "../redis/keys.js";
 import { declareQueue, restoreGroups, undeclareQueue } from "../redis/scripts.js";
 import { ensureGroups } from "./stream/entries.js";
@@ -51,8 +51,15 @@ export class QueueRegistry {
   /** Reads from Redis of declarations not in the cache, by name, while they are out. */
   private readonly loading = new Map<string, Promise<QueueConfig>>();
   private unsubscribe?: () => void;
-  /** Queue name → the version of the last change this instance applied (see undeclare.lua). */
-  private readonly versions = new Map<string, number>();
+  /**
+   * Queue name → the version of the last change this instance applied (see
+   * undeclare.lua), and `seq` when it did (see reload()).
+   */
+  private readonly applied = new Map<string, { version: number; seq: number }>();
+  /** How many changes this instance has applied. */
+  private seq = 0;
+  /** The version counter as the last full read of the declarations found it: every change up to it is in the cache. */
+  private readVersion = 0;
   private readonly deletedListeners: ((name: string) => void)[] = [];
   private readonly changedListeners: ((config: QueueConfig) => void)[] = [];
 
@@ -94,10 +101,29 @@ export class QueueRegistry {
     }
   }
 
-  /** Replaces the cache with what Redis holds; declarations gone from Redis count as deleted. */
+  /**
+   * Replaces the cache with what Redis holds; declarations gone from Redis count
+   * as deleted. The read comes with the version counter, since its answer may
+   * reach this instance after change events that came on the pub/sub connection
+   * meanwhile: a queue changed by such an event newer than the read keeps what
+   * the event said, and events the read includes are old news when they come
+   * later. A counter below a version applied before the read went out means
+   * Redis lost changes (restarted empty, or from an older snapshot): what it
+   * holds now is the truth, and those versions are forgotten.
+   */
   private async reload(): Promise<void> {
-    const all = await this.redis.client.hgetall(this.keys.queues);
-    const fresh = new Map(Object.entries(all).map(([name, json]) => [name, parse(json)]));
+    const since = this.seq;
+    const [version, all] = (await execAll(this.redis.client.multi().get(this.keys.queuesVersion).hgetall(this.keys.queues))) as [
+      string | null, Record<string, string>,
+    ];
+    const read = Number(version ?? 0);
+    for (const [name, a] of this.applied) if (a.seq <= since && a.version > read) this.applied.delete(name);
+    this.readVersion = read;
+    const fresh = new Map<string, QueueConfig>();
+    for (const name of new Set([...this.cache.keys(), ...Object.keys(all)])) {
+      const config = this.changedSince(name, since, read) ? this.cache.get(name) : all[name] !== undefined ? parse(all[name]) : undefined;
+      if (config) fresh.set(name, config);
+    }
     const gone = [...this.cache.keys()].filter((name) => !fresh.has(name));
     const changed = [...fresh.values()].filter((c) => {
       const old = this.cache.get(c.name);
@@ -106,6 +132,12 @@ export class QueueRegistry {
     this.cache = fresh;
     for (const name of gone) for (const fn of this.deletedListeners) fn(name);
     for (const config of changed) for (const fn of this.changedListeners) fn(config);
+  }
+
+  /** True when this instance applied a change of `name` newer than a read that found the counter at `read`, after the read went out (at `since`). */
+  private changedSince(name: string, since: number, read: number): boolean {
+    const a = this.applied.get(name);
+    return a !== undefined && a.seq > since && a.version > read;
   }
 
   /** Calls `fn` with the name of every queue deleted, through any instance. */
@@ -133,10 +165,10 @@ export class QueueRegistry {
     }
   }
 
-  /** Records change `version` of queue `name`; false when a later one was applied already. */
+  /** Records change `version` of queue `name`; false when a later one was applied already, or a full read included it. */
   private newer(name: string, version: number): boolean {
-    if (version <= (this.versions.get(name) ?? 0)) return false;
-    this.versions.set(name, version);
+    if (version <= this.readVersion || version <= (this.applied.get(name)?.version ?? 0)) return false;
+    this.applied.set(name, { version, seq: ++this.seq });
     return true;
   }
 
@@ -170,15 +202,19 @@ export class QueueRegistry {
     return load;
   }
 
+  /** Reads one declaration into the cache; as in reload(), a change event newer than the read (come while it was out) wins. */
   private async load(name: string): Promise<QueueConfig> {
-    const json = await this.redis.client.hget(this.keys.queues, name);
-    if (json === null) {
+    const since = this.seq;
+    const [version, stored] = (await execAll(this.redis.client.multi().get(this.keys.queuesVersion).hget(this.keys.queues, name))) as [
+      string | null, string | null,
+    ];
+    const config = this.changedSince(name, since, Number(version ?? 0)) ? this.cache.get(name) : stored === null ? undefined : parse(stored);
+    if (!config) {
       throw new SwitchyardError("not_found", `queue "${name}" is not declared; declare it with CreateQueue or in the config file`, {
         reason: "QUEUE_NOT_FOUND",
         metadata: { queue: name },
       });
     }
-    const config = parse(json);
     this.cache.set(name, config);
     return config;
   }
