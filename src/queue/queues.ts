@@ -6,7 +6,7 @@ import { SwitchyardError, invalid } from "../errors.js";
 import { systemClock, type Clock } from "../clock.js";
 import type { Logger } from "../log.js";
 import { noMetrics, type Metrics } from "../metrics/hooks.js";
-import { MAX_REPLICA_WAIT_MS, type RedisConnection } from "../redis/connection.js";
+import { MAX_REPLICA_WAIT_MS, execAll, type RedisConnection } from "../redis/connection.js";
 import { FramedCommand, type BulkStrings } from "../redis/bulk-strings.js";
 import { enqueueScheduled, pushItems, type DeadLetterAction, type SettleCode, type SettleOp, type SettleResult } from "../redis/scripts.js";
 import { systemKeys } from "../redis/keys.js";
@@ -66,6 +66,14 @@ export type { NewItem, NewItems } from "./new-items.js";
 
 /** More replicas than any Redis deployment has; WAIT for more could only time out. */
 const MAX_REPLICAS = 64;
+
+/**
+ * How long, and how many, simple deliveries settled elsewhere stay announced
+ * for an instance whose pub/sub connection missed them (releaseSimple): a
+ * reconnect takes about a second.
+ */
+const RECENT_RELEASES_MS = 10 * 60_000;
+const RECENT_RELEASES = 10_000;
 
 /** Wait for replicas before answering an enqueue (Redis WAIT). */
 export interface ReplicaWait {
@@ -312,7 +320,7 @@ export class Queues {
 
   async start(): Promise<void> {
     // A simple delivery settled through another instance frees its stream's credit here (see releaseSimple).
-    this.stopReleases = await this.redis.subscribe(systemKeys(this.options.namespace).released, (token) => this.release(token));
+    this.stopReleases = await this.redis.subscribe(systemKeys(this.options.namespace).released, (token) => this.release(token), this.onReleasesMissed);
     await this.instances.beat();
     this.watchdog.start();
     this.delayed.start();
@@ -752,14 +760,31 @@ export class Queues {
    * Frees the credit a settled simple delivery held. Its stream may be on another
    * instance, which has no record in Redis to find the settle by (a reliable
    * delivery's heartbeat check reads its record): that instance hears it on the
-   * released channel.
+   * released channel, or, if it was not listening then (its pub/sub connection
+   * being made again), finds it among the recent releases once it listens again.
    */
   private releaseSimple(token: string, ownStream?: LeaseStream): void {
     if (ownStream?.held.has(token) || this.holders.has(token)) return this.release(token, ownStream);
-    this.redis.client.publish(systemKeys(this.options.namespace).released, token).catch((err: unknown) =>
+    const keys = systemKeys(this.options.namespace);
+    const now = this.clock.now();
+    const announce = this.redis.client.multi()
+      .zadd(keys.recentlyReleased, now, token)
+      .zremrangebyscore(keys.recentlyReleased, "-inf", now - RECENT_RELEASES_MS)
+      .zremrangebyrank(keys.recentlyReleased, 0, -RECENT_RELEASES - 1)
+      .pexpire(keys.recentlyReleased, RECENT_RELEASES_MS)
+      .publish(keys.released, token);
+    execAll(announce).catch((err: unknown) =>
       this.log.warn("could not announce a settled simple delivery; its stream's credit stays taken", { err }),
     );
   }
+
+  /** The released channel listens again after its connection was lost: frees what was announced meanwhile (see releaseSimple). */
+  private readonly onReleasesMissed = () => {
+    this.redis.client.zrange(systemKeys(this.options.namespace).recentlyReleased, 0, -1).then(
+      (tokens) => tokens.forEach((token) => this.release(token)),
+      (err: unknown) => this.log.warn("could not read the recent releases of simple deliveries; streams may hold credit for some settled elsewhere", { err }),
+    );
+  };
 
   /** Marks a delivery as no longer held by its stream (nor settling), freeing its unit of credit. */
   private release(token: string, ownStream?: LeaseStream): void {

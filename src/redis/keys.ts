@@ -16,6 +16,8 @@ export interface SystemKeys {
   readonly queuesVersion: string;
   /** Pub/sub channel: lease tokens of simple deliveries settled through an instance whose streams do not hold them. */
   readonly released: string;
+  /** Sorted set: the same tokens by time (ms), kept a while for an instance that was not listening when one was announced. */
+  readonly recentlyReleased: string;
   /** Hash: job id → job (JSON). */
   readonly jobs: string;
   /** Counter: the last job id issued. */
@@ -63,6 +65,7 @@ export function systemKeys(ns: string): SystemKeys {
     events: `${tag}:events`,
     queuesVersion: `${tag}:queues:version`,
     released: `${tag}:released`,
+    recentlyReleased: `${tag}:released:recent`,
     jobs: `${tag}:jobs`,
     jobSeq: `${tag}:job:seq`,
     ticks: `${tag}:cron:ticks`,
