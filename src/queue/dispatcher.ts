@@ -6,7 +6,9 @@
  * queues, pop.lua for simple ones) and shares them out. Up to
  * LEASE_CALLS_IN_FLIGHT calls run at once, each for credit the calls before it
  * have not asked for: credit freed by an ack is asked for at once, not a round
- * trip later, once the call in flight has answered. When the queue is empty
+ * trip later, once the call in flight has answered. That is while the queue
+ * has a backlog (the last answer was full); otherwise one call goes at a time,
+ * since at a trickle the calls beside it would find nothing. When the queue is empty
  * it waits on one blocking connection with `BLMOVE queue queue RIGHT RIGHT`: a
  * move onto the same end of the same list, which changes nothing and returns as
  * soon as the list has an item. Waking up moves nothing, so a wake-up lost to a
@@ -80,6 +82,8 @@ export class QueueDispatcher {
   private emptied = false;
   /** `pushes` when the lease that found the queue empty was sent: a push since then means there may be items. */
   private emptiedAt = 0;
+  /** The last answer had fewer items than asked for (or none came yet): one lease call at a time. */
+  private short = true;
   /** Pushes this instance has sent to the queue (see `pushed`): a lease sent before one may have missed its items. */
   private pushes = 0;
   /**
@@ -184,7 +188,7 @@ export class QueueDispatcher {
           }
           if (this.config.paused) break;
           const want = Math.min(this.freeCredit() - this.asked, this.host.options.leaseBatch);
-          if (want > 0 && !this.emptied && this.refused.length === 0 && this.inFlight < LEASE_CALLS_IN_FLIGHT) {
+          if (want > 0 && !this.emptied && this.refused.length === 0 && this.inFlight < this.callsAllowed()) {
             this.lease(want);
             continue;
           }
@@ -219,11 +223,16 @@ export class QueueDispatcher {
   leaseBeside(send: LeaseBeside): boolean {
     if (this.closed || this.config.paused || this.config.mode === "simple") return false;
     if (this.failed !== undefined || this.unsure || this.emptied || this.wake || this.refused.length > 0) return false;
-    if (this.inFlight >= LEASE_CALLS_IN_FLIGHT) return false;
+    if (this.inFlight >= this.callsAllowed()) return false;
     const want = Math.min(this.freeCredit() - this.asked, this.host.options.leaseBatch);
     if (want <= 0) return false;
     this.lease(want, () => this.takeBeside(want, send));
     return true;
+  }
+
+  /** How many lease calls may be in flight: several only while the queue has a backlog. */
+  private callsAllowed(): number {
+    return this.short ? 1 : LEASE_CALLS_IN_FLIGHT;
   }
 
   /** take(), as a lease riding settles (see leaseBeside). */
@@ -239,8 +248,9 @@ export class QueueDispatcher {
     void call()
       .then((taken) => {
         this.failures = 0;
+        this.short = taken.length < want;
         // Short, the queue was empty behind it, unless a push went out after it: then lease again, not wait.
-        this.emptied = taken.length < want && this.pushes === pushes;
+        this.emptied = this.short && this.pushes === pushes;
         if (this.emptied) this.emptiedAt = pushes;
         if (this.refused.length > 0) this.refused.push(...taken);
         else if (taken.length > 0) this.distribute(taken);
