@@ -330,6 +330,8 @@ export class Queues {
   }
 
   private readonly onReconnect = () => {
+    // The released channel's own resync may have found this connection down (see releaseSimple).
+    this.onReleasesMissed();
     for (const d of this.dispatchers.values()) d.markUnsure();
     const tokens = [...this.rechecks];
     this.rechecks.clear();
@@ -761,21 +763,29 @@ export class Queues {
    * instance, which has no record in Redis to find the settle by (a reliable
    * delivery's heartbeat check reads its record): that instance hears it on the
    * released channel, or, if it was not listening then (its pub/sub connection
-   * being made again), finds it among the recent releases once it listens again.
+   * being made again), finds it among the recent releases once it listens again
+   * (and once its command connection is back, should that come later).
    */
   private releaseSimple(token: string, ownStream?: LeaseStream): void {
     if (ownStream?.held.has(token) || this.holders.has(token)) return this.release(token, ownStream);
     const keys = systemKeys(this.options.namespace);
     const now = this.clock.now();
-    const announce = this.redis.client.multi()
+    const recent = this.redis.client.multi()
       .zadd(keys.recentlyReleased, now, token)
       .zremrangebyscore(keys.recentlyReleased, "-inf", now - RECENT_RELEASES_MS)
       .zremrangebyrank(keys.recentlyReleased, 0, -RECENT_RELEASES - 1)
-      .pexpire(keys.recentlyReleased, RECENT_RELEASES_MS)
-      .publish(keys.released, token);
-    execAll(announce).catch((err: unknown) =>
-      this.log.warn("could not announce a settled simple delivery; its stream's credit stays taken", { err }),
-    );
+      .pexpire(keys.recentlyReleased, RECENT_RELEASES_MS);
+    // Announced once recorded: on a cluster the PUBLISH may go through another node, and an
+    // instance that reads the record after it listens again must not miss both.
+    execAll(recent)
+      .catch((err: unknown) =>
+        this.log.warn("could not record a settled simple delivery among the recent releases; an instance not listening now keeps its credit taken", { err }),
+      )
+      .finally(() =>
+        this.redis.client.publish(keys.released, token).catch((err: unknown) =>
+          this.log.warn("could not announce a settled simple delivery; its stream's credit stays taken", { err }),
+        ),
+      );
   }
 
   /** The released channel listens again after its connection was lost: frees what was announced meanwhile (see releaseSimple). */

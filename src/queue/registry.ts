@@ -41,6 +41,9 @@ function expectedTypes(config: QueueConfig): Map<string, string> {
   return types;
 }
 
+/** How many versions of changes an instance remembers having heard of (see applyChange). */
+const SEEN_VERSIONS = 1000;
+
 /** Parses a stored declaration. */
 function parse(json: string): QueueConfig {
   return normalizeConfig(JSON.parse(json) as QueueConfig);
@@ -60,6 +63,12 @@ export class QueueRegistry {
   private seq = 0;
   /** The version counter as the last full read of the declarations found it: every change up to it is in the cache. */
   private readVersion = 0;
+  /** A full read is out, and another is to follow it (see readAll). */
+  private reloading = false;
+  private reloadAgain = false;
+  private stopped = false;
+  /** The versions of the latest changes this instance has heard of, as answers or events (see applyChange). */
+  private readonly seen = new Set<number>();
   private readonly deletedListeners: ((name: string) => void)[] = [];
   private readonly changedListeners: ((config: QueueConfig) => void)[] = [];
 
@@ -86,13 +95,30 @@ export class QueueRegistry {
   }
 
   async stop(): Promise<void> {
+    this.stopped = true;
     this.unsubscribe?.();
     this.redis.client.off("ready", this.onReconnect);
   }
 
-  private readonly onReconnect = () => {
-    this.reload().catch((err: unknown) => this.log.warn("could not reload queue declarations after reconnecting to redis", { err }));
-  };
+  private readonly onReconnect = () => this.readAll();
+
+  /** Reads every declaration again (reload()): one read at a time, and one more after it if asked meanwhile. */
+  private readAll(): void {
+    if (this.stopped) return;
+    if (this.reloading) {
+      this.reloadAgain = true;
+      return;
+    }
+    this.reloading = true;
+    this.reload()
+      .catch((err: unknown) => this.log.warn("could not read the queue declarations again", { err }))
+      .finally(() => {
+        this.reloading = false;
+        if (!this.reloadAgain) return;
+        this.reloadAgain = false;
+        this.readAll();
+      });
+  }
 
   /** Records key ownership for declarations stored before it was kept (HSETNX: an owner recorded stays). */
   private async recordOwnership(): Promise<void> {
@@ -153,16 +179,36 @@ export class QueueRegistry {
   private onEvent(message: string): void {
     try {
       const event = JSON.parse(message) as { op: "put" | "delete"; name: string; version?: number; config?: QueueConfig };
-      // A change older than one applied here already (this instance's own, answered before its event came) is old news.
-      if (event.version !== undefined && !this.newer(event.name, event.version)) return;
-      if (event.op === "put" && event.config) this.put(normalizeConfig(event.config));
-      // (A delete made here was told to the listeners already, and left the cache then.)
-      if (event.op === "delete" && this.cache.delete(event.name)) {
-        for (const fn of this.deletedListeners) fn(event.name);
-      }
+      const apply = () => {
+        if (event.op === "put" && event.config) this.put(normalizeConfig(event.config));
+        // (A delete made here was told to the listeners already, and left the cache then.)
+        if (event.op === "delete") this.deleted(event.name);
+      };
+      if (event.version === undefined) apply();
+      else this.applyChange(event.name, event.version, apply);
     } catch (err) {
       this.log.warn("ignored a malformed queue event", { err });
     }
+  }
+
+  /**
+   * Applies change `version` of queue `name` with `fn` if it is news. One seen
+   * here already (an instance's own change comes as its answer and as its event,
+   * in either order) is done with. Any other that is not news is old news after
+   * a read that raced it, or Redis's counter went back with no connection lost
+   * (FLUSHALL: the versions known here mean nothing): every declaration is read
+   * again, which is right in both cases.
+   */
+  private applyChange(name: string, version: number, fn: () => void): void {
+    const seen = this.seen.has(version);
+    this.seen.add(version);
+    if (this.seen.size > SEEN_VERSIONS) this.seen.delete(this.seen.values().next().value!);
+    if (this.newer(name, version)) return fn();
+    if (!seen) this.readAll();
+  }
+
+  private deleted(name: string): void {
+    if (this.cache.delete(name)) for (const fn of this.deletedListeners) fn(name);
   }
 
   /** Records change `version` of queue `name`; false when a later one was applied already, or a full read included it. */
@@ -307,7 +353,7 @@ export class QueueRegistry {
     const r = await declareQueue(this.redis.client, this.keys, config.name, JSON.stringify(config), replaces, allKeys(keysOf(config)));
     switch (r.result) {
       case "ok":
-        if (this.newer(config.name, r.version)) this.put(config);
+        this.applyChange(config.name, r.version, () => this.put(config));
         return true;
       case "clash":
         throw new SwitchyardError("already_exists", `key "${r.key}" already belongs to queue "${r.owner}"; choose other names`, {
@@ -340,9 +386,15 @@ export class QueueRegistry {
     const config = await this.get(name);
     const keys = allKeys(keysOf(config));
     const version = await undeclareQueue(this.redis.client, this.keys, name, keys);
-    if (version === 0) await this.load(name);
+    if (version === 0) {
+      await this.load(name); // NOT_FOUND, unless it was declared again meanwhile
+      throw new SwitchyardError("unavailable", `queue "${name}" was deleted and declared again while this delete ran; retry the delete if you mean to`, {
+        reason: "CONTENDED",
+        metadata: { queue: name },
+      });
+    }
     // (Its event came first, and a newer change after it: the listeners were told then.)
-    if (this.newer(name, version) && this.cache.delete(name)) for (const fn of this.deletedListeners) fn(name);
+    this.applyChange(name, version, () => this.deleted(name));
     // One DEL per key: in a cluster, a simple queue's keys may sit in different slots.
     if (purge) await Promise.all(keys.filter((k) => k !== keysOf(config).fence).map((k) => this.redis.client.del(k)));
   }

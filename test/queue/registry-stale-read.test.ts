@@ -125,6 +125,22 @@ describe("a declaration read answered after a newer change event", () => {
     await expect.poll(() => a.registry.cached(name)?.paused).toBe(false);
   });
 
+  it("takes the changes made after Redis lost its declarations with no connection lost (FLUSHALL), its own too", async () => {
+    const b = await registry("direct");
+    for (let i = 0; i < 5; i++) await b.registry.create({ name: `{before${i}}`, mode: "reliable" });
+    const a = await registry("direct"); // its first read finds the counter at 5
+    await redis.plain.flushall();
+    // Declared again from 1: a cannot take the event for news by its number alone, and reads again.
+    await b.registry.create({ name: "{work}", mode: "reliable" });
+    await expect.poll(() => a.registry.known().map((c) => c.name)).toEqual(["{work}"]);
+    await pause(a.registry, "{work}");
+    await expect.poll(() => a.registry.cached("{work}")?.paused).toBe(true);
+    await expect.poll(() => b.registry.cached("{work}")?.paused).toBe(true);
+    // From here on its changes are news again.
+    await b.registry.update("{work}", (c) => ({ ...c, paused: false }));
+    await expect.poll(() => a.registry.cached("{work}")?.paused).toBe(false);
+  });
+
   it("keeps the pause an event brought while the first read of an uncached declaration was out", async () => {
     const name = "{late}";
     const a = await registry("link");

@@ -10,12 +10,13 @@
  * once it listens again (the model tests at 50 × 150 steps, seed 141: the
  * stream's credit stayed taken for good).
  */
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { QueueMode } from "../../src/gen/switchyard/v1/queue_pb.js";
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { QueueMode, type Delivery } from "../../src/gen/switchyard/v1/queue_pb.js";
+import type { LeaseSession } from "../../src/client/client.js";
 import { ManualClock } from "../../src/clock.js";
 import { systemKeys } from "../../src/redis/keys.js";
-import { startLink } from "../helpers/link.js";
-import { startRedis, startStandaloneRedis, type TestRedis } from "../helpers/redis.js";
+import { startLink, type Link } from "../helpers/link.js";
+import { startRedis, startStandaloneRedis, type StandaloneRedis, type TestRedis } from "../helpers/redis.js";
 import { startSwitchyard, type TestSwitchyard } from "../helpers/switchyard.js";
 
 const HEARTBEAT_MS = 15_000;
@@ -51,32 +52,68 @@ describe("a delivery settled through another instance", () => {
   }
 });
 
-describe("a simple delivery settled through another instance while the holder's Redis connections are down", () => {
-  it("frees its stream's credit once the holder listens again", { timeout: 15_000 }, async () => {
-    const name = "{elsewhere-missed}";
-    const own = await startStandaloneRedis();
-    const link = await startLink(own.socketPath);
-    const cut = await startSwitchyard({ target: { kind: "standalone", url: `redis://${link.address}` } }, { clock, config: { heartbeatIntervalMs: HEARTBEAT_MS } });
-    const elsewhere = await startSwitchyard(own, { clock, config: { heartbeatIntervalMs: HEARTBEAT_MS } });
-    try {
-      await elsewhere.client.createQueue({ name, mode: QueueMode.SIMPLE });
-      await elsewhere.client.enqueue(name, ["first", "second"]);
-      const session = cut.client.lease(name, 1);
-      const [first] = await session.take(1);
-      link.down(); // every connection of the holder, its pub/sub one too, is lost and cannot be made again
-      await elsewhere.client.ack(first.leaseToken); // announced while nobody on the holder listens
-      const reconnected = new Promise((ok) => cut.app.redis.client.once("ready", ok));
-      link.up();
-      await reconnected;
-      const [second] = await session.take(1);
-      expect(Buffer.from(second.payload).toString()).toBe("second");
-      expect(await own.plain.zrange(systemKeys("switchyard").recentlyReleased, 0, -1)).toEqual([first.leaseToken]);
-      await session.close();
-    } finally {
-      await cut.stop();
-      await elsewhere.stop();
-      await link.close();
-      await own.stop();
-    }
+describe("a simple delivery settled through another instance while the holder does not listen", () => {
+  let own: StandaloneRedis;
+  let link: Link;
+  let cut: TestSwitchyard;
+  let elsewhere: TestSwitchyard;
+  /** What this test started, stopped last first (all of it, whatever fails). */
+  let started: (() => Promise<unknown>)[] = [];
+  beforeEach(async () => {
+    own = await startStandaloneRedis();
+    started.push(() => own.stop());
+    link = await startLink(own.socketPath);
+    started.push(() => link.close());
+    cut = await startSwitchyard({ target: { kind: "standalone", url: `redis://${link.address}` } }, { clock, config: { heartbeatIntervalMs: HEARTBEAT_MS } });
+    started.push(() => cut.stop());
+    elsewhere = await startSwitchyard(own, { clock, config: { heartbeatIntervalMs: HEARTBEAT_MS } });
+    started.push(() => elsewhere.stop());
+  });
+  afterEach(async () => {
+    for (const stop of started.reverse()) await stop().catch(() => undefined);
+    started = [];
+  });
+
+  /** A SIMPLE queue with two items, and a stream on the holder at credit 1 holding the first. */
+  async function holding(name: string): Promise<{ session: LeaseSession; first: Delivery }> {
+    await elsewhere.client.createQueue({ name, mode: QueueMode.SIMPLE });
+    await elsewhere.client.enqueue(name, ["first", "second"]);
+    const session = cut.client.lease(name, 1);
+    const [first] = await session.take(1);
+    return { session, first };
+  }
+
+  it("frees its stream's credit once the holder's connections are back", { timeout: 15_000 }, async () => {
+    const { session, first } = await holding("{elsewhere-missed}");
+    link.down(); // every connection of the holder, its pub/sub one too, is lost and cannot be made again
+    await elsewhere.client.ack(first.leaseToken); // announced while nobody on the holder listens
+    const reconnected = new Promise((ok) => cut.app.redis.client.once("ready", ok));
+    link.up();
+    await reconnected;
+    const [second] = await session.take(1);
+    expect(Buffer.from(second.payload).toString()).toBe("second");
+    expect(await own.plain.zrange(systemKeys("switchyard").recentlyReleased, 0, -1)).toEqual([first.leaseToken]);
+    await session.close();
+  });
+
+  it("frees it when the holder listens again before its command connection is back", { timeout: 15_000 }, async () => {
+    const { session, first } = await holding("{elsewhere-order}");
+    // The holder's pub/sub connection is lost, and its SUBSCRIBE held: it does not listen while the ack is announced.
+    const subscribing = link.hold((chunk) => chunk.toString("latin1").includes("\r\nsubscribe\r\n"));
+    await own.plain.client("KILL", "TYPE", "pubsub");
+    const held = await subscribing;
+    await elsewhere.client.ack(first.leaseToken);
+    await expect.poll(() => own.plain.zrange(systemKeys("switchyard").recentlyReleased, 0, -1)).toEqual([first.leaseToken]);
+    // Once it listens, its read of the recent releases is lost with its command connection, which is made again.
+    let lost = false;
+    link.drop = (chunk) => !lost && (lost = chunk.toString("latin1").includes(systemKeys("switchyard").recentlyReleased));
+    const reconnected = new Promise((ok) => cut.app.redis.client.once("ready", ok));
+    held.forward();
+    held.release();
+    await reconnected;
+    expect(lost).toBe(true);
+    const [second] = await session.take(1);
+    expect(Buffer.from(second.payload).toString()).toBe("second");
+    await session.close();
   });
 });
