@@ -173,6 +173,23 @@ function createClient(target: Exclude<RedisTarget, { kind: "embedded" }>, t: Red
   }
 }
 
+/**
+ * ioredis 5.11 arms `socketTimeout` once per client and disarms it only when data comes: a
+ * connection that dropped with a command unanswered left it armed, and when it fired it
+ * destroyed the connection made since, healthy or not, failing whatever that one had out
+ * (ioredis issue 2147, fixed in 6.0). Disarmed here on each close, for every node's connection.
+ */
+function disarmStaleSocketTimeout(client: RedisClient): void {
+  const guard = (node: Redis) =>
+    node.on("close", () => {
+      const armed = node as unknown as { socketTimeoutTimer?: NodeJS.Timeout };
+      clearTimeout(armed.socketTimeoutTimer);
+      armed.socketTimeoutTimer = undefined;
+    });
+  if (client instanceof Cluster) client.on("+node", guard);
+  else guard(client);
+}
+
 /** A new connection like `client`'s, with `options` for each node; not yet connected. */
 function duplicateWith(client: RedisClient, options: RedisOptions): RedisClient {
   if (!(client instanceof Cluster)) return client.duplicate(options);
@@ -269,6 +286,7 @@ export async function connectRedis(target: RedisTarget, log: Logger, timeouts: R
     lastError = err.message;
   };
   const client = createClient(direct, timeouts);
+  disarmStaleSocketTimeout(client);
   client.on("error", onError);
   client.on("ready", () => (lastError = ""));
   const readyWithinMs = timeouts.clusterReadyTimeoutMs ?? CLUSTER_READY_TIMEOUT_MS;
@@ -277,6 +295,7 @@ export async function connectRedis(target: RedisTarget, log: Logger, timeouts: R
   const extra = new Set<RedisClient>();
   const connectExtra = async (options: RedisOptions) => {
     const dup = duplicateWith(client, options);
+    disarmStaleSocketTimeout(dup);
     dup.on("error", onError);
     extra.add(dup);
     dup.once("end", () => extra.delete(dup));
@@ -352,7 +371,6 @@ export async function connectRedis(target: RedisTarget, log: Logger, timeouts: R
 const connectionErrorPattern =
   /Connection is closed|Stream isn't writeable|ECONNREFUSED|ECONNRESET|ENOENT|EPIPE|ETIMEDOUT|CLUSTERDOWN|LOADING|MASTERDOWN|TRYAGAIN|Too many Cluster redirections|Cluster isn't ready|None of startup nodes|Reached the max retries|Command timed out|^READONLY/;
 
-/** True for errors that mean Redis could not be reached (as opposed to a bad command). */
 /**
  * Runs a MULTI and resolves to its replies, or throws its first command's
  * error: ioredis resolves exec() with per-command errors in the replies (a
@@ -367,6 +385,7 @@ export async function execAll(tx: ReturnType<RedisClient["multi"]>): Promise<unk
   return replies.map(([, reply]) => reply);
 }
 
+/** True for errors that mean Redis could not be reached (as opposed to a bad command). */
 export function isConnectionError(err: unknown): boolean {
   if (!(err instanceof Error)) return false;
   return err.name === "MaxRetriesPerRequestError" || connectionErrorPattern.test(err.message);

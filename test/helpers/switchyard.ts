@@ -40,7 +40,7 @@ export async function startSwitchyard(
   const base = loadConfig({
     SWITCHYARD_GRPC_ADDRESS: "127.0.0.1:0",
     SWITCHYARD_HTTP_ADDRESS: "127.0.0.1:0",
-    SWITCHYARD_LOG_LEVEL: "error",
+    SWITCHYARD_LOG_LEVEL: process.env.SWITCHYARD_LOG_LEVEL ?? "error",
     ...options.env,
   });
   const config: Config = { ...base, redis: redis.target, shutdownGraceMs: 200, ...options.config };

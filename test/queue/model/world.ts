@@ -13,6 +13,7 @@ import { decodeItem } from "../../../src/queue/envelope.js";
 import type { StandaloneRedis } from "../../helpers/redis.js";
 import { startLink, type Link } from "../../helpers/link.js";
 import { startSwitchyard, type TestSwitchyard } from "../../helpers/switchyard.js";
+import { createLogger, withFields, type LogLevel } from "../../../src/log.js";
 
 /** Watchdog passes and instance beats, on the manual clock. */
 export const WATCHDOG_MS = 1000;
@@ -104,11 +105,14 @@ export class World {
   async start(slot: number): Promise<Instance> {
     const link = await startLink(this.redis.socketPath);
     const clock = new InstanceClock(this.clock);
+    const name = `i${slot}.${++this.generation}`;
+    // Each line names its instance (SWITCHYARD_LOG_LEVEL=warn shows why a history's calls failed).
+    const log = withFields(createLogger((process.env.SWITCHYARD_LOG_LEVEL as LogLevel | undefined) ?? "error"), { instance: name });
     const sy = await startSwitchyard(
       { target: { kind: "standalone", url: `redis://${link.address}` } },
-      { clock, config: { instanceTimeoutMs: INSTANCE_TIMEOUT_MS, watchdogIntervalMs: WATCHDOG_MS, heartbeatIntervalMs: HEARTBEAT_MS } },
+      { clock, log, config: { instanceTimeoutMs: INSTANCE_TIMEOUT_MS, watchdogIntervalMs: WATCHDOG_MS, heartbeatIntervalMs: HEARTBEAT_MS } },
     );
-    const inst: Instance = { name: `i${slot}.${++this.generation}`, sy, link, clock, startedAt: this.clock.now(), state: "live" };
+    const inst: Instance = { name, sy, link, clock, startedAt: this.clock.now(), state: "live" };
     this.instances[slot] = inst;
     return inst;
   }
