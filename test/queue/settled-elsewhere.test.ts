@@ -102,8 +102,16 @@ describe("a simple delivery settled through another instance while the holder do
     const subscribing = link.hold((chunk) => chunk.toString("latin1").includes("\r\nsubscribe\r\n"));
     await own.plain.client("KILL", "TYPE", "pubsub");
     const held = await subscribing;
+    // Heard here, the announcement ran in Redis: the holder's SUBSCRIBE, forwarded after it, misses it.
+    // (Forwarded before it ran, the holder would hear it and pop the second item, a pop the drop
+    // below can cut, losing that item of a simple queue for good: this test's flake.)
+    const listener = own.plain.duplicate();
+    started.push(() => listener.quit());
+    const announced = new Promise<void>((ok) => listener.on("message", (_channel: string, token: string) => token === first.leaseToken && ok()));
+    await listener.subscribe(systemKeys("switchyard").released);
     await elsewhere.client.ack(first.leaseToken);
-    await expect.poll(() => own.plain.zrange(systemKeys("switchyard").recentlyReleased, 0, -1)).toEqual([first.leaseToken]);
+    await announced;
+    expect(await own.plain.zrange(systemKeys("switchyard").recentlyReleased, 0, -1)).toEqual([first.leaseToken]);
     // Once it listens, its read of the recent releases is lost with its command connection, which is made again.
     let lost = false;
     link.drop = (chunk) => !lost && (lost = chunk.toString("latin1").includes(systemKeys("switchyard").recentlyReleased));
