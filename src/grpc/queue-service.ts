@@ -116,7 +116,9 @@ function leaseHandler(queues: Queues, baseLog: Logger, settings: LeaseSettings) 
   return (call: Duplex) => {
     const log = callLogger(baseLog, call.metadata);
     let stream: Promise<LeaseStream> | undefined;
+    // Ending: no more deliveries. Done: the call has ended, nothing more is written.
     let ended = false;
+    let done = false;
     // Delivery bytes not yet taken by the connection; resumed streams take deliveries again.
     let opened: LeaseStream | undefined;
     const buffer = settings.buffers.open(() => opened && queues.resume(opened));
@@ -128,8 +130,10 @@ function leaseHandler(queues: Queues, baseLog: Logger, settings: LeaseSettings) 
     });
     // Settles received on this stream and not yet applied: the stream's items go back only after them.
     const pending = new Set<Promise<unknown>>();
+    // Results of settles still being applied go out while the stream ends (a worker that
+    // half-closes right after its settles, before its open was answered, still gets them).
     const write = (kind: MessageInitShape<typeof LeaseResponseSchema>["kind"]) => {
-      if (!ended) call.write(create(LeaseResponseSchema, { kind }));
+      if (!done) call.write(create(LeaseResponseSchema, { kind }));
     };
     // Ends the call once the stream's settles are applied and its unsettled items are back in
     // the queue, so a worker that sees the end knows where every item it held is.
@@ -143,6 +147,7 @@ function leaseHandler(queues: Queues, baseLog: Logger, settings: LeaseSettings) 
         .then(() => opening?.then((s) => queues.closeStream(s), () => undefined))
         .catch((e: unknown) => log.warn("could not return a closed stream's items", { err: e }))
         .finally(() => {
+          done = true;
           if (err) call.emit("error", toStatus(err, log, "Lease"));
           else call.end();
         });
@@ -203,14 +208,15 @@ function leaseHandler(queues: Queues, baseLog: Logger, settings: LeaseSettings) 
               return true;
             },
             backlogged: () => buffer.backlogged(),
-            heartbeat: (now) => write({ case: "heartbeat", value: { serverTime: msTimestamp(now) } }),
+            heartbeat: (now) => ended || write({ case: "heartbeat", value: { serverTime: msTimestamp(now) } }),
             fail: (err) => finish(err),
-            drain: (graceMs) => write({ case: "drain", value: { grace: msDuration(graceMs) } }),
+            drain: (graceMs) => ended || write({ case: "drain", value: { grace: msDuration(graceMs) } }),
             end: () => finish(),
           }, kind.value.group);
           stream.then(
             async (s) => {
               opened = s;
+              if (ended) return void queues.closeStream(s);
               const config = s.config;
               write({
                 case: "opened",
@@ -225,7 +231,6 @@ function leaseHandler(queues: Queues, baseLog: Logger, settings: LeaseSettings) 
                   paused: config.paused,
                 },
               });
-              if (ended) void queues.closeStream(s);
             },
             (err: unknown) => finish(err),
           );

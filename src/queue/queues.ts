@@ -664,7 +664,7 @@ export class Queues {
       throw new SwitchyardError("unavailable", "this instance is shutting down; open the lease stream on another instance", { reason: "SHUTTING_DOWN" });
     }
     this.checkCredit(credit, true);
-    const config = await this.registry.get(queue);
+    const config = await this.registry.current(queue);
     if (config.mode === "stream" && !group) throw invalid(`"${queue}" is a STREAM queue: open names the consumer group to read as`, "open.group");
     if (config.mode !== "stream" && group) throw invalid(`open.group applies to STREAM queues; "${queue}" is ${config.mode.toUpperCase()}`, "open.group");
     if (group && !config.groups.some((g) => g.name === group)) throw groupNotFound(queue, group);

@@ -139,7 +139,8 @@ export class QueueRegistry {
    */
   private async reload(): Promise<void> {
     const since = this.seq;
-    const [version, all] = (await execAll(this.redis.client.multi().get(this.keys.queuesVersion).hgetall(this.keys.queues))) as [
+    // (A pipeline, as in load().)
+    const [version, all] = (await execAll(this.redis.client.pipeline().get(this.keys.queuesVersion).hgetall(this.keys.queues))) as [
       string | null, Record<string, string>,
     ];
     const read = Number(version ?? 0);
@@ -248,20 +249,45 @@ export class QueueRegistry {
     return load;
   }
 
-  /** Reads one declaration into the cache; as in reload(), a change event newer than the read (come while it was out) wins. */
+  /**
+   * The declaration of `name` as Redis holds it now, rather than as the cache has
+   * it: change events made through other instances may still be on their way.
+   * A Lease stream opened after a DeleteQueue and CreateQueue made elsewhere opens
+   * on the new declaration, and those events are old news when they come (the
+   * late delete ended such a stream: the model tests at 50 × 150 steps, seed 346).
+   */
+  current(name: string): Promise<QueueConfig> {
+    return this.load(name);
+  }
+
+  /**
+   * Reads one declaration into the cache; as in reload(), a change event newer than
+   * the read (come while it was out) wins, and events the read includes are old news.
+   * A cached declaration the read finds deleted since (and perhaps declared again) is
+   * told to the listeners as the delete's event would have told them.
+   */
   private async load(name: string): Promise<QueueConfig> {
     const since = this.seq;
-    const [version, stored] = (await execAll(this.redis.client.multi().get(this.keys.queuesVersion).hget(this.keys.queues, name))) as [
-      string | null, string | null,
-    ];
-    const config = this.changedSince(name, since, Number(version ?? 0)) ? this.cache.get(name) : stored === null ? undefined : parse(stored);
+    // A pipeline, not a MULTI: Redis refuses every command queued in a MULTI while it is out of
+    // memory. The counter is read first: what comes after it reflects at least that version.
+    const reads = this.redis.client.pipeline().get(this.keys.queuesVersion).hget(this.keys.queues, name).hget(this.keys.queueDeletes, name);
+    const [version, stored, deletedAt] = (await execAll(reads)) as [string | null, string | null, string | null];
+    const read = Number(version ?? 0);
+    const newer = this.changedSince(name, since, read);
+    const config = newer ? this.cache.get(name) : stored === null ? undefined : parse(stored);
+    if (!newer) {
+      // The cache reflects every change of `name` up to the version it last applied, or the last full read.
+      const known = Math.max(this.applied.get(name)?.version ?? 0, this.readVersion);
+      if (Number(deletedAt ?? 0) > known || (stored === null && this.cache.has(name))) this.deleted(name);
+      if (read > known) this.applied.set(name, { version: read, seq: ++this.seq });
+    }
     if (!config) {
       throw new SwitchyardError("not_found", `queue "${name}" is not declared; declare it with CreateQueue or in the config file`, {
         reason: "QUEUE_NOT_FOUND",
         metadata: { queue: name },
       });
     }
-    this.cache.set(name, config);
+    this.put(config);
     return config;
   }
 

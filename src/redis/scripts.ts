@@ -44,7 +44,7 @@ const definitions = {
   syStreamRestore: { numberOfKeys: 1, lua: load("stream-restore") },
   syStreamGroupDelete: { numberOfKeys: 2, lua: withLib("stream-group-delete") },
   syDeclare: { numberOfKeys: 3, lua: load("declare") },
-  syUndeclare: { numberOfKeys: 3, lua: load("undeclare") },
+  syUndeclare: { numberOfKeys: 4, lua: load("undeclare") },
 } as const;
 
 type ScriptName = keyof typeof definitions;
@@ -200,7 +200,7 @@ export async function declareQueue(
 
 /** undeclare.lua: removes declaration `name` and its keys' ownership, and announces it; the change's version, or 0 when it was not declared. */
 export async function undeclareQueue(client: RedisClient, system: SystemKeys, name: string, keys: readonly string[]): Promise<number> {
-  return Number(await call(client, "syUndeclare", [system.queues, system.queueKeys, system.queuesVersion, name, system.events, ...keys]));
+  return Number(await call(client, "syUndeclare", [system.queues, system.queueKeys, system.queuesVersion, system.queueDeletes, name, system.events, ...keys]));
 }
 
 /** A delivery recorded by the lease script: the stored value and its fence. */
