@@ -71,6 +71,21 @@ it("the command connection made after a cut is not dropped when the dead one's c
   expect(closes).toBe(0);
 });
 
+it("the connection made after a cut still drops itself when Redis stops answering it", async () => {
+  const { client } = await connect();
+  const redisClient = client as Redis;
+  await cutWithCommandOut(redisClient, "held-before-the-silence");
+  // Everything the next connection sends from now on stays in the link: no answer comes.
+  const silent = link!.hold((chunk) => chunk.includes("unanswered"));
+  const closed = new Promise<number>((ok) => redisClient.once("close", () => ok(Date.now())));
+  const sent = Date.now();
+  const out = redisClient.echo("unanswered").catch((err: unknown) => err);
+  await silent;
+  expect(await out).toBeInstanceOf(Error);
+  // Dropped by its own socket timeout (the command's timeout fails the call first, at the same bound).
+  expect((await closed) - sent).toBeLessThan(COMMAND_TIMEOUT_MS + 1000);
+});
+
 it("a blocking reader's connection made after a cut is not dropped when the dead one's silence limit comes due", async () => {
   const { duplicate } = await connect();
   const reader = (await duplicate()) as Redis;
