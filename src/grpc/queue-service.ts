@@ -216,8 +216,8 @@ function leaseHandler(queues: Queues, baseLog: Logger, settings: LeaseSettings) 
           stream.then(
             async (s) => {
               opened = s;
-              if (ended) return void queues.closeStream(s);
               const config = s.config;
+              // Written while the stream ends too: results of settles sent with the open follow it.
               write({
                 case: "opened",
                 value: {
@@ -231,6 +231,7 @@ function leaseHandler(queues: Queues, baseLog: Logger, settings: LeaseSettings) 
                   paused: config.paused,
                 },
               });
+              if (ended) void queues.closeStream(s);
             },
             (err: unknown) => finish(err),
           );

@@ -48,7 +48,8 @@ function domainError(err: unknown, log: Logger, method: string): SwitchyardError
   }
   if (isOutOfMemory(err)) {
     log.warn("redis is out of memory", { method, err });
-    const reason = /OOM command not allowed[^.]*/.exec((err as Error).message)![0];
+    const said = [err, ...((err as { previousErrors?: unknown[] }).previousErrors ?? [])].map((e) => (e instanceof Error ? e.message : "")).join(" ");
+    const reason = /OOM command not allowed[^.]*/.exec(said)?.[0] ?? "OOM command not allowed";
     return new SwitchyardError(
       "resource_exhausted",
       `redis refused the command: ${reason} (redis is full: free memory in Redis, raise its maxmemory, or drain queues, then retry)`,

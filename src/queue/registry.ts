@@ -8,7 +8,7 @@
 import { SwitchyardError } from "../errors.js";
 import type { Clock } from "../clock.js";
 import type { Logger } from "../log.js";
-import { execAll, type RedisConnection } from "../redis/connection.js";
+import { execAll, isConnectionError, isOutOfMemory, type RedisConnection } from "../redis/connection.js";
 import { allKeys, type SystemKeys } from "../redis/keys.js";
 import { declareQueue, restoreGroups, undeclareQueue } from "../redis/scripts.js";
 import { ensureGroups } from "./stream/entries.js";
@@ -139,8 +139,7 @@ export class QueueRegistry {
    */
   private async reload(): Promise<void> {
     const since = this.seq;
-    // (A pipeline, as in load().)
-    const [version, all] = (await execAll(this.redis.client.pipeline().get(this.keys.queuesVersion).hgetall(this.keys.queues))) as [
+    const [version, all] = (await execAll(this.redis.client.multi().get(this.keys.queuesVersion).hgetall(this.keys.queues))) as [
       string | null, Record<string, string>,
     ];
     const read = Number(version ?? 0);
@@ -257,7 +256,13 @@ export class QueueRegistry {
    * late delete ended such a stream: the model tests at 50 × 150 steps, seed 346).
    */
   current(name: string): Promise<QueueConfig> {
-    return this.load(name);
+    return this.load(name).catch((err: unknown) => {
+      // Redis cannot be read now: out of memory (it refuses a MULTI's commands then; workers
+      // must still drain it), unreachable, or its slot moving: the cached declaration, as before.
+      const cached = this.cache.get(name);
+      if (cached && (isOutOfMemory(err) || isConnectionError(err))) return cached;
+      throw err;
+    });
   }
 
   /**
@@ -268,9 +273,7 @@ export class QueueRegistry {
    */
   private async load(name: string): Promise<QueueConfig> {
     const since = this.seq;
-    // A pipeline, not a MULTI: Redis refuses every command queued in a MULTI while it is out of
-    // memory. The counter is read first: what comes after it reflects at least that version.
-    const reads = this.redis.client.pipeline().get(this.keys.queuesVersion).hget(this.keys.queues, name).hget(this.keys.queueDeletes, name);
+    const reads = this.redis.client.multi().get(this.keys.queuesVersion).hget(this.keys.queues, name).hget(this.keys.queueDeletes, name);
     const [version, stored, deletedAt] = (await execAll(reads)) as [string | null, string | null, string | null];
     const read = Number(version ?? 0);
     const newer = this.changedSince(name, since, read);

@@ -404,6 +404,10 @@ export function isUnknownOutcome(err: unknown): boolean {
 
 /** True for Redis refusing a write because it is out of memory (maxmemory with noeviction). */
 export function isOutOfMemory(err: unknown): boolean {
-  // A plain write answers "OOM command not allowed …"; a script's write the same, behind the script's name.
-  return err instanceof Error && /\bOOM command not allowed\b/.test(err.message);
+  // A plain write answers "OOM command not allowed …"; a script's write the same, behind the script's name;
+  // a MULTI, whose every queued command Redis refuses then (reads too), EXECABORT with those refusals.
+  if (!(err instanceof Error)) return false;
+  if (/\bOOM command not allowed\b/.test(err.message)) return true;
+  const previous = (err as { previousErrors?: unknown }).previousErrors;
+  return err.message.startsWith("EXECABORT") && Array.isArray(previous) && previous.some(isOutOfMemory);
 }
