@@ -2,7 +2,7 @@
 import * as grpc from "@grpc/grpc-js";
 import { SwitchyardError, type ErrorCode, type ErrorReason } from "../errors.js";
 import { encodeStatusDetails, STATUS_DETAILS_KEY } from "../wire/status-details.js";
-import { isConnectionError, isOutOfMemory, isUnknownOutcome } from "../redis/connection.js";
+import { isConnectionError, isUnknownOutcome, outOfMemoryRefusal } from "../redis/connection.js";
 import { withFields, type Logger } from "../log.js";
 import { MalformedMessage } from "./adapter.js";
 import { requestIdOf } from "./observe.js";
@@ -46,10 +46,9 @@ function domainError(err: unknown, log: Logger, method: string): SwitchyardError
     if (err.cause) log.warn("request failed", { method, code: err.code, cause: err.cause });
     return err;
   }
-  if (isOutOfMemory(err)) {
+  const reason = outOfMemoryRefusal(err);
+  if (reason !== undefined) {
     log.warn("redis is out of memory", { method, err });
-    const said = [err, ...((err as { previousErrors?: unknown[] }).previousErrors ?? [])].map((e) => (e instanceof Error ? e.message : "")).join(" ");
-    const reason = /OOM command not allowed[^.]*/.exec(said)?.[0] ?? "OOM command not allowed";
     return new SwitchyardError(
       "resource_exhausted",
       `redis refused the command: ${reason} (redis is full: free memory in Redis, raise its maxmemory, or drain queues, then retry)`,

@@ -404,10 +404,19 @@ export function isUnknownOutcome(err: unknown): boolean {
 
 /** True for Redis refusing a write because it is out of memory (maxmemory with noeviction). */
 export function isOutOfMemory(err: unknown): boolean {
-  // A plain write answers "OOM command not allowed …"; a script's write the same, behind the script's name;
-  // a MULTI, whose every queued command Redis refuses then (reads too), EXECABORT with those refusals.
-  if (!(err instanceof Error)) return false;
-  if (/\bOOM command not allowed\b/.test(err.message)) return true;
+  return outOfMemoryRefusal(err) !== undefined;
+}
+
+/**
+ * Redis's words when it refused `err`'s command for want of memory, else undefined. A plain
+ * write answers "OOM command not allowed …"; a script's write the same, behind the script's
+ * name; a MULTI, whose every queued command Redis refuses then (reads too), EXECABORT with
+ * those refusals behind it.
+ */
+export function outOfMemoryRefusal(err: unknown): string | undefined {
+  if (!(err instanceof Error)) return undefined;
+  const said = /\bOOM command not allowed[^.]*/.exec(err.message)?.[0];
+  if (said || !err.message.startsWith("EXECABORT")) return said;
   const previous = (err as { previousErrors?: unknown }).previousErrors;
-  return err.message.startsWith("EXECABORT") && Array.isArray(previous) && previous.some(isOutOfMemory);
+  return Array.isArray(previous) ? previous.map(outOfMemoryRefusal).find((s) => s !== undefined) : undefined;
 }
