@@ -129,20 +129,24 @@ export class QueueRegistry {
 
   /**
    * Replaces the cache with what Redis holds; declarations gone from Redis count
-   * as deleted. The read comes with the version counter, since its answer may
-   * reach this instance after change events that came on the pub/sub connection
-   * meanwhile: a queue changed by such an event newer than the read keeps what
-   * the event said, and events the read includes are old news when they come
-   * later. A counter below a version applied before the read went out means
-   * Redis lost changes (restarted empty, or from an older snapshot): what it
-   * holds now is the truth, and those versions are forgotten.
+   * as deleted, and so do cached ones deleted since this instance last knew of
+   * them and declared again (the version of each name's last delete comes with
+   * the read: see put()). The read comes with the version counter, since its
+   * answer may reach this instance after change events that came on the pub/sub
+   * connection meanwhile: a queue changed by such an event newer than the read
+   * keeps what the event said, and events the read includes are old news when
+   * they come later. A counter below a version applied before the read went out
+   * means Redis lost changes (restarted empty, or from an older snapshot): what
+   * it holds now is the truth, and those versions are forgotten.
    */
   private async reload(): Promise<void> {
     const since = this.seq;
-    const [version, all] = (await execAll(this.redis.client.multi().get(this.keys.queuesVersion).hgetall(this.keys.queues))) as [
-      string | null, Record<string, string>,
-    ];
+    const names = [...this.cache.keys()];
+    const reads = this.redis.client.multi().get(this.keys.queuesVersion).hgetall(this.keys.queues);
+    if (names.length > 0) reads.hmget(this.keys.queueDeletes, ...names);
+    const [version, all, deletes = []] = (await execAll(reads)) as [string | null, Record<string, string>, (string | null)[]?];
     const read = Number(version ?? 0);
+    const redeclared = new Set(names.filter((name, i) => !this.changedSince(name, since, read) && this.deletedSince(name, deletes[i])));
     for (const [name, a] of this.applied) if (a.seq <= since && a.version > read) this.applied.delete(name);
     this.readVersion = read;
     const fresh = new Map<string, QueueConfig>();
@@ -150,14 +154,25 @@ export class QueueRegistry {
       const config = this.changedSince(name, since, read) ? this.cache.get(name) : all[name] !== undefined ? parse(all[name]) : undefined;
       if (config) fresh.set(name, config);
     }
-    const gone = [...this.cache.keys()].filter((name) => !fresh.has(name));
+    const replaced = (c: QueueConfig, old: QueueConfig) => redeclared.has(c.name) || shapeOf(old) !== shapeOf(c);
+    const gone = [...this.cache].filter(([name, old]) => !fresh.has(name) || replaced(fresh.get(name)!, old)).map(([name]) => name);
     const changed = [...fresh.values()].filter((c) => {
       const old = this.cache.get(c.name);
-      return old && (!sameDeclaration(old, c) || old.paused !== c.paused);
+      return old && !replaced(c, old) && (!sameDeclaration(old, c) || old.paused !== c.paused);
     });
     this.cache = fresh;
     for (const name of gone) for (const fn of this.deletedListeners) fn(name);
     for (const config of changed) for (const fn of this.changedListeners) fn(config);
+  }
+
+  /** The cache reflects every change of `name` up to this version: the last it applied, or the last full read. */
+  private knownVersion(name: string): number {
+    return Math.max(this.applied.get(name)?.version ?? 0, this.readVersion);
+  }
+
+  /** True when `deletedAt`, the version of the last delete of `name` (or null), is one the cache does not reflect. */
+  private deletedSince(name: string, deletedAt: string | null | undefined): boolean {
+    return Number(deletedAt ?? 0) > this.knownVersion(name);
   }
 
   /** True when this instance applied a change of `name` newer than a read that found the counter at `read`, after the read went out (at `since`). */
@@ -178,9 +193,9 @@ export class QueueRegistry {
 
   private onEvent(message: string): void {
     try {
-      const event = JSON.parse(message) as { op: "put" | "delete"; name: string; version?: number; config?: QueueConfig };
+      const event = JSON.parse(message) as { op: "put" | "delete"; name: string; version?: number; config?: QueueConfig; created?: boolean };
       const apply = () => {
-        if (event.op === "put" && event.config) this.put(normalizeConfig(event.config));
+        if (event.op === "put" && event.config) this.put(normalizeConfig(event.config), event.created === true);
         // (A delete made here was told to the listeners already, and left the cache then.)
         if (event.op === "delete") this.deleted(event.name);
       };
@@ -218,10 +233,19 @@ export class QueueRegistry {
     return true;
   }
 
-  private put(config: QueueConfig): void {
+  /**
+   * Caches `config`; `created` when it was declared anew (no declaration was stored
+   * then). A cached declaration it replaces is then of an earlier incarnation,
+   * deleted since by a change this instance missed or has not heard of yet: what
+   * was open on it is told of that delete first, and never goes on under the new
+   * one. So is one of another shape (mode or keys), which no update can change.
+   */
+  private put(config: QueueConfig, created = false): void {
     const old = this.cache.get(config.name);
+    const replaced = old !== undefined && (created || shapeOf(old) !== shapeOf(config));
+    if (replaced) this.deleted(config.name);
     this.cache.set(config.name, config);
-    if (old && (!sameDeclaration(old, config) || old.paused !== config.paused)) for (const fn of this.changedListeners) fn(config);
+    if (old && !replaced && (!sameDeclaration(old, config) || old.paused !== config.paused)) for (const fn of this.changedListeners) fn(config);
   }
 
   /** Every declaration this instance knows of (the cache; fresh within a pub/sub round trip). */
@@ -279,10 +303,8 @@ export class QueueRegistry {
     const newer = this.changedSince(name, since, read);
     const config = newer ? this.cache.get(name) : stored === null ? undefined : parse(stored);
     if (!newer) {
-      // The cache reflects every change of `name` up to the version it last applied, or the last full read.
-      const known = Math.max(this.applied.get(name)?.version ?? 0, this.readVersion);
-      if (Number(deletedAt ?? 0) > known || (stored === null && this.cache.has(name))) this.deleted(name);
-      if (read > known) this.applied.set(name, { version: read, seq: ++this.seq });
+      if (this.deletedSince(name, deletedAt) || (stored === null && this.cache.has(name))) this.deleted(name);
+      if (read > this.knownVersion(name)) this.applied.set(name, { version: read, seq: ++this.seq });
     }
     if (!config) {
       throw new SwitchyardError("not_found", `queue "${name}" is not declared; declare it with CreateQueue or in the config file`, {
@@ -382,7 +404,7 @@ export class QueueRegistry {
     const r = await declareQueue(this.redis.client, this.keys, config.name, JSON.stringify(config), replaces, allKeys(keysOf(config)));
     switch (r.result) {
       case "ok":
-        this.applyChange(config.name, r.version, () => this.put(config));
+        this.applyChange(config.name, r.version, () => this.put(config, replaces === ""));
         return true;
       case "clash":
         throw new SwitchyardError("already_exists", `key "${r.key}" already belongs to queue "${r.owner}"; choose other names`, {

@@ -1,0 +1,101 @@
+/**
+ * An instance that missed a queue's delete and its declaration again, made
+ * through another instance while its pub/sub connection was being made again,
+ * learns of them by reading the declarations afresh once it listens again. A
+ * Lease stream it had open on the old declaration ends as the delete would have
+ * ended it, and never goes on under the new one, even one asking for the same
+ * (the new queue's items are not the old stream's business). The same when it
+ * hears the new declaration's event but not the delete's.
+ *
+ * Instance `late` reaches Redis through a link. Its pub/sub connection is killed
+ * (CLIENT KILL TYPE pubsub) and its next SUBSCRIBE held in the link, so it hears
+ * nothing until the test lets the SUBSCRIBE through.
+ */
+import { afterAll, beforeAll, expect, it } from "vitest";
+import * as grpc from "@grpc/grpc-js";
+import { QueueMode } from "../../src/gen/switchyard/v1/queue_pb.js";
+import { systemKeys } from "../../src/redis/keys.js";
+import { startLink, type Link } from "../helpers/link.js";
+import { startStandaloneRedis, type StandaloneRedis } from "../helpers/redis.js";
+import { startSwitchyard, type TestSwitchyard } from "../helpers/switchyard.js";
+
+let redis: StandaloneRedis;
+let link: Link;
+let late: TestSwitchyard;
+let other: TestSwitchyard;
+const events = systemKeys("switchyard").events;
+
+beforeAll(async () => {
+  redis = await startStandaloneRedis();
+  link = await startLink(redis.socketPath);
+  late = await startSwitchyard({ target: { kind: "standalone", url: `redis://${link.address}` } });
+  other = await startSwitchyard(redis);
+});
+afterAll(async () => {
+  await other?.stop();
+  await late?.stop();
+  await link?.close();
+  await redis?.stop();
+});
+
+/** A reliable queue with a recovery set. */
+const declaration = (name: string) => ({ name, mode: QueueMode.RELIABLE, recoverySet: `${name}.claims`, minIdle: { seconds: 60n } });
+
+/** The queue, declared through `other` and known to `late`, with one item leased through `late`. */
+async function leasedOnLate(name: string) {
+  await other.client.createQueue(declaration(name));
+  await expect.poll(() => late.app.queues.registry.cached(name)?.mode).toBe("reliable");
+  await other.client.enqueue(name, ["old"]);
+  const stream = late.client.lease(name, 1);
+  expect(Buffer.from((await stream.take(1))[0].payload).toString()).toBe("old");
+  return stream;
+}
+
+it("a stream open on a queue deleted and declared again while the instance did not listen ends once it reads the declarations again", async () => {
+  const Q = "{missed}";
+  const before = await leasedOnLate(Q);
+
+  // late's pub/sub connection is made again; its SUBSCRIBE waits in the link.
+  const subscribing = link.hold((chunk) => chunk.toString("latin1").includes("\r\nsubscribe\r\n"));
+  await redis.plain.client("KILL", "TYPE", "pubsub");
+  const held = await subscribing;
+  expect((await redis.plain.pubsub("NUMSUB", events))[1]).toBe(1); // only other listens
+
+  await other.client.deleteQueue(Q, { purge: true });
+  await other.client.createQueue(declaration(Q));
+  await other.client.enqueue(Q, ["new"]);
+
+  held.release();
+  // The old declaration's stream ends, as the delete would have ended it, and takes nothing of the new queue.
+  expect((await before.ended)?.code).toBe(grpc.status.NOT_FOUND);
+  expect(await redis.plain.llen(Q)).toBe(1);
+  expect(await redis.plain.llen(`${Q}.processing`)).toBe(0);
+  // A stream opened now takes the new queue's item.
+  const after = late.client.lease(Q, 1);
+  const [item] = await after.take(1);
+  expect(Buffer.from(item.payload).toString()).toBe("new");
+  after.ack(item.leaseToken);
+  await after.close();
+  expect(await after.ended).toBeUndefined();
+  expect(await redis.plain.llen(`${Q}.processing`)).toBe(0);
+});
+
+it("a stream open on a queue whose delete was missed but whose new declaration was heard ends when it is heard", async () => {
+  const Q = "{half-heard}";
+  const before = await leasedOnLate(Q);
+
+  const subscribing = link.hold((chunk) => chunk.toString("latin1").includes("\r\nsubscribe\r\n"));
+  await redis.plain.client("KILL", "TYPE", "pubsub");
+  const held = await subscribing;
+  await other.client.deleteQueue(Q, { purge: true });
+  // The SUBSCRIBE runs now, so late hears the declaration, but not the delete made before it.
+  held.forward();
+  await expect.poll(async () => (await redis.plain.pubsub("NUMSUB", events))[1]).toBe(2);
+  await other.client.createQueue(declaration(Q));
+  await expect.poll(() => held.replies.includes('"op":"put"')).toBe(true);
+  expect(held.replies).not.toContain('"op":"delete"');
+
+  held.release();
+  expect((await before.ended)?.code).toBe(grpc.status.NOT_FOUND);
+  expect(late.app.queues.registry.cached(Q)?.mode).toBe("reliable");
+});
