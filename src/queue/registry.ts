@@ -10,7 +10,7 @@ import type { Clock } from "../clock.js";
 import type { Logger } from "../log.js";
 import { execAll, isConnectionError, isOutOfMemory, type RedisConnection } from "../redis/connection.js";
 import { allKeys, type SystemKeys } from "../redis/keys.js";
-import { declareQueue, restoreGroups, undeclareQueue } from "../redis/scripts.js";
+import { declareQueue, readDeclaration, restoreGroups, undeclareQueue } from "../redis/scripts.js";
 import { ensureGroups } from "./stream/entries.js";
 import {
   keysOf, normalizeConfig, sameDeclaration, shapeOf, validateQueueSpec, type QueueConfig, type QueueSpec,
@@ -151,7 +151,7 @@ export class QueueRegistry {
     this.readVersion = read;
     const fresh = new Map<string, QueueConfig>();
     for (const name of new Set([...this.cache.keys(), ...Object.keys(all)])) {
-      const config = this.changedSince(name, since, read) ? this.cache.get(name) : all[name] !== undefined ? parse(all[name]) : undefined;
+      const config = this.changedSince(name, since, read) ? this.cache.get(name) : all[name] !== undefined ? this.reuse(parse(all[name])) : undefined;
       if (config) fresh.set(name, config);
     }
     const replaced = (c: QueueConfig, old: QueueConfig) => redeclared.has(c.name) || shapeOf(old) !== shapeOf(c);
@@ -171,7 +171,7 @@ export class QueueRegistry {
   }
 
   /** True when `deletedAt`, the version of the last delete of `name` (or null), is one the cache does not reflect. */
-  private deletedSince(name: string, deletedAt: string | null | undefined): boolean {
+  private deletedSince(name: string, deletedAt: string | number | null | undefined): boolean {
     return Number(deletedAt ?? 0) > this.knownVersion(name);
   }
 
@@ -297,11 +297,9 @@ export class QueueRegistry {
    */
   private async load(name: string): Promise<QueueConfig> {
     const since = this.seq;
-    const reads = this.redis.client.multi().get(this.keys.queuesVersion).hget(this.keys.queues, name).hget(this.keys.queueDeletes, name);
-    const [version, stored, deletedAt] = (await execAll(reads)) as [string | null, string | null, string | null];
-    const read = Number(version ?? 0);
+    const { version: read, stored, deletedAt } = await readDeclaration(this.redis.client, this.keys, name);
     const newer = this.changedSince(name, since, read);
-    const config = newer ? this.cache.get(name) : stored === null ? undefined : parse(stored);
+    const config = newer ? this.cache.get(name) : stored === null ? undefined : this.reuse(parse(stored));
     if (!newer) {
       if (this.deletedSince(name, deletedAt) || (stored === null && this.cache.has(name))) this.deleted(name);
       if (read > this.knownVersion(name)) this.applied.set(name, { version: read, seq: ++this.seq });
@@ -314,6 +312,17 @@ export class QueueRegistry {
     }
     this.put(config);
     return config;
+  }
+
+  /**
+   * The cached declaration of `config`'s name when it says the same, else `config`:
+   * every Lease open reads its declaration, and streams of one queue then share one
+   * object, and the keys built for it (keysOf), rather than each building its own.
+   */
+  private reuse(config: QueueConfig): QueueConfig {
+    const cached = this.cache.get(config.name);
+    const same = cached && cached.createTimeMs === config.createTimeMs && cached.paused === config.paused && sameDeclaration(cached, config);
+    return same ? cached : config;
   }
 
   /** Declarations in name order, a page at a time. */

@@ -45,6 +45,7 @@ const definitions = {
   syStreamGroupDelete: { numberOfKeys: 2, lua: withLib("stream-group-delete") },
   syDeclare: { numberOfKeys: 3, lua: load("declare") },
   syUndeclare: { numberOfKeys: 4, lua: load("undeclare") },
+  syReadDeclaration: { numberOfKeys: 3, lua: load("read-declaration") },
 } as const;
 
 type ScriptName = keyof typeof definitions;
@@ -201,6 +202,14 @@ export async function declareQueue(
 /** undeclare.lua: removes declaration `name` and its keys' ownership, and announces it; the change's version, or 0 when it was not declared. */
 export async function undeclareQueue(client: RedisClient, system: SystemKeys, name: string, keys: readonly string[]): Promise<number> {
   return Number(await call(client, "syUndeclare", [system.queues, system.queueKeys, system.queuesVersion, system.queueDeletes, name, system.events, ...keys]));
+}
+
+/** read-declaration.lua: declaration `name` as stored now (or null), with the version counter and the version of its last delete (0: none). */
+export async function readDeclaration(
+  client: RedisClient, system: SystemKeys, name: string,
+): Promise<{ version: number; stored: string | null; deletedAt: number }> {
+  const [version, stored, deletedAt] = (await call(client, "syReadDeclaration", [system.queuesVersion, system.queues, system.queueDeletes, name])) as (string | null)[];
+  return { version: Number(version ?? 0), stored, deletedAt: Number(deletedAt ?? 0) };
 }
 
 /** A delivery recorded by the lease script: the stored value and its fence. */
