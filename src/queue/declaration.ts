@@ -67,6 +67,13 @@ export interface QueueConfig {
   /** Reliable only ("" for simple queues). */
   readonly deadLetterList: string;
   readonly createTimeMs: number;
+  /**
+   * Given when the queue is declared anew and kept by every change after: a queue
+   * deleted and declared again is another incarnation, whatever its settings, and
+   * what was open on the old one ends (registry.ts, put()). "" in declarations
+   * stored before it was kept, and in one not stored yet.
+   */
+  readonly incarnation: string;
   /** Reliable: the waits of retried and recovered items. */
   readonly retryPolicy: RetryPolicy;
   readonly idempotencyWindowMs: number;
@@ -197,6 +204,7 @@ export function validateQueueSpec(spec: QueueSpec, nowMs: number, namespace = "s
   const common = {
     name: spec.name,
     createTimeMs: nowMs,
+    incarnation: "",
     idempotencyWindowMs: spec.idempotencyWindowMs || DEFAULT_IDEMPOTENCY_WINDOW_MS,
     publishTtlMs: spec.publishTtlMs ?? 0,
     replyQueue: spec.replyQueue ?? "",
@@ -416,13 +424,13 @@ export function applyUpdate(stored: QueueConfig, given: QueueSpec, paths: readon
     for (const f of fields) (spec as unknown as Record<string, unknown>)[f] = given[f];
   }
   // Groups change through their own calls (CreateConsumerGroup, DeleteConsumerGroup), never here.
-  return { ...validateQueueSpec(spec, stored.createTimeMs, namespace), paused: stored.paused, groups: stored.groups };
+  return { ...validateQueueSpec(spec, stored.createTimeMs, namespace), incarnation: stored.incarnation, paused: stored.paused, groups: stored.groups };
 }
 
 /** A stored declaration as read back, with the defaults of fields added since it was stored. */
 export function normalizeConfig(stored: Partial<QueueConfig> & Pick<QueueConfig, "name" | "mode">): QueueConfig {
   return {
-    processingList: "", recoverySet: "", minIdleMs: 0, recoveryTtlMs: 0, maxDeliveries: 0, deadLetterList: "", createTimeMs: 0,
+    processingList: "", recoverySet: "", minIdleMs: 0, recoveryTtlMs: 0, maxDeliveries: 0, deadLetterList: "", createTimeMs: 0, incarnation: "",
     retryPolicy: DEFAULT_RETRY_POLICY, idempotencyWindowMs: DEFAULT_IDEMPOTENCY_WINDOW_MS, publishTtlMs: 0, replyQueue: "", paused: false,
     groups: [], streamTrim: NO_TRIM,
     ...stored,
@@ -457,7 +465,8 @@ function canonical(value: unknown): string {
   );
 }
 
-/** True when two declarations ask for the same thing (create times and pause aside). */
+/** True when two declarations ask for the same thing (create times, incarnations and pause aside). */
 export function sameDeclaration(a: QueueConfig, b: QueueConfig): boolean {
-  return canonical({ ...a, createTimeMs: 0, paused: false }) === canonical({ ...b, createTimeMs: 0, paused: false });
+  const asked = (c: QueueConfig) => canonical({ ...c, createTimeMs: 0, incarnation: "", paused: false });
+  return asked(a) === asked(b);
 }

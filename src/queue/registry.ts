@@ -5,12 +5,13 @@
  * owns each key; declare.lua writes both at once, so no two queues ever share
  * a key, however their declarations race.
  */
+import { randomBytes } from "node:crypto";
 import { SwitchyardError } from "../errors.js";
-import type { Clock } from "../clock.js";
+import type { Clock, Timer } from "../clock.js";
 import type { Logger } from "../log.js";
-import { execAll, isConnectionError, isOutOfMemory, type RedisConnection } from "../redis/connection.js";
+import { isConnectionError, type RedisConnection } from "../redis/connection.js";
 import { allKeys, type SystemKeys } from "../redis/keys.js";
-import { declareQueue, readDeclaration, restoreGroups, undeclareQueue } from "../redis/scripts.js";
+import { declareQueue, readDeclaration, readDeclarations, restoreGroups, undeclareQueue } from "../redis/scripts.js";
 import { ensureGroups } from "./stream/entries.js";
 import {
   keysOf, normalizeConfig, sameDeclaration, shapeOf, validateQueueSpec, type QueueConfig, type QueueSpec,
@@ -43,6 +44,13 @@ function expectedTypes(config: QueueConfig): Map<string, string> {
 
 /** How many versions of changes an instance remembers having heard of (see applyChange). */
 const SEEN_VERSIONS = 1000;
+/** How long after a failed full read of the declarations the next is tried. */
+const RELOAD_RETRY_MS = 1000;
+
+/** True when `next` is not a change of `old` but a declaration made anew since (or, were Redis to lose it, one of another shape). */
+function replaces(next: QueueConfig, old: QueueConfig): boolean {
+  return next.incarnation !== old.incarnation || shapeOf(next) !== shapeOf(old);
+}
 
 /** Parses a stored declaration. */
 function parse(json: string): QueueConfig {
@@ -63,6 +71,8 @@ export class QueueRegistry {
   private seq = 0;
   /** The version counter as the last full read of the declarations found it: every change up to it is in the cache. */
   private readVersion = 0;
+  /** The next try of a full read that failed (see readAll). */
+  private retry?: Timer;
   /** A full read is out, and another is to follow it (see readAll). */
   private reloading = false;
   private reloadAgain = false;
@@ -96,13 +106,19 @@ export class QueueRegistry {
 
   async stop(): Promise<void> {
     this.stopped = true;
+    this.retry?.cancel();
     this.unsubscribe?.();
     this.redis.client.off("ready", this.onReconnect);
   }
 
   private readonly onReconnect = () => this.readAll();
 
-  /** Reads every declaration again (reload()): one read at a time, and one more after it if asked meanwhile. */
+  /**
+   * Reads every declaration again (reload()): one read at a time, and one more after
+   * it if asked meanwhile. A read that fails (Redis unreachable, or its slot moving) is
+   * tried again every RELOAD_RETRY_MS until one succeeds, since what it was to find
+   * (changes missed while this instance did not listen) no event will tell.
+   */
   private readAll(): void {
     if (this.stopped) return;
     if (this.reloading) {
@@ -110,8 +126,13 @@ export class QueueRegistry {
       return;
     }
     this.reloading = true;
+    this.retry?.cancel();
+    this.retry = undefined;
     this.reload()
-      .catch((err: unknown) => this.log.warn("could not read the queue declarations again", { err }))
+      .catch((err: unknown) => {
+        this.log.warn("could not read the queue declarations again; trying again", { err, inMs: RELOAD_RETRY_MS });
+        if (!this.stopped) this.retry = this.clock.setTimer(RELOAD_RETRY_MS, () => this.readAll());
+      })
       .finally(() => {
         this.reloading = false;
         if (!this.reloadAgain) return;
@@ -129,50 +150,34 @@ export class QueueRegistry {
 
   /**
    * Replaces the cache with what Redis holds; declarations gone from Redis count
-   * as deleted, and so do cached ones deleted since this instance last knew of
-   * them and declared again (the version of each name's last delete comes with
-   * the read: see put()). The read comes with the version counter, since its
-   * answer may reach this instance after change events that came on the pub/sub
-   * connection meanwhile: a queue changed by such an event newer than the read
-   * keeps what the event said, and events the read includes are old news when
-   * they come later. A counter below a version applied before the read went out
-   * means Redis lost changes (restarted empty, or from an older snapshot): what
-   * it holds now is the truth, and those versions are forgotten.
+   * as deleted, and so do those declared again since (another incarnation: see
+   * put()). The read comes with the version counter, since its answer may reach
+   * this instance after change events that came on the pub/sub connection
+   * meanwhile: a queue changed by such an event newer than the read keeps what
+   * the event said, and events the read includes are old news when they come
+   * later. A counter below a version applied before the read went out means Redis
+   * lost changes (restarted empty, or from an older snapshot): what it holds now
+   * is the truth, and those versions are forgotten.
    */
   private async reload(): Promise<void> {
     const since = this.seq;
-    const names = [...this.cache.keys()];
-    const reads = this.redis.client.multi().get(this.keys.queuesVersion).hgetall(this.keys.queues);
-    if (names.length > 0) reads.hmget(this.keys.queueDeletes, ...names);
-    const [version, all, deletes = []] = (await execAll(reads)) as [string | null, Record<string, string>, (string | null)[]?];
-    const read = Number(version ?? 0);
-    const redeclared = new Set(names.filter((name, i) => !this.changedSince(name, since, read) && this.deletedSince(name, deletes[i])));
+    const { version: read, all } = await readDeclarations(this.redis.client, this.keys);
     for (const [name, a] of this.applied) if (a.seq <= since && a.version > read) this.applied.delete(name);
     this.readVersion = read;
     const fresh = new Map<string, QueueConfig>();
-    for (const name of new Set([...this.cache.keys(), ...Object.keys(all)])) {
-      const config = this.changedSince(name, since, read) ? this.cache.get(name) : all[name] !== undefined ? this.reuse(parse(all[name])) : undefined;
+    for (const name of new Set([...this.cache.keys(), ...all.keys()])) {
+      const stored = all.get(name);
+      const config = this.changedSince(name, since, read) ? this.cache.get(name) : stored !== undefined ? this.reuse(parse(stored)) : undefined;
       if (config) fresh.set(name, config);
     }
-    const replaced = (c: QueueConfig, old: QueueConfig) => redeclared.has(c.name) || shapeOf(old) !== shapeOf(c);
-    const gone = [...this.cache].filter(([name, old]) => !fresh.has(name) || replaced(fresh.get(name)!, old)).map(([name]) => name);
+    const gone = [...this.cache].filter(([name, old]) => !fresh.has(name) || replaces(fresh.get(name)!, old)).map(([name]) => name);
     const changed = [...fresh.values()].filter((c) => {
       const old = this.cache.get(c.name);
-      return old && !replaced(c, old) && (!sameDeclaration(old, c) || old.paused !== c.paused);
+      return old && !replaces(c, old) && (!sameDeclaration(old, c) || old.paused !== c.paused);
     });
     this.cache = fresh;
     for (const name of gone) for (const fn of this.deletedListeners) fn(name);
     for (const config of changed) for (const fn of this.changedListeners) fn(config);
-  }
-
-  /** The cache reflects every change of `name` up to this version: the last it applied, or the last full read. */
-  private knownVersion(name: string): number {
-    return Math.max(this.applied.get(name)?.version ?? 0, this.readVersion);
-  }
-
-  /** True when `deletedAt`, the version of the last delete of `name` (or null), is one the cache does not reflect. */
-  private deletedSince(name: string, deletedAt: string | number | null | undefined): boolean {
-    return Number(deletedAt ?? 0) > this.knownVersion(name);
   }
 
   /** True when this instance applied a change of `name` newer than a read that found the counter at `read`, after the read went out (at `since`). */
@@ -193,9 +198,9 @@ export class QueueRegistry {
 
   private onEvent(message: string): void {
     try {
-      const event = JSON.parse(message) as { op: "put" | "delete"; name: string; version?: number; config?: QueueConfig; created?: boolean };
+      const event = JSON.parse(message) as { op: "put" | "delete"; name: string; version?: number; config?: QueueConfig };
       const apply = () => {
-        if (event.op === "put" && event.config) this.put(normalizeConfig(event.config), event.created === true);
+        if (event.op === "put" && event.config) this.put(normalizeConfig(event.config));
         // (A delete made here was told to the listeners already, and left the cache then.)
         if (event.op === "delete") this.deleted(event.name);
       };
@@ -234,15 +239,14 @@ export class QueueRegistry {
   }
 
   /**
-   * Caches `config`; `created` when it was declared anew (no declaration was stored
-   * then). A cached declaration it replaces is then of an earlier incarnation,
-   * deleted since by a change this instance missed or has not heard of yet: what
-   * was open on it is told of that delete first, and never goes on under the new
-   * one. So is one of another shape (mode or keys), which no update can change.
+   * Caches `config`. A cached declaration of another incarnation (the queue was
+   * deleted and declared again since, by a change this instance missed or has not
+   * heard of yet) is told to the listeners as deleted first: what was open on it
+   * ends, and never goes on under the new one.
    */
-  private put(config: QueueConfig, created = false): void {
+  private put(config: QueueConfig): void {
     const old = this.cache.get(config.name);
-    const replaced = old !== undefined && (created || shapeOf(old) !== shapeOf(config));
+    const replaced = old !== undefined && replaces(config, old);
     if (replaced) this.deleted(config.name);
     this.cache.set(config.name, config);
     if (old && !replaced && (!sameDeclaration(old, config) || old.paused !== config.paused)) for (const fn of this.changedListeners) fn(config);
@@ -281,10 +285,9 @@ export class QueueRegistry {
    */
   current(name: string): Promise<QueueConfig> {
     return this.load(name).catch((err: unknown) => {
-      // Redis cannot be read now: out of memory (it refuses a MULTI's commands then; workers
-      // must still drain it), unreachable, or its slot moving: the cached declaration, as before.
+      // Redis cannot be read now (unreachable, or its slot moving): the cached declaration.
       const cached = this.cache.get(name);
-      if (cached && (isOutOfMemory(err) || isConnectionError(err))) return cached;
+      if (cached && isConnectionError(err)) return cached;
       throw err;
     });
   }
@@ -292,17 +295,17 @@ export class QueueRegistry {
   /**
    * Reads one declaration into the cache; as in reload(), a change event newer than
    * the read (come while it was out) wins, and events the read includes are old news.
-   * A cached declaration the read finds deleted since (and perhaps declared again) is
-   * told to the listeners as the delete's event would have told them.
+   * A cached declaration the read finds deleted since (and perhaps declared again:
+   * see put()) is told to the listeners as the delete's event would have told them.
    */
   private async load(name: string): Promise<QueueConfig> {
     const since = this.seq;
-    const { version: read, stored, deletedAt } = await readDeclaration(this.redis.client, this.keys, name);
+    const { version: read, stored } = await readDeclaration(this.redis.client, this.keys, name);
     const newer = this.changedSince(name, since, read);
     const config = newer ? this.cache.get(name) : stored === null ? undefined : this.reuse(parse(stored));
     if (!newer) {
-      if (this.deletedSince(name, deletedAt) || (stored === null && this.cache.has(name))) this.deleted(name);
-      if (read > this.knownVersion(name)) this.applied.set(name, { version: read, seq: ++this.seq });
+      if (stored === null) this.deleted(name);
+      if (read > Math.max(this.applied.get(name)?.version ?? 0, this.readVersion)) this.applied.set(name, { version: read, seq: ++this.seq });
     }
     if (!config) {
       throw new SwitchyardError("not_found", `queue "${name}" is not declared; declare it with CreateQueue or in the config file`, {
@@ -321,7 +324,8 @@ export class QueueRegistry {
    */
   private reuse(config: QueueConfig): QueueConfig {
     const cached = this.cache.get(config.name);
-    const same = cached && cached.createTimeMs === config.createTimeMs && cached.paused === config.paused && sameDeclaration(cached, config);
+    const same = cached && cached.incarnation === config.incarnation && cached.createTimeMs === config.createTimeMs &&
+      cached.paused === config.paused && sameDeclaration(cached, config);
     return same ? cached : config;
   }
 
@@ -389,12 +393,13 @@ export class QueueRegistry {
           );
         }
         if (shapeOf(stored) !== shapeOf(config)) throw this.immutable(stored, config);
-        const next = { ...config, createTimeMs: stored.createTimeMs, paused: stored.paused };
+        const next = { ...config, createTimeMs: stored.createTimeMs, incarnation: stored.incarnation, paused: stored.paused };
         if (await this.write(next, storedJson)) return { config: next, previous: stored };
         continue;
       }
       await this.checkKeyTypes(config);
-      if (await this.write(config, "")) return { config };
+      const created = { ...config, incarnation: randomBytes(12).toString("base64url") };
+      if (await this.write(created, "")) return { config: created };
     }
   }
 
@@ -413,7 +418,7 @@ export class QueueRegistry {
     const r = await declareQueue(this.redis.client, this.keys, config.name, JSON.stringify(config), replaces, allKeys(keysOf(config)));
     switch (r.result) {
       case "ok":
-        this.applyChange(config.name, r.version, () => this.put(config, replaces === ""));
+        this.applyChange(config.name, r.version, () => this.put(config));
         return true;
       case "clash":
         throw new SwitchyardError("already_exists", `key "${r.key}" already belongs to queue "${r.owner}"; choose other names`, {
@@ -443,7 +448,8 @@ export class QueueRegistry {
 
   /** Removes a declaration; with `purge`, also the queue's keys (but its fence counter: tokens stay unique). NOT_FOUND if undeclared. */
   async delete(name: string, purge: boolean): Promise<void> {
-    const config = await this.get(name);
+    // As Redis holds it: a cached declaration may be of an incarnation deleted since, with other keys.
+    const config = await this.load(name);
     const keys = allKeys(keysOf(config));
     const version = await undeclareQueue(this.redis.client, this.keys, name, keys);
     if (version === 0) {

@@ -14,8 +14,6 @@ export interface SystemKeys {
   readonly events: string;
   /** Counter: the version of the last declaration change, in its event, so an instance can tell a late event from news. */
   readonly queuesVersion: string;
-  /** Hash: queue name → the version of its last delete (see undeclare.lua). */
-  readonly queueDeletes: string;
   /** Pub/sub channel: lease tokens of simple deliveries settled through an instance whose streams do not hold them. */
   readonly released: string;
   /** Sorted set: the same tokens by time (ms), kept a while for an instance that was not listening when one was announced. */
@@ -66,7 +64,6 @@ export function systemKeys(ns: string): SystemKeys {
     queueKeys: `${tag}:queue-keys`,
     events: `${tag}:events`,
     queuesVersion: `${tag}:queues:version`,
-    queueDeletes: `${tag}:queues:deleted`,
     released: `${tag}:released`,
     recentlyReleased: `${tag}:released:recent`,
     jobs: `${tag}:jobs`,

@@ -44,8 +44,8 @@ const definitions = {
   syStreamRestore: { numberOfKeys: 1, lua: load("stream-restore") },
   syStreamGroupDelete: { numberOfKeys: 2, lua: withLib("stream-group-delete") },
   syDeclare: { numberOfKeys: 3, lua: load("declare") },
-  syUndeclare: { numberOfKeys: 4, lua: load("undeclare") },
-  syReadDeclaration: { numberOfKeys: 3, lua: load("read-declaration") },
+  syUndeclare: { numberOfKeys: 3, lua: load("undeclare") },
+  syReadDeclaration: { numberOfKeys: 2, lua: load("read-declaration") },
 } as const;
 
 type ScriptName = keyof typeof definitions;
@@ -201,15 +201,21 @@ export async function declareQueue(
 
 /** undeclare.lua: removes declaration `name` and its keys' ownership, and announces it; the change's version, or 0 when it was not declared. */
 export async function undeclareQueue(client: RedisClient, system: SystemKeys, name: string, keys: readonly string[]): Promise<number> {
-  return Number(await call(client, "syUndeclare", [system.queues, system.queueKeys, system.queuesVersion, system.queueDeletes, name, system.events, ...keys]));
+  return Number(await call(client, "syUndeclare", [system.queues, system.queueKeys, system.queuesVersion, name, system.events, ...keys]));
 }
 
-/** read-declaration.lua: declaration `name` as stored now (or null), with the version counter and the version of its last delete (0: none). */
-export async function readDeclaration(
-  client: RedisClient, system: SystemKeys, name: string,
-): Promise<{ version: number; stored: string | null; deletedAt: number }> {
-  const [version, stored, deletedAt] = (await call(client, "syReadDeclaration", [system.queuesVersion, system.queues, system.queueDeletes, name])) as (string | null)[];
-  return { version: Number(version ?? 0), stored, deletedAt: Number(deletedAt ?? 0) };
+/** read-declaration.lua: declaration `name` as stored now (or null), with the version counter. */
+export async function readDeclaration(client: RedisClient, system: SystemKeys, name: string): Promise<{ version: number; stored: string | null }> {
+  const [version, stored] = (await call(client, "syReadDeclaration", [system.queuesVersion, system.queues, name])) as (string | null)[];
+  return { version: Number(version ?? 0), stored };
+}
+
+/** read-declaration.lua without a name: every stored declaration (name → JSON), with the version counter. */
+export async function readDeclarations(client: RedisClient, system: SystemKeys): Promise<{ version: number; all: Map<string, string> }> {
+  const [version, flat] = (await call(client, "syReadDeclaration", [system.queuesVersion, system.queues])) as [string | null, string[]];
+  const all = new Map<string, string>();
+  for (let i = 0; i < flat.length; i += 2) all.set(flat[i], flat[i + 1]);
+  return { version: Number(version ?? 0), all };
 }
 
 /** A delivery recorded by the lease script: the stored value and its fence. */

@@ -5,7 +5,10 @@
  * Lease stream it had open on the old declaration ends as the delete would have
  * ended it, and never goes on under the new one, even one asking for the same
  * (the new queue's items are not the old stream's business). The same when it
- * hears the new declaration's event but not the delete's.
+ * hears the new declaration's event but not the delete's, when what it hears
+ * first is a later change of the new declaration (a pause), and when Redis is out
+ * of memory as it reads again. Each declaration made anew carries an incarnation
+ * id that its changes keep, which is how an instance tells them apart.
  *
  * Instance `late` reaches Redis through a link. Its pub/sub connection is killed
  * (CLIENT KILL TYPE pubsub) and its next SUBSCRIBE held in the link, so it hears
@@ -14,6 +17,7 @@
 import { afterAll, beforeAll, expect, it } from "vitest";
 import * as grpc from "@grpc/grpc-js";
 import { QueueMode } from "../../src/gen/switchyard/v1/queue_pb.js";
+import type { ManualClock } from "../../src/clock.js";
 import { systemKeys } from "../../src/redis/keys.js";
 import { startLink, type Link } from "../helpers/link.js";
 import { startStandaloneRedis, type StandaloneRedis } from "../helpers/redis.js";
@@ -98,4 +102,76 @@ it("a stream open on a queue whose delete was missed but whose new declaration w
   held.release();
   expect((await before.ended)?.code).toBe(grpc.status.NOT_FOUND);
   expect(late.app.queues.registry.cached(Q)?.mode).toBe("reliable");
+});
+
+/** late's pub/sub connection made again with its SUBSCRIBE held in the link; the hold. */
+async function deafen() {
+  const subscribing = link.hold((chunk) => chunk.toString("latin1").includes("\r\nsubscribe\r\n"));
+  await redis.plain.client("KILL", "TYPE", "pubsub");
+  return subscribing;
+}
+
+it("a stream open on a queue deleted and declared again ends when a later change of the new declaration is what it hears first", async () => {
+  const Q = "{paused-after}";
+  const before = await leasedOnLate(Q);
+  const held = await deafen();
+  await other.client.deleteQueue(Q, { purge: true });
+  await other.client.createQueue(declaration(Q));
+  await other.client.enqueue(Q, ["new"]);
+  held.forward(); // listening from here: the delete and the declaration were missed
+  await expect.poll(async () => (await redis.plain.pubsub("NUMSUB", events))[1]).toBe(2);
+  await other.client.pauseQueue(Q);
+  await expect.poll(() => held.replies.includes('"paused":true')).toBe(true);
+
+  held.release();
+  expect((await before.ended)?.code).toBe(grpc.status.NOT_FOUND);
+  expect(late.app.queues.registry.cached(Q)?.paused).toBe(true);
+  await other.client.resumeQueue(Q);
+  expect(await redis.plain.llen(Q)).toBe(1);
+  expect(await redis.plain.llen(`${Q}.processing`)).toBe(0);
+});
+
+it("reads the declarations again while Redis is out of memory", async () => {
+  const Q = "{out-of-memory}";
+  const before = await leasedOnLate(Q);
+  const held = await deafen();
+  await other.client.deleteQueue(Q, { purge: true });
+  await other.client.createQueue(declaration(Q));
+  await other.client.enqueue(Q, ["new"]);
+  await redis.plain.config("SET", "maxmemory-policy", "noeviction");
+  await redis.plain.config("SET", "maxmemory", "1");
+  try {
+    held.release();
+    expect((await before.ended)?.code).toBe(grpc.status.NOT_FOUND);
+  } finally {
+    await redis.plain.config("SET", "maxmemory", "0");
+  }
+  expect(await redis.plain.llen(Q)).toBe(1);
+});
+
+it("tries a failed read of every declaration again until one succeeds", async () => {
+  const Q = "{read-fails}";
+  const before = await leasedOnLate(Q);
+  const held = await deafen();
+  await other.client.deleteQueue(Q, { purge: true });
+  await other.client.createQueue(declaration(Q));
+  // The version counter made unreadable (a hash where a number is kept): late's read fails.
+  const version = systemKeys("switchyard").queuesVersion;
+  const counter = await redis.plain.get(version);
+  await redis.plain.del(version);
+  await redis.plain.hset(version, "x", "1");
+  const failedScripts = async () => Number(/cmdstat_evalsha:.*failed_calls=(\d+)/.exec(String(await redis.plain.info("commandstats")))?.[1] ?? 0);
+  const failedBefore = await failedScripts();
+  try {
+    held.release();
+    await expect.poll(failedScripts).toBeGreaterThan(failedBefore);
+  } finally {
+    await redis.plain.del(version);
+    await redis.plain.set(version, counter!);
+  }
+  const stillOpen = await Promise.race([before.ended.then(() => "ended"), new Promise((ok) => setImmediate(() => ok("open")))]);
+  expect(stillOpen).toBe("open");
+  // The next try, a second later on late's clock, reads them.
+  await (late.clock as ManualClock).advance(1000);
+  expect((await before.ended)?.code).toBe(grpc.status.NOT_FOUND);
 });

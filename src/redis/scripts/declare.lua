@@ -1,7 +1,7 @@
 --[[
   Writes a queue declaration and the ownership of every key it names, as one
   step, so two declarations can never claim one key (SPEC Q15), and announces
-  it with a new version (see undeclare.lua), marked "created" when none was stored. With ARGV[3] ~= "", writes only if the
+  it with a new version (see undeclare.lua). With ARGV[3] ~= "", writes only if the
   stored declaration is still ARGV[3] (an update read-modify-write); with ARGV[3] == "",
   only if none is stored.
   KEYS[1] declarations hash (name → JSON)   KEYS[2] key owners hash (key → queue name)
@@ -22,7 +22,5 @@ redis.call("HSET", KEYS[1], name, json)
 for i = 5, #ARGV do redis.call("HSET", KEYS[2], ARGV[i], name) end
 local version = redis.call("INCR", KEYS[3])
 -- The stored JSON as it is (a decode and encode would rewrite its numbers).
--- "created": none was stored, so a declaration of the name an instance still holds was deleted since.
-local created = expected == "" and ',"created":true' or ""
-redis.call("PUBLISH", ARGV[4], '{"op":"put","name":' .. cjson.encode(name) .. ',"version":' .. version .. created .. ',"config":' .. json .. "}")
+redis.call("PUBLISH", ARGV[4], '{"op":"put","name":' .. cjson.encode(name) .. ',"version":' .. version .. ',"config":' .. json .. "}")
 return { "ok", version }

@@ -3,11 +3,7 @@
   new version: every change of a declaration takes the next number of one counter,
   so an instance that hears of a change after it made a newer one itself (events
   and answers come on different connections) can tell the event is old news.
-  The version is also kept by name, so that an instance whose cache still holds the
-  declaration, reading the name afresh before the event reaches it, learns of the delete
-  even when the name was declared again since (registry.ts, load()).
   KEYS[1] declarations hash   KEYS[2] key owners hash   KEYS[3] version counter
-  KEYS[4] deletes hash (name → the version of its last delete)
   ARGV[1] name   ARGV[2] channel to announce on   ARGV[3..] the queue's keys
   Returns: the change's version when it was declared, 0 when not.
 ]]
@@ -16,6 +12,5 @@ for i = 3, #ARGV do
   if redis.call("HGET", KEYS[2], ARGV[i]) == ARGV[1] then redis.call("HDEL", KEYS[2], ARGV[i]) end
 end
 local version = redis.call("INCR", KEYS[3])
-redis.call("HSET", KEYS[4], ARGV[1], version)
 redis.call("PUBLISH", ARGV[2], cjson.encode({ op = "delete", name = ARGV[1], version = version }))
 return version
