@@ -49,7 +49,10 @@ const RELOAD_RETRY_MS = 1000;
 
 /** True when `next` is not a change of `old` but a declaration made anew since (or, were Redis to lose it, one of another shape). */
 function replaces(next: QueueConfig, old: QueueConfig): boolean {
-  return next.incarnation !== old.incarnation || shapeOf(next) !== shapeOf(old);
+  if (shapeOf(next) !== shapeOf(old)) return true;
+  // "": stored before incarnations were kept, or changed since by an instance of that version,
+  // which drops the field but keeps the create time. The create time tells those apart.
+  return next.incarnation && old.incarnation ? next.incarnation !== old.incarnation : next.createTimeMs !== old.createTimeMs;
 }
 
 /** Parses a stored declaration. */
@@ -167,7 +170,7 @@ export class QueueRegistry {
     const fresh = new Map<string, QueueConfig>();
     for (const name of new Set([...this.cache.keys(), ...all.keys()])) {
       const stored = all.get(name);
-      const config = this.changedSince(name, since, read) ? this.cache.get(name) : stored !== undefined ? this.reuse(parse(stored)) : undefined;
+      const config = this.changedSince(name, since, read) ? this.cache.get(name) : stored !== undefined ? this.readable(name, stored) : undefined;
       if (config) fresh.set(name, config);
     }
     const gone = [...this.cache].filter(([name, old]) => !fresh.has(name) || replaces(fresh.get(name)!, old)).map(([name]) => name);
@@ -178,6 +181,16 @@ export class QueueRegistry {
     this.cache = fresh;
     for (const name of gone) for (const fn of this.deletedListeners) fn(name);
     for (const config of changed) for (const fn of this.changedListeners) fn(config);
+  }
+
+  /** `stored` parsed; a declaration that does not parse (written by hand, say) is logged and the cached one kept, so it holds up no other. */
+  private readable(name: string, stored: string): QueueConfig | undefined {
+    try {
+      return this.reuse(parse(stored));
+    } catch (err) {
+      this.log.warn("ignored a stored queue declaration that does not parse", { queue: name, err });
+      return this.cache.get(name);
+    }
   }
 
   /** True when this instance applied a change of `name` newer than a read that found the counter at `read`, after the read went out (at `since`). */
@@ -451,9 +464,9 @@ export class QueueRegistry {
     // As Redis holds it: a cached declaration may be of an incarnation deleted since, with other keys.
     const config = await this.load(name);
     const keys = allKeys(keysOf(config));
-    const version = await undeclareQueue(this.redis.client, this.keys, name, keys);
+    const version = await undeclareQueue(this.redis.client, this.keys, name, config.incarnation, keys);
     if (version === 0) {
-      await this.load(name); // NOT_FOUND, unless it was declared again meanwhile
+      await this.load(name); // NOT_FOUND, unless it was declared again meanwhile (and then left as it is)
       throw new SwitchyardError("unavailable", `queue "${name}" was deleted and declared again while this delete ran; retry the delete if you mean to`, {
         reason: "CONTENDED",
         metadata: { queue: name },

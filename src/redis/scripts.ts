@@ -199,9 +199,14 @@ export async function declareQueue(
   return { result: "changed" };
 }
 
-/** undeclare.lua: removes declaration `name` and its keys' ownership, and announces it; the change's version, or 0 when it was not declared. */
-export async function undeclareQueue(client: RedisClient, system: SystemKeys, name: string, keys: readonly string[]): Promise<number> {
-  return Number(await call(client, "syUndeclare", [system.queues, system.queueKeys, system.queuesVersion, name, system.events, ...keys]));
+/**
+ * undeclare.lua: removes declaration `name`, if it is still of `incarnation`, and its keys'
+ * ownership, and announces it; the change's version, or 0 when it was not declared (so).
+ */
+export async function undeclareQueue(
+  client: RedisClient, system: SystemKeys, name: string, incarnation: string, keys: readonly string[],
+): Promise<number> {
+  return Number(await call(client, "syUndeclare", [system.queues, system.queueKeys, system.queuesVersion, name, system.events, incarnation, ...keys]));
 }
 
 /** read-declaration.lua: declaration `name` as stored now (or null), with the version counter. */

@@ -175,3 +175,58 @@ it("tries a failed read of every declaration again until one succeeds", async ()
   await (late.clock as ManualClock).advance(1000);
   expect((await before.ended)?.code).toBe(grpc.status.NOT_FOUND);
 });
+
+it("a change written by an instance of the version before incarnations (no id, same create time) ends no stream", async () => {
+  const Q = "{older-instance}";
+  const before = await leasedOnLate(Q);
+  const keys = systemKeys("switchyard");
+  // What that version's UpdateQueue writes: the declaration rebuilt without the field, and its event.
+  const { incarnation, ...stored } = JSON.parse((await redis.plain.hget(keys.queues, Q))!) as Record<string, unknown>;
+  expect(incarnation).toMatch(/^[\w-]{16}$/);
+  const json = JSON.stringify({ ...stored, maxDeliveries: 7 });
+  await redis.plain.hset(keys.queues, Q, json);
+  const version = await redis.plain.incr(keys.queuesVersion);
+  await redis.plain.publish(keys.events, `{"op":"put","name":"${Q}","version":${version},"config":${json}}`);
+  await expect.poll(() => late.app.queues.registry.cached(Q)?.maxDeliveries).toBe(7);
+  const ended = await Promise.race([before.ended.then(() => "ended"), new Promise((ok) => setTimeout(() => ok("open"), 200))]);
+  expect(ended).toBe("open");
+  await before.close();
+});
+
+it("a DeleteQueue that read the declaration before it was deleted and declared again elsewhere leaves the new one", async () => {
+  const Q = "{delete-race}";
+  await other.client.createQueue(declaration(Q));
+  await expect.poll(() => late.app.queues.registry.cached(Q)?.name).toBe(Q);
+  // late's undeclare.lua call waits in the link while other deletes the queue and declares it with other keys.
+  // (As EVAL with its text the first time, as EVALSHA after.)
+  const undeclaring = (chunk: Buffer) => /evalsha|Removes a queue declaration/i.test(chunk.toString("latin1")) && chunk.toString("latin1").includes(systemKeys("switchyard").queueKeys);
+  const holding = link.hold(undeclaring);
+  const deleting = late.client.deleteQueue(Q, { purge: true }).then(() => undefined, (err: grpc.ServiceError) => err);
+  const held = await holding;
+  await other.client.deleteQueue(Q, { purge: true });
+  await other.client.createQueue({ ...declaration(Q), processingList: `${Q}:elsewhere` });
+  await other.client.enqueue(Q, ["new"]);
+  held.release();
+  const refused = await deleting;
+  expect(refused?.code).toBe(grpc.status.UNAVAILABLE);
+  expect(refused?.details).toContain("declared again while this delete ran");
+  expect(JSON.parse((await redis.plain.hget(systemKeys("switchyard").queues, Q))!).processingList).toBe(`${Q}:elsewhere`);
+  expect(await redis.plain.hget(systemKeys("switchyard").queueKeys, `${Q}:elsewhere`)).toBe(Q);
+  expect(await redis.plain.llen(Q)).toBe(1);
+});
+
+it("a stored declaration that does not parse holds up no other in a full read", async () => {
+  const Q = "{beside-junk}";
+  const keys = systemKeys("switchyard");
+  await redis.plain.hset(keys.queues, "{junk}", "not json");
+  try {
+    const before = await leasedOnLate(Q);
+    const held = await deafen();
+    await other.client.deleteQueue(Q, { purge: true });
+    await other.client.createQueue(declaration(Q));
+    held.release();
+    expect((await before.ended)?.code).toBe(grpc.status.NOT_FOUND);
+  } finally {
+    await redis.plain.hdel(keys.queues, "{junk}");
+  }
+});
