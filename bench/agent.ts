@@ -2,7 +2,7 @@
  * One process of the deployed-shape benchmark (deployed.ts): a producer or a
  * worker of one system, as users run them, driven by the parent over IPC.
  *
- *   node dist-bench/agent.js switchyard|bullmq|echo      (forked by agents.ts)
+ *   node dist-bench/agent.js switchyard|bullmq|relay|echo      (forked by agents.ts)
  *
  * A process only ever loads its own system's client. Requests are
  * `{ id, op, args }`; each gets `{ id, ok }` or `{ id, error }`. While a worker
@@ -264,6 +264,38 @@ async function paced(args: PacedArgs, sendOne: (i: number) => Promise<unknown>):
   await Promise.all(inflight);
 }
 
+/** A producer or worker of the plain grpc-js relay (echo.ts): the latency rows' floor, with no Redis. */
+async function relayRole(): Promise<Role> {
+  const { connectRelay } = await import("./echo.js");
+  let relay!: Awaited<ReturnType<typeof connectRelay>>;
+  let progressMs = 50;
+  const decoder = new TextDecoder();
+  return {
+    async connect(args) {
+      relay = await connectRelay(args.address);
+    },
+    async prepare(args) {
+      progressMs = args.progressMs;
+      tally.reset(args);
+    },
+    go() {
+      relay.subscribe((b) => {
+        tally.started(JSON.parse(decoder.decode(b)) as JsonItem);
+        tally.count();
+      });
+      tally.startReporting(progressMs);
+    },
+    stop: () => relay.unsubscribe(),
+    produce() {
+      return Promise.reject(new Error("the relay only sends paced items"));
+    },
+    paced: (args) => paced(args, (i) => relay.publish(Buffer.from(JSON.stringify(jsonItem(i, monoUs()))))),
+    async close() {
+      relay.close();
+    },
+  };
+}
+
 /** A plain grpc-js echo: the cost of one hop with nothing behind it (echo.ts). */
 async function echoOps(): Promise<Record<string, (args: EchoArgs) => Promise<unknown>>> {
   const echo = await import("./echo.js");
@@ -283,9 +315,10 @@ async function echoOps(): Promise<Record<string, (args: EchoArgs) => Promise<unk
 }
 
 async function main(): Promise<void> {
-  const role = system === "switchyard" ? await switchyardRole() : system === "bullmq" ? await bullmqRole() : undefined;
+  const roles: Record<string, () => Promise<Role>> = { switchyard: switchyardRole, bullmq: bullmqRole, relay: relayRole };
+  const role = await roles[system]?.();
   const echo = system === "echo" ? await echoOps() : undefined;
-  if (!role && !echo) throw new Error(`agent: unknown system "${system}" (switchyard, bullmq or echo)`);
+  if (!role && !echo) throw new Error(`agent: unknown system "${system}" (switchyard, bullmq, relay or echo)`);
   const ops: Record<string, (args: never) => Promise<unknown>> = echo ?? {
     connect: (args: Record<string, string>) => role!.connect(args),
     prepare: (args: ConsumeArgs) => role!.prepare(args),

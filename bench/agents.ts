@@ -8,7 +8,7 @@ import { fileURLToPath } from "node:url";
 import { leftovers, within } from "./lib.js";
 
 /** A system an agent runs. */
-export type AgentSystem = "switchyard" | "bullmq" | "echo";
+export type AgentSystem = "switchyard" | "bullmq" | "relay" | "echo";
 
 export interface AgentRequest {
   id: number;

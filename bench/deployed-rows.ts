@@ -103,13 +103,14 @@ export async function runDeployed(
     }
     if (want("latency")) {
       for (const l of sizes.latency) {
-        const latency = (system: "switchyard" | "bullmq", key: string) => async () => {
+        const latency = (system: "switchyard" | "bullmq" | "relay", key: string) => async () => {
           const s = await d.latency(system, l.rate, l.items, l.warmup, sizes.latencyConcurrency);
           for (const p of ["p50", "p90", "p99", "max"] as const) rounds.record(`d.lat.${l.key}.${key}.${p}`, s[p]);
         };
         await rounds.interleaved(`latency ${l.rate}/s`, [
           ["switchyard latency", latency("switchyard", "sy")],
           ["bullmq latency", latency("bullmq", "bull")],
+          ["grpc-js relay latency (the floor)", latency("relay", "relay")],
         ]);
       }
     }
@@ -191,6 +192,12 @@ export function deployedTable(r: Rounds, sizes: DeployedSizes): string | undefin
       "p50 ≤ 1 ms, p99 ≤ BullMQ's",
       ok ? "met" : `${p50 <= 1 ? "p50 met" : "p50 missed"}; p99 ${p99ratio <= 1 ? "met" : `missed (${fmtRatio(p99ratio)})`}`,
     ]);
+    if (r.has(`d.lat.${l.key}.relay.p50`)) {
+      rows.push([
+        "… floor: a plain grpc-js relay process in the server's place (producer → relay → worker, each message answered and acked, no Redis); ratio: its p99 / BullMQ's",
+        four("relay"), four("bull"), `p99 ${fmtRatio(m("relay", "p99") / m("bull", "p99"))}`, "report", "—",
+      ]);
+    }
   }
   if (r.has("d.py.sy")) {
     const node = r.has("d.rel.c10.sy") ? `; the Node worker: ${fmtRate(r.med("d.rel.c10.sy"))}` : "";

@@ -89,9 +89,13 @@ export class Deployed {
   }
 
   async stop(): Promise<void> {
-    const echo = await this.echoAgents?.catch(() => undefined);
-    const agents = [...(echo ? [echo.server, echo.client] : []), ...this.workers.switchyard, ...this.workers.bullmq, this.producers.switchyard, this.producers.bullmq];
-    await Promise.all(agents.filter(Boolean).map((a) => a.stop()));
+    const settled = <T>(p?: Promise<T>) => p?.catch(() => undefined);
+    const [echo, client, relay] = await Promise.all([settled(this.echoServer), settled(this.echoClient), settled(this.relayAgents)]);
+    const agents = [
+      echo?.server, client, relay?.producer, relay?.worker,
+      ...this.workers.switchyard, ...this.workers.bullmq, this.producers.switchyard, this.producers.bullmq,
+    ];
+    await Promise.all(agents.filter((a): a is Agent => a !== undefined).map((a) => a.stop()));
     this.admin.close();
     this.server.kill("SIGTERM");
     await within(new Promise((ok) => (this.server.exitCode !== null ? ok(undefined) : this.server.once("exit", ok))), 15_000, "switchyard server to exit").catch(
@@ -270,21 +274,26 @@ export class Deployed {
    * waiting worker process with concurrency `c`; resolves to the spread of
    * enqueue→handler latency (ms) of the last `items`.
    */
-  async latency(system: System, rate: number, items: number, warmup: number, c: number): Promise<Spread> {
+  async latency(system: System | "relay", rate: number, items: number, warmup: number, c: number): Promise<Spread> {
     return spread(await this.latencySamples(system, rate, items, warmup, c));
   }
 
-  /** latency(), as every item's latency (ms), in send order. */
-  async latencySamples(system: System, rate: number, items: number, warmup: number, c: number): Promise<number[]> {
+  /**
+   * latency(), as every item's latency (ms), in send order. The "relay" is
+   * the floor under Switchyard's: a plain grpc-js relay (echo.ts) in the
+   * server's place, with no Redis behind it.
+   */
+  async latencySamples(system: System | "relay", rate: number, items: number, warmup: number, c: number): Promise<number[]> {
     const name = system === "switchyard" ? await this.syQueue("lat", "reliable", true) : fresh("lat");
+    const { producer, worker } = system === "relay" ? await this.relay() : { producer: this.producers[system], worker: this.workers[system][0] };
     const total = warmup + items;
     const feed = async () => {
       await sleep(200); // the worker is waiting on the empty queue
-      await this.producers[system].request("paced", { queue: name, rate, count: total });
+      await producer.request("paced", { queue: name, rate, count: total });
     };
     const args = { queue: name, concurrency: c, latencyItems: total, progressMs: 50 };
-    const { consumed } = await this.run([this.workers[system][0]], args, total, async (_t0, lastAt) => lastAt, feed);
-    await this.drop(system, name);
+    const { consumed } = await this.run([worker], args, total, async (_t0, lastAt) => lastAt, feed);
+    if (system !== "relay") await this.drop(system, name);
     const lat = consumed[0].latencies!.slice(warmup).map((us) => us / 1000);
     if (lat.some((x) => !Number.isFinite(x))) throw new Error(`${system} latency: an item was not seen by the handler`);
     return lat;
@@ -292,17 +301,32 @@ export class Deployed {
 
   // ------------------------------------------------------------ echo
 
-  private echoAgents?: Promise<{ server: Agent; client: Agent; address: string }>;
+  private echoServer?: Promise<{ server: Agent; address: string }>;
+  private echoClient?: Promise<Agent>;
+  private relayAgents?: Promise<{ producer: Agent; worker: Agent }>;
+
+  /** The plain grpc-js echo and relay server (a process of its own, with the server child's node arguments). */
+  private serveEcho(): Promise<{ server: Agent; address: string }> {
+    return (this.echoServer ??= (async () => {
+      const server = await Agent.start("echo", this.options.serverNodeArgs ?? [], { ...process.env, ...this.options.serverEnv });
+      return { server, address: await server.request<string>("serve") };
+    })());
+  }
 
   /** Serial round trips of `bytes` through a plain grpc-js echo (server and client processes); resolves to calls per second. */
   async echo(kind: "unary" | "stream", calls: number, bytes: number): Promise<number> {
-    this.echoAgents ??= (async () => {
-      const env = { ...process.env, ...this.options.serverEnv };
-      const [server, client] = await Promise.all([Agent.start("echo", this.options.serverNodeArgs ?? [], env), Agent.start("echo")]);
-      return { server, client, address: await server.request<string>("serve") };
-    })();
-    const { client, address } = await this.echoAgents;
+    const [{ address }, client] = await Promise.all([this.serveEcho(), (this.echoClient ??= Agent.start("echo"))]);
     return client.request<number>("call", { address, kind, calls, bytes });
+  }
+
+  /** A producer and a worker process of the relay, connected to the echo server. */
+  private relay(): Promise<{ producer: Agent; worker: Agent }> {
+    return (this.relayAgents ??= (async () => {
+      const { address } = await this.serveEcho();
+      const [producer, worker] = await Promise.all([Agent.start("relay", this.options.agentNodeArgs), Agent.start("relay", this.options.agentNodeArgs)]);
+      await Promise.all([producer, worker].map((a) => a.request("connect", { address })));
+      return { producer, worker };
+    })());
   }
 
   // ------------------------------------------------------------ Python

@@ -4,6 +4,11 @@
  * Switchyard enqueue crosses this hop and then Redis; a BullMQ add crosses
  * Redis only). Messages are raw bytes, no protobuf: the service is defined
  * by hand with identity serializers.
+ *
+ * The same server is also a relay, the floor under the latency rows: a
+ * producer's messages on one stream (each answered, as Enqueue is) go on to
+ * the workers' streams (each acked, as a delivery is), across the same three
+ * processes as Switchyard's producer, server and worker, with no Redis.
  */
 import * as grpc from "@grpc/grpc-js";
 import { monoUs } from "./lib.js";
@@ -28,7 +33,28 @@ const definition: grpc.ServiceDefinition = {
     responseSerialize: same,
     responseDeserialize: same,
   },
+  publish: {
+    path: "/bench.Echo/Publish",
+    requestStream: true,
+    responseStream: true,
+    requestSerialize: same,
+    requestDeserialize: same,
+    responseSerialize: same,
+    responseDeserialize: same,
+  },
+  subscribe: {
+    path: "/bench.Echo/Subscribe",
+    requestStream: true,
+    responseStream: true,
+    requestSerialize: same,
+    requestDeserialize: same,
+    responseSerialize: same,
+    responseDeserialize: same,
+  },
 };
+
+/** An answer or an ack: a few bytes, as Switchyard's are. */
+const OK = Buffer.from("ok");
 
 /** The channel and server options Switchyard's own client and server use that bear on speed. */
 const options = { "grpc.enable_channelz": 0 };
@@ -36,7 +62,25 @@ const options = { "grpc.enable_channelz": 0 };
 /** Starts an echo server on a free loopback port. */
 export async function serveEcho(): Promise<{ address: string; close(): Promise<void> }> {
   const server = new grpc.Server(options);
+  const subscribers: grpc.ServerDuplexStream<Buffer, Buffer>[] = [];
+  let next = 0;
   server.addService(definition, {
+    // Each message goes to the next subscriber in turn (dropped when none: the bench subscribes first).
+    publish: (call: grpc.ServerDuplexStream<Buffer, Buffer>) => {
+      call.on("data", (b: Buffer) => {
+        if (subscribers.length > 0) subscribers[next++ % subscribers.length].write(b);
+        call.write(OK);
+      });
+      call.on("end", () => call.end());
+    },
+    subscribe: (call: grpc.ServerDuplexStream<Buffer, Buffer>) => {
+      subscribers.push(call);
+      call.on("data", () => undefined); // acks
+      call.on("end", () => {
+        subscribers.splice(subscribers.indexOf(call), 1);
+        call.end();
+      });
+    },
     echo: (call: grpc.ServerUnaryCall<Buffer, Buffer>, cb: grpc.sendUnaryData<Buffer>) => cb(null, call.request),
     echoStream: (call: grpc.ServerDuplexStream<Buffer, Buffer>) => {
       call.on("data", (b: Buffer) => call.write(b));
@@ -49,16 +93,76 @@ export async function serveEcho(): Promise<{ address: string; close(): Promise<v
   return { address: `127.0.0.1:${port}`, close: () => new Promise((ok) => server.tryShutdown(() => ok())) };
 }
 
+interface EchoClient {
+  echo(req: Buffer, cb: (err: grpc.ServiceError | null, res: Buffer) => void): void;
+  echoStream(): grpc.ClientDuplexStream<Buffer, Buffer>;
+  publish(): grpc.ClientDuplexStream<Buffer, Buffer>;
+  subscribe(): grpc.ClientDuplexStream<Buffer, Buffer>;
+  close(): void;
+  waitForReady(deadline: number, cb: (err?: Error) => void): void;
+}
+
+async function connectEcho(address: string): Promise<EchoClient> {
+  const Client = grpc.makeGenericClientConstructor(definition, "Echo");
+  const client = new Client(address, grpc.credentials.createInsecure(), options) as unknown as EchoClient;
+  await new Promise<void>((ok, fail) => client.waitForReady(Date.now() + 10_000, (err) => (err ? fail(err) : ok())));
+  return client;
+}
+
+/** A producer or a worker of the relay. */
+export interface RelayClient {
+  /** Sends one message; resolves once the relay has answered it. */
+  publish(message: Buffer): Promise<void>;
+  /** Receives every message the relay hands this client, acking each; until unsubscribe(). */
+  subscribe(onMessage: (message: Buffer) => void): void;
+  unsubscribe(): Promise<void>;
+  close(): void;
+}
+
+export async function connectRelay(address: string): Promise<RelayClient> {
+  const client = await connectEcho(address);
+  let publishing: grpc.ClientDuplexStream<Buffer, Buffer> | undefined;
+  const answers: (() => void)[] = [];
+  let subscription: grpc.ClientDuplexStream<Buffer, Buffer> | undefined;
+  return {
+    publish(message) {
+      if (!publishing) {
+        publishing = client.publish();
+        publishing.on("data", () => answers.shift()?.());
+      }
+      const stream = publishing;
+      return new Promise<void>((ok) => {
+        answers.push(ok);
+        stream.write(message);
+      });
+    },
+    subscribe(onMessage) {
+      const stream = (subscription = client.subscribe());
+      stream.on("data", (b: Buffer) => {
+        onMessage(b);
+        stream.write(OK);
+      });
+    },
+    async unsubscribe() {
+      const stream = subscription;
+      subscription = undefined;
+      if (!stream) return;
+      await new Promise<void>((ok) => {
+        stream.on("end", ok);
+        stream.on("error", () => ok());
+        stream.end();
+      });
+    },
+    close() {
+      publishing?.end();
+      client.close();
+    },
+  };
+}
+
 /** Makes `calls` echo round trips of `bytes` one after the other (await each); resolves to calls per second. */
 export async function callEcho(address: string, kind: "unary" | "stream", calls: number, bytes: number): Promise<number> {
-  const Client = grpc.makeGenericClientConstructor(definition, "Echo");
-  const client = new Client(address, grpc.credentials.createInsecure(), options) as unknown as {
-    echo(req: Buffer, cb: (err: grpc.ServiceError | null, res: Buffer) => void): void;
-    echoStream(): grpc.ClientDuplexStream<Buffer, Buffer>;
-    close(): void;
-    waitForReady(deadline: number, cb: (err?: Error) => void): void;
-  };
-  await new Promise<void>((ok, fail) => client.waitForReady(Date.now() + 10_000, (err) => (err ? fail(err) : ok())));
+  const client = await connectEcho(address);
   const payload = Buffer.alloc(bytes, 0x78);
   try {
     if (kind === "unary") {
