@@ -117,7 +117,11 @@ export function readHeader(r: Reader, headers: Record<string, string>, depth: nu
     else if (no === 2) value = r.string(strict);
     else r.skip(wireType, no, RECURSION_LIMIT - depth - 1);
   }
-  // "__proto__" is a header like any other, not the object's prototype.
+  setHeader(headers, key, value);
+}
+
+/** Sets header `key`: "__proto__" is a header like any other, not the object's prototype. */
+export function setHeader(headers: Record<string, string>, key: string, value: string): void {
   if (key === "__proto__") Object.defineProperty(headers, key, { value, writable: true, enumerable: true, configurable: true });
   else headers[key] = value;
 }

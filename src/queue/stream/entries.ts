@@ -5,7 +5,9 @@
  * An entry's field "payload" is the item's payload and every other field is
  * a header, so a plain `XADD uploads * payload …` (or any fields) from another
  * Redis client is an item as well. The entry id is the item id, and its time
- * the enqueue time.
+ * the enqueue time. Of a field given twice the last value counts, as of a
+ * protobuf map's key given twice (the dead letter, lib.lua's entry_envelope,
+ * reads it the same way).
  */
 import { SwitchyardError, invalid } from "../../errors.js";
 import type { Clock } from "../../clock.js";
@@ -14,6 +16,7 @@ import type { RedisClient } from "../../redis/connection.js";
 import type { ConsumerGroupSpec, QueueConfig } from "../declaration.js";
 import type { StoredItem } from "../envelope.js";
 import type { NewItems } from "../new-items.js";
+import { setHeader } from "../../wire/proto-reader.js";
 
 /** The entry field holding the payload. */
 export const PAYLOAD_FIELD = "payload";
@@ -93,7 +96,7 @@ export function entryItem(id: string, fields: readonly Buffer[], deliveries: num
   for (let i = 0; i + 1 < fields.length; i += 2) {
     const name = fields[i].toString();
     if (name === PAYLOAD_FIELD) payload = fields[i + 1];
-    else headers[name] = fields[i + 1].toString();
+    else setHeader(headers, name, fields[i + 1].toString());
   }
   return { id, payload, headers, enqueueTimeMs: Number(id.slice(0, id.indexOf("-"))), deliveries, lastError };
 }
@@ -132,24 +135,46 @@ export interface GroupStats {
   lastDeliveredId: string;
 }
 
-/** Stats of every consumer group of a stream (XINFO GROUPS, and XPENDING for the oldest pending entry). */
+/**
+ * Stats of every consumer group of a stream (XINFO STREAM's last id, XINFO GROUPS, and XPENDING for
+ * the oldest pending entry). A group deleted (or the stream) between those reads is left out: it is gone.
+ */
 export async function groupStats(client: RedisClient, key: string): Promise<GroupStats[]> {
-  if ((await client.exists(key)) === 0) return [];
-  const groups = (await client.xinfo("GROUPS", key).catch((err: Error) => Promise.reject(wrongType(key, err)))) as unknown[][];
-  return Promise.all(groups.map(async (flat) => {
-    const info = new Map<string, unknown>();
-    for (let i = 0; i + 1 < flat.length; i += 2) info.set(String(flat[i]), flat[i + 1]);
+  const gone = (err: Error) => (err.message.startsWith("NOGROUP") || /no such key/i.test(err.message) ? undefined : Promise.reject(wrongType(key, err)));
+  const read = await client.pipeline().xinfo("STREAM", key).xinfo("GROUPS", key).exec();
+  const [streamErr, stream] = read?.[0] ?? [];
+  const [groupsErr, groups] = read?.[1] ?? [];
+  if (streamErr || groupsErr) return (await gone((streamErr ?? groupsErr) as Error)) ?? [];
+  const lastId = String(fieldsOf(stream as unknown[]).get("last-generated-id"));
+  const stats = await Promise.all((groups as unknown[][]).map(async (flat): Promise<GroupStats | undefined> => {
+    const info = fieldsOf(flat);
     const name = String(info.get("name"));
     const pending = Number(info.get("pending"));
-    const oldest = pending > 0 ? ((await client.xpending(key, name, "-", "+", 1)) as [string, string, number, number][]) : [];
+    const lastDeliveredId = String(info.get("last-delivered-id"));
+    let oldest: [string, string, number, number][] = [];
+    if (pending > 0) {
+      const read = await client.xpending(key, name, "-", "+", 1).catch(gone);
+      if (read === undefined) return undefined;
+      oldest = read as [string, string, number, number][];
+    }
     const lag = info.get("lag");
     return {
       name,
       pending,
-      lag: lag === null || lag === undefined ? undefined : Number(lag),
+      // A group that has read up to the stream's last id has nothing left to read, whatever Redis's
+      // estimate says (7.0 counts entries trimmed unread as lag for ever).
+      lag: lastDeliveredId === lastId ? 0 : lag === null || lag === undefined ? undefined : Number(lag),
       oldestPendingIdleMs: oldest.length > 0 ? Number(oldest[0][2]) : undefined,
       consumers: Number(info.get("consumers")),
-      lastDeliveredId: String(info.get("last-delivered-id")),
+      lastDeliveredId,
     };
   }));
+  return stats.filter((s): s is GroupStats => s !== undefined);
+}
+
+/** A flat [name, value, …] reply as a map. */
+function fieldsOf(flat: unknown[]): Map<string, unknown> {
+  const info = new Map<string, unknown>();
+  for (let i = 0; i + 1 < flat.length; i += 2) info.set(String(flat[i]), flat[i + 1]);
+  return info;
 }

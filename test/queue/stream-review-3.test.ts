@@ -1,0 +1,100 @@
+/**
+ * Stream queues, from the third break review of issue 16: a field named
+ * __proto__, a group deleted while its stats are read, and lag after a trim.
+ */
+import { describe, expect, it } from "vitest";
+import { QueueMode } from "../../src/gen/switchyard/v1/queue_pb.js";
+import { decodeItem } from "../../src/queue/envelope.js";
+import { groupStats } from "../../src/queue/stream/entries.js";
+import type { RedisClient } from "../../src/redis/connection.js";
+import { useSwitchyard } from "../helpers/switchyard.js";
+
+const t = useSwitchyard();
+
+describe("a plain XADD's fields", () => {
+  it("delivers a field named __proto__ as a header, before and after the dead letters", async () => {
+    const Q = "{review3-proto}";
+    await t.sy.client.createQueue({ name: Q, mode: QueueMode.STREAM, groups: [{ name: "g" }], maxDeliveries: 1 });
+    await t.redis.plain.xadd(Q, "*", "__proto__", "polluted", "payload", "p1");
+    const lease = t.sy.client.lease(Q, 10, { group: "g" });
+    const [d] = await lease.take(1);
+    expect(Object.keys(d.headers)).toEqual(["__proto__"]);
+    expect(d.headers["__proto__"]).toBe("polluted");
+    expect(Object.getPrototypeOf(d.headers)).toBe(Object.prototype);
+    await t.sy.client.retry(d.leaseToken, { reason: "to the dead letters" });
+    const [dead] = (await t.redis.plain.lrangeBuffer(`${Q}.dead`, 0, -1)).map(decodeItem);
+    expect(Object.keys(dead.headers)).toEqual(["__proto__"]);
+    expect(await t.sy.client.requeueDeadLetters(Q, "all")).toBe(1);
+    const [again] = await lease.take(1);
+    expect(Buffer.from(again.payload).toString()).toBe("p1");
+    expect({ ...again.headers }).toEqual(JSON.parse('{"__proto__":"polluted"}'));
+    await t.sy.client.ack(again.leaseToken);
+    await lease.close();
+  });
+
+  it("takes the last value of a field given twice, in the delivery and in the dead letter alike", async () => {
+    const Q = "{review3-twice}";
+    await t.sy.client.createQueue({ name: Q, mode: QueueMode.STREAM, groups: [{ name: "g" }], maxDeliveries: 1 });
+    await t.redis.plain.xadd(Q, "*", "payload", "first", "k", "1", "payload", "second", "k", "2");
+    const lease = t.sy.client.lease(Q, 10, { group: "g" });
+    const [d] = await lease.take(1);
+    expect(Buffer.from(d.payload).toString()).toBe("second");
+    expect({ ...d.headers }).toEqual({ k: "2" });
+    await t.sy.client.retry(d.leaseToken, { reason: "to the dead letters" });
+    const [dead] = (await t.redis.plain.lrangeBuffer(`${Q}.dead`, 0, -1)).map(decodeItem);
+    expect(Buffer.from(dead.payload).toString()).toBe("second");
+    expect({ ...dead.headers }).toEqual({ k: "2" });
+    await lease.close();
+  });
+});
+
+describe("GetQueueStats of a stream queue", () => {
+  it("leaves out a group deleted between XINFO GROUPS and its XPENDING, rather than failing", async () => {
+    const Q = "{review3-stats}";
+    await t.sy.client.createQueue({ name: Q, mode: QueueMode.STREAM, groups: [{ name: "g" }, { name: "h", startId: "0" }] });
+    await t.sy.client.enqueue(Q, ["1", "2"]);
+    await t.redis.plain.xreadgroup("GROUP", "g", "c", "COUNT", 2, "STREAMS", Q, ">");
+    await t.redis.plain.xreadgroup("GROUP", "h", "c", "COUNT", 1, "STREAMS", Q, ">");
+    // The real client, with group h deleted (by another client) just before h's XPENDING goes out.
+    const client = t.redis.plain as unknown as RedisClient;
+    const racing = new Proxy(client, {
+      get(target, prop, receiver) {
+        if (prop !== "xpending") return Reflect.get(target, prop, receiver);
+        return async (key: string, group: string, ...rest: unknown[]) => {
+          if (group === "h") await t.redis.plain.xgroup("DESTROY", Q, "h");
+          return (target.xpending as (...a: unknown[]) => Promise<unknown>)(key, group, ...rest);
+        };
+      },
+    });
+    const stats = await groupStats(racing, Q);
+    expect(stats.map((g) => [g.name, g.pending])).toEqual([["g", 2]]);
+    // A stream deleted meanwhile has no groups.
+    await t.redis.plain.del(Q);
+    expect(await groupStats(client, Q)).toEqual([]);
+  });
+
+  it("reports lag 0 for a group that has read up to the stream's last id after entries were trimmed unread", async () => {
+    const Q = "{review3-lag}";
+    await t.sy.client.createQueue({ name: Q, mode: QueueMode.STREAM, groups: [{ name: "g" }], streamTrim: { maxLen: 10n } });
+    const lease = t.sy.client.lease(Q, 1000, { group: "g" });
+    await t.sy.client.enqueue(Q, ["first"]);
+    const [first] = await lease.take(1);
+    await t.sy.client.ack(first.leaseToken);
+    // Appended while nobody reads: most are trimmed unread.
+    await t.sy.client.enqueue(Q, Array.from({ length: 400 }, (_, i) => `x${i}`));
+    const held = await t.redis.plain.xlen(Q);
+    const got = await lease.take(held);
+    await Promise.all(got.map((d) => t.sy.client.ack(d.leaseToken)));
+    const [g] = (await t.sy.client.getQueueStats(Q)).groups;
+    const [[last]] = await t.redis.plain.xrevrange(Q, "+", "-", "COUNT", 1);
+    expect(g.lastDeliveredId).toBe(last);
+    expect(g.pending).toBe(0n);
+    expect(g.lag).toBe(0n);
+    // One entry more, unread: lag 1 (Redis's own count, the group being behind the last id).
+    await lease.close();
+    await t.sy.client.enqueue(Q, ["unread"]);
+    const [after] = (await t.sy.client.getQueueStats(Q)).groups;
+    expect(after.lastDeliveredId).toBe(last);
+    expect(after.lag === undefined || after.lag >= 1n).toBe(true);
+  });
+});
