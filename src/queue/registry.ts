@@ -373,7 +373,9 @@ export class QueueRegistry {
    * Declares a queue. The same declaration again is a no-op; a different one
    * for an existing name is ALREADY_EXISTS, unless `replace` (the config file),
    * which applies new settings but refuses new key names or a new mode: items
-   * in flight sit under the old keys. A stream queue's declared groups are
+   * in flight sit under the old keys. A replace adds the stream groups it
+   * names that are not declared yet and keeps every declared one (those made
+   * by CreateConsumerGroup too): groups go only by DeleteConsumerGroup. A stream queue's declared groups are
    * created in Redis (XGROUP CREATE … MKSTREAM) once it is stored, and again
    * on every declaration of it (a group that exists keeps its position; on a
    * declared stream left with no group, expired or deleted since, the groups
@@ -397,7 +399,9 @@ export class QueueRegistry {
       const storedJson = await this.redis.client.hget(this.keys.queues, config.name);
       if (storedJson !== null) {
         const stored = parse(storedJson);
-        if (sameDeclaration(stored, config)) return { config: stored, previous: stored };
+        // A config file adds groups but removes none: groups change through their own calls, as with UpdateQueue.
+        const wanted = options.replace ? { ...config, groups: [...stored.groups, ...config.groups.filter((g) => !stored.groups.some((s) => s.name === g.name))] } : config;
+        if (sameDeclaration(stored, wanted)) return { config: stored, previous: stored };
         if (!options.replace) {
           throw new SwitchyardError(
             "already_exists",
@@ -406,7 +410,7 @@ export class QueueRegistry {
           );
         }
         if (shapeOf(stored) !== shapeOf(config)) throw this.immutable(stored, config);
-        const next = { ...config, createTimeMs: stored.createTimeMs, incarnation: stored.incarnation, paused: stored.paused };
+        const next = { ...wanted, createTimeMs: stored.createTimeMs, incarnation: stored.incarnation, paused: stored.paused };
         if (await this.write(next, storedJson)) return { config: next, previous: stored };
         continue;
       }

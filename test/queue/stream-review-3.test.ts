@@ -1,13 +1,17 @@
 /**
  * Stream queues, from the third break review of issue 16: a field named
- * __proto__, a group deleted while its stats are read, and lag after a trim.
+ * __proto__, a group deleted while its stats are read, lag after a trim, and
+ * a config file met by groups made at run time.
  */
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { QueueMode } from "../../src/gen/switchyard/v1/queue_pb.js";
 import { decodeItem } from "../../src/queue/envelope.js";
 import { groupStats } from "../../src/queue/stream/entries.js";
 import type { RedisClient } from "../../src/redis/connection.js";
-import { useSwitchyard } from "../helpers/switchyard.js";
+import { startSwitchyard, useSwitchyard } from "../helpers/switchyard.js";
 
 const t = useSwitchyard();
 
@@ -96,5 +100,43 @@ describe("GetQueueStats of a stream queue", () => {
     const [after] = (await t.sy.client.getQueueStats(Q)).groups;
     expect(after.lastDeliveredId).toBe(last);
     expect(after.lag === undefined || after.lag >= 1n).toBe(true);
+  });
+});
+
+describe("a stream queue in the config file", () => {
+  it("keeps a group made by CreateConsumerGroup when another instance starts with the file, and adds the file's new groups", async () => {
+    const Q = "{review3-file}";
+    const file = join(mkdtempSync(join(tmpdir(), "sy-review3-")), "switchyard.json");
+    const declare = (groups: string[]) => writeFileSync(file, JSON.stringify({ queues: [{ name: Q, mode: "QUEUE_MODE_STREAM", groups: groups.map((name) => ({ name })) }] }));
+    declare(["g"]);
+    const a = await startSwitchyard(t.redis, { config: { configFile: file } });
+    try {
+      await a.client.enqueue(Q, ["1", "2"]);
+      await a.client.createConsumerGroup(Q, "audit", "0");
+      const audit = a.client.lease(Q, 5, { group: "audit" });
+      const [held] = await audit.take(1);
+      // Scale-out (or a rolling restart) with the file, which also names a new group.
+      declare(["g", "late"]);
+      const b = await startSwitchyard(t.redis, { config: { configFile: file } });
+      try {
+        expect((await b.client.getQueue(Q)).groups.map((g) => g.name)).toEqual(["g", "audit", "late"]);
+        expect((await b.client.getQueueStats(Q)).groups.map((g) => [g.name, g.pending])).toEqual([["audit", 2n], ["g", 0n], ["late", 0n]]); // both delivered to the open stream (credit 5)
+        // The audit stream goes on: its held entry acks, and it gets the next one.
+        await a.client.ack(held.leaseToken);
+        const [next] = await audit.take(1);
+        expect(Buffer.from(next.payload).toString()).toBe("2");
+        await a.client.ack(next.leaseToken);
+        // The same file again changes nothing.
+        const version = await t.redis.plain.hget("{switchyard}:queues", Q);
+        const c = await startSwitchyard(t.redis, { config: { configFile: file } });
+        await c.stop();
+        expect(await t.redis.plain.hget("{switchyard}:queues", Q)).toBe(version);
+      } finally {
+        await audit.close();
+        await b.stop();
+      }
+    } finally {
+      await a.stop();
+    }
   });
 });
