@@ -59,6 +59,8 @@ export interface DispatchHost {
   kill(config: QueueConfig, ref: LeaseRef, reason: string): void;
   /** Gives back (uncounted: they reached no worker) the deliveries of this instance on the queue that no stream holds. */
   reconcile(config: QueueConfig): Promise<void>;
+  /** The queue's declaration as Redis holds it now (the cache and the listeners learn it too); NOT_FOUND if deleted. */
+  current(name: string): Promise<QueueConfig>;
 }
 
 /** An item taken for the streams: its stored value, or (stream queues) the item read already. */

@@ -305,6 +305,7 @@ export class Queues {
     );
     this.dispatchHost = {
       redis, clock, log, options, owner: this.instances.id,
+      current: (name) => this.registry.current(name),
       onHold: (tokens, s) => {
         for (const token of tokens) this.holders.set(token, s);
         if (s.claimedMs) for (const token of tokens) s.claimedMs.set(token, this.clock.now());

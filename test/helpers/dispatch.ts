@@ -15,6 +15,7 @@ export function testDispatchHost(redis: RedisConnection, clock: Clock, log: Logg
     giveBack: () => undefined,
     kill: () => undefined,
     reconcile: async () => undefined,
+    current: () => Promise.reject(new Error("these tests drive list queues' dispatchers, which never read a declaration")),
   };
 }
 

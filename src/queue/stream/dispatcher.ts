@@ -13,10 +13,12 @@
  * (a cut connection) leaves its entries pending under this instance's
  * consumer: they are reclaimed once idle for min_idle, as a crashed instance's.
  * A lease call that finds the group gone (the stream expired by its publish
- * TTL, or was deleted) creates the declared groups again (stream-restore.lua).
+ * TTL, or was deleted) creates the groups declared now again (stream-restore.lua):
+ * as Redis holds the declaration, not as this instance last heard of it, so a
+ * group deleted by DeleteConsumerGroup stays deleted.
  */
 import type { RedisClient } from "../../redis/connection.js";
-import { leaseStreamEntries, restoreGroups, retireConsumer, type StreamLease, type StreamLeaseArgs } from "../../redis/scripts.js";
+import { deleteStreamGroup, leaseStreamEntries, restoreGroups, retireConsumer, type StreamLease, type StreamLeaseArgs } from "../../redis/scripts.js";
 import { keysOf, type QueueConfig } from "../declaration.js";
 import { QueueDispatcher, type DispatchHost, type Taken } from "../dispatcher.js";
 import type { LeaseBeside } from "../settler.js";
@@ -59,7 +61,7 @@ export class StreamDispatcher extends QueueDispatcher {
       lease = await call({ group, consumer: host.owner, max, minIdleMs: config.minIdleMs, maxDeliveries: config.maxDeliveries, cursor: this.cursor });
     } catch (err) {
       // The group or the stream is gone (expired by its publish TTL, deleted): create the declared groups again.
-      if (err instanceof Error && err.message.includes("NOGROUP")) await restoreGroups(host.redis.client, config.name, config.groups);
+      if (err instanceof Error && err.message.includes("NOGROUP")) await this.restore();
       throw err;
     }
     if (rescans === this.rescans) this.cursor = lease.cursor;
@@ -69,6 +71,26 @@ export class StreamDispatcher extends QueueDispatcher {
       ref: { queue: config.name, fence: lease.firstFence + i, owner: host.owner, entry: { group, id: e.id, count: e.count } },
       item: entryItem(e.id, e.fields, e.count - 1, e.lastError),
     }));
+  }
+
+  /**
+   * Creates the groups the queue declares now again. A DeleteConsumerGroup
+   * elsewhere takes its group out of the declaration and then destroys it: one
+   * that did so between the read here and the restore would leave the group
+   * made again by the restore, so a group the declaration has lost by the read
+   * after is deleted again (with its pending records, as DeleteConsumerGroup does).
+   */
+  private async restore(): Promise<void> {
+    const { host } = this;
+    const { name } = this.config;
+    const now = await host.current(name).catch(() => undefined);
+    if (now?.mode !== "stream") return; // deleted (its delete ends the streams), or another queue now
+    await restoreGroups(host.redis.client, name, now.groups);
+    const after = await host.current(name).catch(() => undefined);
+    if (after === undefined || after.incarnation !== now.incarnation) return; // deleted meanwhile: its delete's purge is its own
+    for (const g of now.groups) {
+      if (!after.groups.some((a) => a.name === g.name)) await deleteStreamGroup(host.redis.client, keysOf(now), g.name);
+    }
   }
 
   protected override wakeUp(blocker: RedisClient): Promise<unknown> {
