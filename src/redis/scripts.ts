@@ -468,9 +468,12 @@ function streamLeaseArgs(lease: StreamLeaseArgs): (string | number)[] {
 /** stream-lease.lua's answer as Redis sends it. */
 type RawStreamLease = [Buffer, number, number, Buffer, ...[Buffer, number, Buffer, Buffer[]][]];
 
-/** stream-lease.lua: reclaims idle entries of `group` (dead-lettering those past max deliveries), then reads new ones, up to `max`. */
+/**
+ * stream-lease.lua: reclaims entries of `group` handed back and due, then idle ones (dead-lettering those
+ * past max deliveries), then reads new ones, up to `max`.
+ */
 export async function leaseStreamEntries(client: RedisClient, keys: QueueKeys, lease: StreamLeaseArgs): Promise<StreamLease> {
-  const raw = (await call(client, "syStreamLeaseBuffer", [keys.queue, keys.fence, keys.deadLetter, keys.leases, ...streamLeaseArgs(lease)])
+  const raw = (await call(client, "syStreamLeaseBuffer", [keys.queue, keys.fence, keys.deadLetter, keys.leases, ...streamLeaseArgs(lease), PARKING_CONSUMER])
     .catch(refusedType(client, keys.queue))) as RawStreamLease;
   return streamLeaseOf(raw);
 }

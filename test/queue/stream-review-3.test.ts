@@ -1,12 +1,14 @@
 /**
  * Stream queues, from the third break review of issue 16: a field named
- * __proto__, a group deleted while its stats are read, lag after a trim, and
- * a config file met by groups made at run time.
+ * __proto__, a group deleted while its stats are read, lag after a trim, a
+ * config file met by groups made at run time, and entries handed back behind a
+ * long pending list.
  */
 import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
+import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import { QueueMode } from "../../src/gen/switchyard/v1/queue_pb.js";
 import { decodeItem } from "../../src/queue/envelope.js";
 import { groupStats } from "../../src/queue/stream/entries.js";
@@ -139,4 +141,40 @@ describe("a stream queue in the config file", () => {
       await a.stop();
     }
   });
+});
+
+describe("an entry handed back while another worker holds many", () => {
+  // The pump's wait is min_idle (10 min) here: only the handback's own lease call can deliver it in time.
+  for (const how of ["close", "retry"] as const) {
+    it(`is delivered again at once after a ${how}, whatever the group's pending list holds before it`, { timeout: 20_000 }, async () => {
+      const sy = await startSwitchyard(t.redis, { config: { blockTimeoutSec: 3600 } });
+      const Q = `{review3-handback-${how}}`;
+      try {
+        await sy.client.createQueue({ name: Q, mode: QueueMode.STREAM, groups: [{ name: "g" }], minIdle: durationFromMs(600_000) });
+        await sy.client.enqueue(Q, Array.from({ length: 1000 }, (_, i) => `held-${i}`));
+        const [last] = await sy.client.enqueue(Q, ["handed-back"]);
+        const big = sy.client.lease(Q, 1000, { group: "g" });
+        expect(await big.take(1000)).toHaveLength(1000);
+        const b = sy.client.lease(Q, 1, { group: "g" });
+        const [d] = await b.take(1);
+        expect(d.id).toBe(last);
+        const c = sy.client.lease(Q, 1, { group: "g" });
+        await c.opened;
+        if (how === "close") await b.close();
+        else {
+          b.setCredit(0); // only c can take it
+          await sy.client.retry(d.leaseToken, { reason: "again", delayMs: 0 });
+        }
+        const [again] = await c.take(1);
+        expect([again.id, again.deliveryCount, Buffer.from(again.payload).toString()]).toEqual([last, 2, "handed-back"]);
+        if (how === "retry") expect(again.lastError).toBe("again");
+        await sy.client.ack(again.leaseToken);
+        const [g] = (await sy.client.getQueueStats(Q)).groups;
+        expect(g.pending).toBe(1000n);
+        await Promise.all([big.close(), b.close(), c.close()]);
+      } finally {
+        await sy.stop();
+      }
+    });
+  }
 });

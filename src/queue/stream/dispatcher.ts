@@ -3,10 +3,12 @@
  * instance: one pump, reading as one consumer (the instance's id), fanned in
  * to the group's streams like a list's (see ../dispatcher.ts).
  *
- * Each lease call (stream-lease.lua) first reclaims entries idle in the
- * group's pending list longer than min_idle (XAUTOCLAIM: entries of a stopped
- * worker or instance, and entries handed back by retry or a closed stream),
- * then reads new ones (XREADGROUP). While there is nothing, the pump waits with
+ * Each lease call (stream-lease.lua) first reclaims entries handed back by
+ * retry or a closed stream, once due, from the parking consumer's own pending
+ * list, then entries idle in the group's pending list longer than min_idle
+ * (XAUTOCLAIM from a cursor kept here: entries of a stopped worker or
+ * instance), then reads new ones (XREADGROUP). A handback makes the pump
+ * lease at once (as a push does). While there is nothing, the pump waits with
  * `XREAD BLOCK` after the group's last delivered id: it reads without taking,
  * so a wake-up lost loses nothing. It waits at most min_idle, so idle entries
  * are reclaimed within about twice min_idle. A lease call whose answer is lost
@@ -26,9 +28,8 @@ import { streamTokenFormatter, type LeaseRef } from "../token.js";
 import { entryItem } from "./entries.js";
 
 export class StreamDispatcher extends QueueDispatcher {
+  /** Where the next reclaim (XAUTOCLAIM) of idle entries goes on in the group's pending list. */
   private cursor = "0-0";
-  /** Counts rescans: a lease call sent before the last one leaves the cursor at its start. */
-  private rescans = 0;
   private wakeId = "$";
   private readonly streamToken: ReturnType<typeof streamTokenFormatter>;
 
@@ -55,7 +56,6 @@ export class StreamDispatcher extends QueueDispatcher {
   /** One lease call for up to `max` entries, made by `call`; its answer moves the reclaim cursor and the wake id. */
   private async read(call: (args: StreamLeaseArgs) => Promise<StreamLease>, max: number): Promise<Taken[]> {
     const { config, host, group } = this;
-    const rescans = this.rescans;
     let lease;
     try {
       lease = await call({ group, consumer: host.owner, max, minIdleMs: config.minIdleMs, maxDeliveries: config.maxDeliveries, cursor: this.cursor });
@@ -64,7 +64,7 @@ export class StreamDispatcher extends QueueDispatcher {
       if (err instanceof Error && err.message.includes("NOGROUP")) await this.restore();
       throw err;
     }
-    if (rescans === this.rescans) this.cursor = lease.cursor;
+    this.cursor = lease.cursor;
     if (lease.wakeId) this.wakeId = lease.wakeId;
     if (lease.deadLettered > 0) this.onDeadLettered(lease.deadLettered);
     return lease.entries.map((e, i) => ({
@@ -96,17 +96,6 @@ export class StreamDispatcher extends QueueDispatcher {
   protected override wakeUp(blocker: RedisClient): Promise<unknown> {
     const blockMs = Math.max(1, Math.min(this.host.options.blockTimeoutSec * 1000, this.config.minIdleMs));
     return blocker.xread("COUNT", 1, "BLOCK", blockMs, "STREAMS", this.config.name, this.wakeId);
-  }
-
-  /**
-   * Entries were handed back (a retry, a closed stream): the next lease call
-   * scans the pending list from its start, so it finds them at once wherever
-   * the reclaim cursor stood, and the pump leases now.
-   */
-  rescan(): void {
-    this.cursor = "0-0";
-    this.rescans++;
-    this.pushed();
   }
 
   /** Once this instance stops: deletes its consumer from the group if it holds nothing (else another instance reclaims its entries). */

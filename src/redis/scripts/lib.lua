@@ -576,7 +576,7 @@ end
 
 --[[
   stream-lease.lua's work, shared with stream-settle-lease.lua: KEYS (stream,
-  fence counter, dead-letter list, counts hash) and ARGV[1..6] as
+  fence counter, dead-letter list, counts hash) and ARGV[1..7] as
   stream-lease.lua's. Returns stream-lease.lua's answer.
 ]]
 local function stream_lease(KEYS, ARGV)
@@ -589,29 +589,52 @@ local function stream_lease(KEYS, ARGV)
   local _, bad = counter(KEYS[2])
   if bad then return bad end
   local out, dead = {}, 0
-  local claimed = redis.call("XAUTOCLAIM", stream, group, consumer, min_idle, ARGV[6], "COUNT", max)
-  local cursor = claimed[1]
-  -- Entries trimmed from the stream while pending: XAUTOCLAIM took them out of the pending list.
-  for _, id in ipairs(claimed[3] or {}) do redis.call("HDEL", KEYS[4], "e:" .. group .. ":" .. id, "f:" .. group .. ":" .. id) end
-  for _, entry in ipairs(claimed[2]) do
-    local id, fields = entry[1], entry[2]
-    local pending = redis.call("XPENDING", stream, group, id, id, 1)[1]
-    local count = pending and pending[4] or 1
-    local err_field = "e:" .. group .. ":" .. id
-    local err = redis.call("HGET", KEYS[4], err_field) or ""
-    if count > max_deliveries then
-      redis.call("LPUSH", KEYS[3], entry_envelope(id, fields, count - 1, err ~= "" and err or "not settled within min_idle"))
-      redis.call("XACK", stream, group, id)
-      redis.call("HDEL", KEYS[4], err_field, "f:" .. group .. ":" .. id)
-      dead = dead + 1
-    else
-      out[#out + 1] = { id, count, err, fields }
+  -- Each reclaimed entry (its delivery counted by the claim): delivered, or past max deliveries dead-lettered and acked.
+  local function reclaimed(entries)
+    for _, entry in ipairs(entries) do
+      local id, fields = entry[1], entry[2]
+      local pending = redis.call("XPENDING", stream, group, id, id, 1)[1]
+      local count = pending and pending[4] or 1
+      local err_field = "e:" .. group .. ":" .. id
+      local err = redis.call("HGET", KEYS[4], err_field) or ""
+      if count > max_deliveries then
+        redis.call("LPUSH", KEYS[3], entry_envelope(id, fields, count - 1, err ~= "" and err or "not settled within min_idle"))
+        redis.call("XACK", stream, group, id)
+        redis.call("HDEL", KEYS[4], err_field, "f:" .. group .. ":" .. id)
+        dead = dead + 1
+      else
+        out[#out + 1] = { id, count, err, fields }
+      end
     end
+  end
+  -- Entries handed back (retry, a closed stream) wait under the parking consumer: taken from its own
+  -- pending list once due (idle past min_idle), however long the group's list is before them.
+  local due = redis.call("XPENDING", stream, group, "IDLE", min_idle, "-", "+", max, ARGV[7])
+  if #due > 0 then
+    local ids = {}
+    for i, p in ipairs(due) do ids[i] = p[1] end
+    local entries = redis.call("XCLAIM", stream, group, consumer, min_idle, unpack(ids))
+    -- One trimmed from the stream while pending: XCLAIM took it out of the pending list and returns nothing for it.
+    local got = {}
+    for _, entry in ipairs(entries) do got[entry[1]] = true end
+    for _, id in ipairs(ids) do
+      if not got[id] then redis.call("HDEL", KEYS[4], "e:" .. group .. ":" .. id, "f:" .. group .. ":" .. id) end
+    end
+    reclaimed(entries)
+  end
+  -- Then entries idle in anyone's pending list (a crashed worker's or instance's), from the cursor on.
+  local cursor, taken = ARGV[6], 0
+  if #due < max then
+    local claimed = redis.call("XAUTOCLAIM", stream, group, consumer, min_idle, cursor, "COUNT", max - #due)
+    cursor, taken = claimed[1], #claimed[2]
+    -- Entries trimmed from the stream while pending: XAUTOCLAIM took them out of the pending list.
+    for _, id in ipairs(claimed[3] or {}) do redis.call("HDEL", KEYS[4], "e:" .. group .. ":" .. id, "f:" .. group .. ":" .. id) end
+    reclaimed(claimed[2])
   end
   -- Entries were reclaimed: consumers left holding nothing and idle past min_idle (instances that
   -- crashed, whose consumer nobody retired) leave the group, so its consumers are the live ones.
   -- Deleting a consumer that holds nothing loses nothing: a live one is created again by its next read.
-  if #claimed[2] > 0 then
+  if taken + #due > 0 then
     for _, c in ipairs(redis.call("XINFO", "CONSUMERS", stream, group)) do
       local info = {}
       for i = 1, #c, 2 do info[c[i]] = c[i + 1] end
