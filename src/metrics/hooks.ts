@@ -21,7 +21,9 @@ export type ItemEvent =
   /** Returned to the queue by the watchdog after min_idle. */
   | "recovered"
   /** Moved to the dead-letter list (by retry, a returned stream or the watchdog). */
-  | "dead_lettered";
+  | "dead_lettered"
+  /** Stream entries trimmed from their stream (by its trimming policy) while pending, found by a lease call: lost to their group. */
+  | "trimmed";
 
 /** The outcome of a cron run. */
 export type RunOutcome = "succeeded" | "failed";

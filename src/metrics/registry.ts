@@ -28,7 +28,7 @@ const SCRAPE_CONCURRENCY = 16;
 /** A scrape stops reading queues after this long and reports what it has. */
 const SCRAPE_BUDGET_MS = 5000;
 
-const itemEvents: readonly ItemEvent[] = ["enqueued", "leased", "acked", "retried", "dropped", "returned", "recovered", "dead_lettered"];
+const itemEvents: readonly ItemEvent[] = ["enqueued", "leased", "acked", "retried", "dropped", "returned", "recovered", "dead_lettered", "trimmed"];
 
 const itemHelp: Record<ItemEvent, string> = {
   enqueued: "Items written to a queue (Enqueue, ack replies, queue job targets).",
@@ -39,6 +39,7 @@ const itemHelp: Record<ItemEvent, string> = {
   returned: "Deliveries returned to the front of their queue because their lease stream ended.",
   recovered: "Claims idle longer than min_idle returned to their queue by the watchdog.",
   dead_lettered: "Items moved to the dead-letter list after max_deliveries.",
+  trimmed: "Stream entries trimmed from their stream while pending (unsettled), found by a lease call's reclaim: lost to their group.",
 };
 
 /** The metrics of one Switchyard instance. */

@@ -673,7 +673,12 @@ export class Queues {
     let dispatcher = this.dispatchers.get(key);
     if (!dispatcher) {
       dispatcher = group
-        ? new StreamDispatcher(config, this.dispatchHost, group, (n) => this.metrics.items(queue, "dead_lettered", n))
+        ? new StreamDispatcher(config, this.dispatchHost, group, (n) => this.metrics.items(queue, "dead_lettered", n), (n) => {
+          this.metrics.items(queue, "trimmed", n);
+          this.log.warn("pending entries were trimmed from the stream before they were settled: they are lost to their group (size the trimming policy above the groups' lag)", {
+            queue, group, entries: n,
+          });
+        })
         : new QueueDispatcher(config, this.dispatchHost);
       this.dispatchers.set(key, dispatcher);
     }

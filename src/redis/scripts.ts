@@ -448,6 +448,8 @@ export interface StreamLease {
   deadLettered: number;
   /** The id to wait after for more entries ("" : the group may have more now). */
   wakeId: string;
+  /** Pending entries the call found trimmed from the stream (by its trimming policy): lost to the group. */
+  trimmed: number;
   entries: StreamEntry[];
 }
 
@@ -466,7 +468,7 @@ function streamLeaseArgs(lease: StreamLeaseArgs): (string | number)[] {
 }
 
 /** stream-lease.lua's answer as Redis sends it. */
-type RawStreamLease = [Buffer, number, number, Buffer, ...[Buffer, number, Buffer, Buffer[]][]];
+type RawStreamLease = [Buffer, number, number, Buffer, number, ...[Buffer, number, Buffer, Buffer[]][]];
 
 /**
  * stream-lease.lua: reclaims entries of `group` handed back and due, then idle ones (dead-lettering those
@@ -478,12 +480,13 @@ export async function leaseStreamEntries(client: RedisClient, keys: QueueKeys, l
   return streamLeaseOf(raw);
 }
 
-function streamLeaseOf([cursor, first, dead, wake, ...entries]: RawStreamLease): StreamLease {
+function streamLeaseOf([cursor, first, dead, wake, trimmed, ...entries]: RawStreamLease): StreamLease {
   return {
     cursor: cursor.toString(),
     firstFence: Number(first),
     deadLettered: Number(dead),
     wakeId: wake.toString(),
+    trimmed: Number(trimmed),
     entries: entries.map(([id, count, err, fields]) => ({ id: id.toString(), count: Number(count), lastError: err.toString(), fields })),
   };
 }

@@ -1,8 +1,8 @@
 /**
  * Stream queues, from the third break review of issue 16: a field named
  * __proto__, a group deleted while its stats are read, lag after a trim, a
- * config file met by groups made at run time, and entries handed back behind a
- * long pending list.
+ * config file met by groups made at run time, entries handed back behind a
+ * long pending list, and pending entries lost to trimming.
  */
 import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -11,6 +11,7 @@ import { describe, expect, it } from "vitest";
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import { QueueMode } from "../../src/gen/switchyard/v1/queue_pb.js";
 import { decodeItem } from "../../src/queue/envelope.js";
+import { createLogger } from "../../src/log.js";
 import { groupStats } from "../../src/queue/stream/entries.js";
 import type { RedisClient } from "../../src/redis/connection.js";
 import { startSwitchyard, useSwitchyard } from "../helpers/switchyard.js";
@@ -177,4 +178,39 @@ describe("an entry handed back while another worker holds many", () => {
       }
     });
   }
+});
+
+describe("pending entries the trimming policy removes", () => {
+  it("are counted (switchyard_items_trimmed_total) and logged when a lease call finds them, and nothing else is lost", async () => {
+    const warnings: { msg?: string; group?: string; entries?: number }[] = [];
+    const log = createLogger("warn", (line) => warnings.push(JSON.parse(line) as (typeof warnings)[number]));
+    const sy = await startSwitchyard(t.redis, { log });
+    const Q = "{review3-trimmed}";
+    try {
+      await sy.client.createQueue({ name: Q, mode: QueueMode.STREAM, groups: [{ name: "g" }], streamTrim: { maxLen: 5n } });
+      await sy.client.enqueue(Q, ["a", "b", "c"]);
+      const first = sy.client.lease(Q, 3, { group: "g" });
+      expect(await first.take(3)).toHaveLength(3);
+      await first.close(); // all three handed back (parked)
+      // Appends trim them before anyone takes them again (MAXLEN ~ 5 trims whole nodes: enough to pass a node).
+      for (let i = 0; i < 10; i++) await sy.client.enqueue(Q, Array.from({ length: 100 }, (_, j) => `new-${i}-${j}`));
+      const ids = new Set((await t.redis.plain.xrange(Q, "-", "+")).map(([id]) => id));
+      const kept = (await t.redis.plain.xpending(Q, "g", "-", "+", 10) as [string][]).filter(([id]) => ids.has(id)).length;
+      expect(kept).toBe(0); // every handed-back entry is gone from the stream, still pending
+      const second = sy.client.lease(Q, 3, { group: "g" });
+      const next3 = await second.take(3);
+      // One lease call: the three parked ids found trimmed, then the oldest entries the stream still holds.
+      const oldest = (await t.redis.plain.xrange(Q, "-", "+", "COUNT", 3)).map(([id]) => id);
+      expect(next3.map((d) => [d.id, d.deliveryCount])).toEqual(oldest.map((id) => [id, 1]));
+      const trimmed = await sy.app.metrics.registry.getSingleMetric("switchyard_items_trimmed_total")!.get();
+      expect(trimmed.values.find((v) => v.labels.queue === Q)?.value).toBe(3);
+      expect(warnings.filter((w) => w.msg?.includes("trimmed from the stream")).map((w) => [w.group, w.entries])).toEqual([["g", 3]]);
+      // Their records are gone: the counts hash holds the new delivery's only.
+      expect((await t.redis.plain.hkeys(`${Q}.leases`)).filter((f) => f.startsWith("f:")).sort()).toEqual(oldest.map((id) => `f:g:${id}`).sort());
+      await Promise.all(next3.map((d) => sy.client.ack(d.leaseToken)));
+      await second.close();
+    } finally {
+      await sy.stop();
+    }
+  });
 });

@@ -39,6 +39,8 @@ export class StreamDispatcher extends QueueDispatcher {
     readonly group: string,
     /** Told how many entries a lease call dead-lettered. */
     private readonly onDeadLettered: (n: number) => void,
+    /** Told how many pending entries a lease call found trimmed from the stream. */
+    private readonly onTrimmed: (n: number) => void,
   ) {
     super(config, host);
     this.streamToken = streamTokenFormatter(config.name, group);
@@ -67,6 +69,7 @@ export class StreamDispatcher extends QueueDispatcher {
     this.cursor = lease.cursor;
     if (lease.wakeId) this.wakeId = lease.wakeId;
     if (lease.deadLettered > 0) this.onDeadLettered(lease.deadLettered);
+    if (lease.trimmed > 0) this.onTrimmed(lease.trimmed);
     return lease.entries.map((e, i) => ({
       ref: { queue: config.name, fence: lease.firstFence + i, owner: host.owner, entry: { group, id: e.id, count: e.count } },
       item: entryItem(e.id, e.fields, e.count - 1, e.lastError),

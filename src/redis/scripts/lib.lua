@@ -588,7 +588,7 @@ local function stream_lease(KEYS, ARGV)
   if refused then return refused end
   local _, bad = counter(KEYS[2])
   if bad then return bad end
-  local out, dead = {}, 0
+  local out, dead, trimmed = {}, 0, 0
   -- Each reclaimed entry (its delivery counted by the claim): delivered, or past max deliveries dead-lettered and acked.
   local function reclaimed(entries)
     for _, entry in ipairs(entries) do
@@ -618,7 +618,10 @@ local function stream_lease(KEYS, ARGV)
     local got = {}
     for _, entry in ipairs(entries) do got[entry[1]] = true end
     for _, id in ipairs(ids) do
-      if not got[id] then redis.call("HDEL", KEYS[4], "e:" .. group .. ":" .. id, "f:" .. group .. ":" .. id) end
+      if not got[id] then
+        redis.call("HDEL", KEYS[4], "e:" .. group .. ":" .. id, "f:" .. group .. ":" .. id)
+        trimmed = trimmed + 1
+      end
     end
     reclaimed(entries)
   end
@@ -629,6 +632,7 @@ local function stream_lease(KEYS, ARGV)
     cursor, taken = claimed[1], #claimed[2]
     -- Entries trimmed from the stream while pending: XAUTOCLAIM took them out of the pending list.
     for _, id in ipairs(claimed[3] or {}) do redis.call("HDEL", KEYS[4], "e:" .. group .. ":" .. id, "f:" .. group .. ":" .. id) end
+    trimmed = trimmed + #(claimed[3] or {})
     reclaimed(claimed[2])
   end
   -- Entries were reclaimed: consumers left holding nothing and idle past min_idle (instances that
@@ -660,7 +664,7 @@ local function stream_lease(KEYS, ARGV)
   local first = 0
   if #out > 0 then first = redis.call("INCRBY", KEYS[2], #out) - #out + 1 end
   for i, d in ipairs(out) do redis.call("HSET", KEYS[4], "f:" .. group .. ":" .. d[1], first + i - 1) end
-  local reply = { cursor, first, dead, wake }
+  local reply = { cursor, first, dead, wake, trimmed }
   for _, d in ipairs(out) do reply[#reply + 1] = d end
   return reply
 end

@@ -13,7 +13,8 @@
   KEYS[1] stream   KEYS[2] fence counter   KEYS[3] dead-letter list   KEYS[4] counts hash
   ARGV[1] group   ARGV[2] consumer   ARGV[3] max entries   ARGV[4] min idle (ms)
   ARGV[5] max deliveries   ARGV[6] XAUTOCLAIM cursor   ARGV[7] parking consumer
-  Returns: { next cursor, first fence, dead-lettered, wake id, deliveries... }, each
+  Returns: { next cursor, first fence, dead-lettered, wake id, trimmed, deliveries... }
+    (trimmed: pending entries found trimmed from the stream, their records removed), each
     delivery { id, delivery count, last error, { field, value, ... } }. The wake id
     is the group's last delivered id when it read fewer new entries than it could
     (an XREAD after it wakes once there is more), else "". Or, having changed
