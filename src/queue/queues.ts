@@ -475,9 +475,10 @@ export class Queues {
     return [...this.dispatchers.values()].filter((d) => d.config.name === name);
   }
 
-  /** Tells the pump of a stream queue's group (by dispatcher key) that entries were handed back: it leases now. */
-  private handedBack(key: string): void {
-    this.dispatchers.get(key)?.pushed();
+  /** Tells the pump of a stream queue's group that entries `refs` were handed back: it leases now, and looks for them first. */
+  private handedBack(queue: string, group: string, refs: readonly LeaseRef[]): void {
+    const d = this.dispatchers.get(dispatcherKey(queue, group));
+    if (d instanceof StreamDispatcher) d.handedBack(refs.flatMap((r) => (r.entry ? [r.entry.id] : [])));
   }
 
   /** The dispatcher serving `stream`. */
@@ -910,7 +911,7 @@ export class Queues {
     // Each return goes to the front: the last delivered went first (reversed above), so the queue keeps its order.
     await returning;
     // A stream queue's entries handed back wait to be reclaimed: the group's pump takes them now.
-    if (stream.group && held.length > 0) this.handedBack(dispatcherKey(stream.queue, stream.group));
+    if (stream.group && held.length > 0) this.handedBack(stream.queue, stream.group, held);
   }
 
   /**
@@ -961,7 +962,7 @@ export class Queues {
     results?.forEach(({ code }, i) => {
       if (code !== "done") failures.push({ token: back[i][0], error: settleError(code, "release", back[i][1]) });
     });
-    if (stream.group) this.handedBack(dispatcherKey(stream.queue, stream.group));
+    if (stream.group) this.handedBack(stream.queue, stream.group, back.map(([, ref]) => ref));
     return failures;
   }
 
@@ -1012,7 +1013,7 @@ export class Queues {
     if (action === "drop" && opts.reason) this.log.info("item dropped", { queue: config.name, fence: ref.fence, reason: op.reason });
     if (action === "retry" && config.mode === "reliable" && result.dueMs > 0) this.delayed.note(config.name, result.dueMs);
     // A stream entry retried waits to be reclaimed: this instance's pump of its group looks at once.
-    if (action === "retry" && ref.entry) this.handedBack(dispatcherKey(config.name, ref.entry.group));
+    if (action === "retry" && ref.entry) this.handedBack(config.name, ref.entry.group, [ref]);
     return {
       deadLettered: result.code === "dead_lettered",
       expireTimeMs: action === "extend" && (config.recoverySet || config.mode === "stream") ? this.clock.now() + config.minIdleMs : undefined,

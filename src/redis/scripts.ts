@@ -421,13 +421,20 @@ export async function retireConsumer(client: RedisClient, stream: string, group:
  * stream-group-delete.lua, called until done: destroys `group` and deletes its pending entries' records from
  * the counts hash, 1,000 entries a call (a group with a long pending list does not hold Redis for long).
  */
-export async function deleteStreamGroup(client: RedisClient, keys: QueueKeys, group: string): Promise<void> {
-  while ((await call(client, "syStreamGroupDelete", [keys.queue, keys.leases, group, 1000]).catch(refusedType(client, keys.queue))) !== 1);
+export async function deleteStreamGroup(client: RedisClient, keys: QueueKeys, group: string, options: { dropEmptyStream?: boolean } = {}): Promise<void> {
+  const args = [keys.queue, keys.leases, group, 1000, options.dropEmptyStream ? "drop" : ""];
+  while ((await call(client, "syStreamGroupDelete", args).catch(refusedType(client, keys.queue))) !== 1);
 }
 
-/** stream-restore.lua: creates the declared groups Redis lacks (from "0" rather than "$" on a stream left with none); how many it created. */
-export async function restoreGroups(client: RedisClient, stream: string, groups: readonly { name: string; startId: string }[]): Promise<number> {
-  return (await call(client, "syStreamRestore", [stream, ...groups.flatMap((g) => [g.name, g.startId])])) as number;
+/**
+ * stream-restore.lua: creates the declared groups Redis lacks (from "0" rather than "$" on a stream left with none);
+ * whether it made the stream key, and the groups it created.
+ */
+export async function restoreGroups(
+  client: RedisClient, stream: string, groups: readonly { name: string; startId: string }[],
+): Promise<{ madeStream: boolean; created: string[] }> {
+  const [made, ...created] = (await call(client, "syStreamRestore", [stream, ...groups.flatMap((g) => [g.name, g.startId])])) as [number, ...string[]];
+  return { madeStream: made === 1, created: created.map(String) };
 }
 
 /** One entry stream-lease.lua delivered. */
@@ -461,10 +468,12 @@ export interface StreamLeaseArgs {
   minIdleMs: number;
   maxDeliveries: number;
   cursor: string;
+  /** Entry ids this instance handed back (retry, a closed stream), claimed first if still parked and due. */
+  handedBack: readonly string[];
 }
 
 function streamLeaseArgs(lease: StreamLeaseArgs): (string | number)[] {
-  return [lease.group, lease.consumer, lease.max, lease.minIdleMs, lease.maxDeliveries, lease.cursor];
+  return [lease.group, lease.consumer, lease.max, lease.minIdleMs, lease.maxDeliveries, lease.cursor, lease.handedBack.join(",")];
 }
 
 /** stream-lease.lua's answer as Redis sends it. */

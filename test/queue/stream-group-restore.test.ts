@@ -2,11 +2,13 @@
  * A lease call that finds its group gone creates the groups again as the
  * declaration stands in Redis, not as the instance last heard of it: a group
  * deleted through another instance, while this one did not hear of it, stays
- * deleted, and this instance's streams on it end (third break review of issue 16).
+ * deleted, and this instance's streams on it end; and a restore that a
+ * DeleteQueue overtakes leaves nothing behind (third break review of issue 16).
  * Instance `late` is made deaf as in missed-redeclare.test.ts.
  */
 import { afterAll, beforeAll, expect, it } from "vitest";
 import { QueueMode } from "../../src/gen/switchyard/v1/queue_pb.js";
+import type { QueueConfig } from "../../src/queue/declaration.js";
 import { systemKeys } from "../../src/redis/keys.js";
 import { startLink, type Link } from "../helpers/link.js";
 import { startStandaloneRedis, type StandaloneRedis } from "../helpers/redis.js";
@@ -68,4 +70,36 @@ it("does not create again a group deleted through an instance this one did not h
   expect(all.map((d) => Buffer.from(d.payload).toString())).toEqual(["1", "2", "3", "4", "5"]);
   await Promise.all(all.map((d) => late.client.ack(d.leaseToken)));
   await onG.close();
+});
+
+it("undoes what a restore made for a queue deleted (and purged) between its read of the declaration and its groups", { timeout: 30_000 }, async () => {
+  const Q = "{restore-overtaken}";
+  await other.client.createQueue({ name: Q, mode: QueueMode.STREAM, groups: [{ name: "g" }, { name: "h", startId: "0" }] });
+  const lease = late.client.lease(Q, 1, { group: "g" });
+  await other.client.enqueue(Q, ["1"]);
+  const [d] = await lease.take(1);
+  await late.client.ack(d.leaseToken);
+  // The restore's read of the declaration is followed by a DeleteQueue with purge through the other instance.
+  const host = (late.app.queues as unknown as { dispatchHost: { current(n: string): Promise<QueueConfig> } }).dispatchHost;
+  const current = host.current.bind(host);
+  let reads = 0;
+  host.current = async (name) => {
+    const first = name === Q && reads++ === 0;
+    const c = await current(name);
+    if (first) await other.client.deleteQueue(Q, { purge: true });
+    return c;
+  };
+  try {
+    await redis.plain.del(Q); // the stream goes (as by its publish TTL) while the queue is declared
+    await redis.plain.xadd(Q, "*", "payload", "2"); // an append wakes late's pump: NOGROUP, a restore
+    const err = await lease.ended;
+    expect(err?.code).toBe(5); // the queue is gone
+    await expect.poll(() => reads).toBe(2); // the restore's read after (the stream ended on the delete's event, before it)
+    await expect.poll(() => redis.plain.exists(Q)).toBe(0);
+  } finally {
+    host.current = current;
+  }
+  // The name is free for another queue of another mode.
+  await other.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
+  await other.client.deleteQueue(Q, { purge: true });
 });

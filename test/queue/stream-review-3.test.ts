@@ -180,6 +180,29 @@ describe("an entry handed back while another worker holds many", () => {
   }
 });
 
+describe("many entries handed back at once", () => {
+  it("go out again, 9,000 of them to a stream of credit 10,000 (the lease claims them in chunks)", { timeout: 60_000 }, async () => {
+    const sy = await startSwitchyard(t.redis, { config: { leaseBatch: 10_000 } });
+    const Q = "{review3-many}";
+    const N = 9_000;
+    try {
+      await sy.client.createQueue({ name: Q, mode: QueueMode.STREAM, groups: [{ name: "g" }], minIdle: durationFromMs(600_000) });
+      for (let i = 0; i < N; i += 1000) await sy.client.enqueue(Q, Array.from({ length: 1000 }, (_, j) => `e${i + j}`));
+      const a = sy.client.lease(Q, 10_000, { group: "g" });
+      expect(await a.take(N)).toHaveLength(N);
+      const b = sy.client.lease(Q, 10_000, { group: "g" });
+      await b.opened;
+      await a.close(); // all parked, due at once
+      const again = await b.take(N);
+      expect(new Set(again.map((d) => Buffer.from(d.payload).toString())).size).toBe(N);
+      expect(again.every((d) => d.deliveryCount === 2)).toBe(true);
+      await b.close();
+    } finally {
+      await sy.stop();
+    }
+  });
+});
+
 describe("pending entries the trimming policy removes", () => {
   it("are counted (switchyard_items_trimmed_total) and logged when a lease call finds them, and nothing else is lost", async () => {
     const warnings: { msg?: string; group?: string; entries?: number }[] = [];

@@ -5,9 +5,10 @@
  *
  * Each lease call (stream-lease.lua) first reclaims entries handed back by
  * retry or a closed stream, once due, from the parking consumer's own pending
- * list, then entries idle in the group's pending list longer than min_idle
- * (XAUTOCLAIM from a cursor kept here: entries of a stopped worker or
- * instance), then reads new ones (XREADGROUP). A handback makes the pump
+ * list, by the ids this instance handed back; then entries idle in the group's
+ * pending list longer than min_idle (XAUTOCLAIM from a cursor kept here:
+ * entries of a stopped worker or instance, and those handed back elsewhere or
+ * due later); then reads new ones (XREADGROUP). A handback makes the pump
  * lease at once (as a push does). While there is nothing, the pump waits with
  * `XREAD BLOCK` after the group's last delivered id: it reads without taking,
  * so a wake-up lost loses nothing. It waits at most min_idle, so idle entries
@@ -19,6 +20,7 @@
  * as Redis holds the declaration, not as this instance last heard of it, so a
  * group deleted by DeleteConsumerGroup stays deleted.
  */
+import { SwitchyardError } from "../../errors.js";
 import type { RedisClient } from "../../redis/connection.js";
 import { deleteStreamGroup, leaseStreamEntries, restoreGroups, retireConsumer, type StreamLease, type StreamLeaseArgs } from "../../redis/scripts.js";
 import { keysOf, type QueueConfig } from "../declaration.js";
@@ -27,9 +29,14 @@ import type { LeaseBeside } from "../settler.js";
 import { streamTokenFormatter, type LeaseRef } from "../token.js";
 import { entryItem } from "./entries.js";
 
+/** An entry id as Redis writes one. */
+const ENTRY_ID = /^\d+-\d+$/;
+
 export class StreamDispatcher extends QueueDispatcher {
   /** Where the next reclaim (XAUTOCLAIM) of idle entries goes on in the group's pending list. */
   private cursor = "0-0";
+  /** Entries this instance handed back that no lease call has looked for yet (ids, in the order handed back). */
+  private handedBackIds = new Set<string>();
   private wakeId = "$";
   private readonly streamToken: ReturnType<typeof streamTokenFormatter>;
 
@@ -58,15 +65,26 @@ export class StreamDispatcher extends QueueDispatcher {
   /** One lease call for up to `max` entries, made by `call`; its answer moves the reclaim cursor and the wake id. */
   private async read(call: (args: StreamLeaseArgs) => Promise<StreamLease>, max: number): Promise<Taken[]> {
     const { config, host, group } = this;
+    // The lease call looks for at most `max` of them; one not due yet is left to the reclaim, as any other.
+    const handedBack: string[] = [];
+    for (const id of this.handedBackIds) {
+      if (handedBack.length === max) break;
+      handedBack.push(id);
+      this.handedBackIds.delete(id);
+    }
     let lease;
     try {
-      lease = await call({ group, consumer: host.owner, max, minIdleMs: config.minIdleMs, maxDeliveries: config.maxDeliveries, cursor: this.cursor });
+      lease = await call({
+        group, consumer: host.owner, max, minIdleMs: config.minIdleMs, maxDeliveries: config.maxDeliveries, cursor: this.cursor, handedBack,
+      });
     } catch (err) {
       // The group or the stream is gone (expired by its publish TTL, deleted): create the declared groups again.
       if (err instanceof Error && err.message.includes("NOGROUP")) await this.restore();
       throw err;
     }
     this.cursor = lease.cursor;
+    // More handed back than this call could take: the pump leases again rather than waiting.
+    if (this.handedBackIds.size > 0) this.pushed();
     if (lease.wakeId) this.wakeId = lease.wakeId;
     if (lease.deadLettered > 0) this.onDeadLettered(lease.deadLettered);
     if (lease.trimmed > 0) this.onTrimmed(lease.trimmed);
@@ -78,22 +96,44 @@ export class StreamDispatcher extends QueueDispatcher {
 
   /**
    * Creates the groups the queue declares now again. A DeleteConsumerGroup
-   * elsewhere takes its group out of the declaration and then destroys it: one
-   * that did so between the read here and the restore would leave the group
-   * made again by the restore, so a group the declaration has lost by the read
-   * after is deleted again (with its pending records, as DeleteConsumerGroup does).
+   * elsewhere takes its group out of the declaration and then destroys it, and
+   * a DeleteQueue undeclares the queue and then purges its keys: one that did
+   * so between the read here and the restore would leave what the restore
+   * made. So what the declaration has lost by the read after is undone: a
+   * group deleted since is deleted again (with its pending records, as
+   * DeleteConsumerGroup does), and on a queue deleted since the groups the
+   * restore created go, and the stream key too if the restore made it and it
+   * is still empty.
    */
   private async restore(): Promise<void> {
     const { host } = this;
     const { name } = this.config;
     const now = await host.current(name).catch(() => undefined);
     if (now?.mode !== "stream") return; // deleted (its delete ends the streams), or another queue now
-    await restoreGroups(host.redis.client, name, now.groups);
-    const after = await host.current(name).catch(() => undefined);
-    if (after === undefined || after.incarnation !== now.incarnation) return; // deleted meanwhile: its delete's purge is its own
-    for (const g of now.groups) {
-      if (!after.groups.some((a) => a.name === g.name)) await deleteStreamGroup(host.redis.client, keysOf(now), g.name);
+    const made = await restoreGroups(host.redis.client, name, now.groups);
+    const after = await host.current(name).catch((err: unknown) => (err instanceof SwitchyardError && err.code === "not_found" ? null : undefined));
+    if (after === undefined) return; // Redis could not say
+    const keys = keysOf(now);
+    if (after === null) {
+      for (const [i, group] of made.created.entries()) {
+        await deleteStreamGroup(host.redis.client, keys, group, { dropEmptyStream: made.madeStream && i === made.created.length - 1 });
+      }
+      return;
     }
+    if (after.incarnation !== now.incarnation) return; // declared again: its groups are its own
+    for (const g of now.groups) {
+      if (!after.groups.some((a) => a.name === g.name)) await deleteStreamGroup(host.redis.client, keys, g.name);
+    }
+  }
+
+  /**
+   * Entries `ids` were handed back (a retry, a closed stream): the next lease
+   * call claims those parked and due by id, so it finds them at once whatever
+   * else the group's pending list holds, and the pump leases now.
+   */
+  handedBack(ids: readonly string[]): void {
+    for (const id of ids) if (ENTRY_ID.test(id)) this.handedBackIds.add(id);
+    this.pushed();
   }
 
   protected override wakeUp(blocker: RedisClient): Promise<unknown> {

@@ -576,7 +576,7 @@ end
 
 --[[
   stream-lease.lua's work, shared with stream-settle-lease.lua: KEYS (stream,
-  fence counter, dead-letter list, counts hash) and ARGV[1..7] as
+  fence counter, dead-letter list, counts hash) and ARGV[1..8] as
   stream-lease.lua's. Returns stream-lease.lua's answer.
 ]]
 local function stream_lease(KEYS, ARGV)
@@ -607,12 +607,17 @@ local function stream_lease(KEYS, ARGV)
       end
     end
   end
-  -- Entries handed back (retry, a closed stream) wait under the parking consumer: taken from its own
-  -- pending list once due (idle past min_idle), however long the group's list is before them.
-  local due = redis.call("XPENDING", stream, group, "IDLE", min_idle, "-", "+", max, ARGV[7])
-  if #due > 0 then
-    local ids = {}
-    for i, p in ipairs(due) do ids[i] = p[1] end
+  -- Entries the calling instance just handed back (retry, a closed stream), by id (ARGV[7], comma-separated):
+  -- each still parked and due is claimed now, however long the group's pending list is before it. One not
+  -- due yet (a retry's wait), or taken meanwhile, is left to the reclaim below, as any other.
+  local due = {}
+  for id in string.gmatch(ARGV[7], "[^,]+") do
+    if #due == max then break end
+    local p = redis.call("XPENDING", stream, group, id, id, 1)[1]
+    if p and p[2] == ARGV[8] and p[3] >= min_idle then due[#due + 1] = id end
+  end
+  for from = 1, #due, 1000 do
+    local ids = { unpack(due, from, math.min(#due, from + 999)) }
     local entries = redis.call("XCLAIM", stream, group, consumer, min_idle, unpack(ids))
     -- One trimmed from the stream while pending: XCLAIM took it out of the pending list and returns nothing for it.
     local got = {}

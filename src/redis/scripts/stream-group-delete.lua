@@ -6,6 +6,8 @@
   group is going), and the call that finds fewer destroys the group, so no
   record is made between the last look and the destroy.
   KEYS[1] stream   KEYS[2] counts hash   ARGV[1] group   ARGV[2] entries per call
+  ARGV[3] "drop": also delete the stream key if the destroy leaves it with no entry and no group
+  (a key a restore made for a queue deleted meanwhile)
   Returns: 1 when the group is gone (or was: the stream or group does not exist), 0 when a call more is
   needed; WRONGTYPE when the stream key is not a stream, SYWRONGTYPE (lib.lua wrong_type) when the counts
   hash is not a hash.
@@ -26,6 +28,9 @@ end
 if #fields > 0 then redis.call("HDEL", KEYS[2], unpack(fields)) end
 if #pending < max then
   redis.call("XGROUP", "DESTROY", KEYS[1], group)
+  if ARGV[3] == "drop" and redis.call("XLEN", KEYS[1]) == 0 and #redis.call("XINFO", "GROUPS", KEYS[1]) == 0 then
+    redis.call("DEL", KEYS[1])
+  end
   return 1
 end
 redis.call("XACK", KEYS[1], group, unpack(ids))
