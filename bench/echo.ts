@@ -14,43 +14,21 @@ import * as grpc from "@grpc/grpc-js";
 import { monoUs } from "./lib.js";
 
 const same = (b: Buffer) => b;
+/** A method of the hand-made service: unary, or a bidi stream both ways. */
+const method = (name: string, streaming: boolean) => ({
+  path: `/bench.Echo/${name}`,
+  requestStream: streaming,
+  responseStream: streaming,
+  requestSerialize: same,
+  requestDeserialize: same,
+  responseSerialize: same,
+  responseDeserialize: same,
+});
 const definition: grpc.ServiceDefinition = {
-  echo: {
-    path: "/bench.Echo/Echo",
-    requestStream: false,
-    responseStream: false,
-    requestSerialize: same,
-    requestDeserialize: same,
-    responseSerialize: same,
-    responseDeserialize: same,
-  },
-  echoStream: {
-    path: "/bench.Echo/EchoStream",
-    requestStream: true,
-    responseStream: true,
-    requestSerialize: same,
-    requestDeserialize: same,
-    responseSerialize: same,
-    responseDeserialize: same,
-  },
-  publish: {
-    path: "/bench.Echo/Publish",
-    requestStream: true,
-    responseStream: true,
-    requestSerialize: same,
-    requestDeserialize: same,
-    responseSerialize: same,
-    responseDeserialize: same,
-  },
-  subscribe: {
-    path: "/bench.Echo/Subscribe",
-    requestStream: true,
-    responseStream: true,
-    requestSerialize: same,
-    requestDeserialize: same,
-    responseSerialize: same,
-    responseDeserialize: same,
-  },
+  echo: method("Echo", false),
+  echoStream: method("EchoStream", true),
+  publish: method("Publish", true),
+  subscribe: method("Subscribe", true),
 };
 
 /** An answer or an ack: a few bytes, as Switchyard's are. */
