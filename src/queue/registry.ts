@@ -11,7 +11,7 @@ import type { Clock, Timer } from "../clock.js";
 import type { Logger } from "../log.js";
 import { isConnectionError, type RedisConnection } from "../redis/connection.js";
 import { allKeys, type SystemKeys } from "../redis/keys.js";
-import { declareQueue, readDeclaration, readDeclarations, restoreGroups, undeclareQueue } from "../redis/scripts.js";
+import { declareQueue, readDeclaration, readDeclarations, rebaseParked, restoreGroups, undeclareQueue } from "../redis/scripts.js";
 import { ensureGroups } from "./stream/entries.js";
 import {
   keysOf, normalizeConfig, sameDeclaration, shapeOf, validateQueueSpec, type QueueConfig, type QueueSpec,
@@ -411,7 +411,10 @@ export class QueueRegistry {
         }
         if (shapeOf(stored) !== shapeOf(config)) throw this.immutable(stored, config);
         const next = { ...wanted, createTimeMs: stored.createTimeMs, incarnation: stored.incarnation, paused: stored.paused };
-        if (await this.write(next, storedJson)) return { config: next, previous: stored };
+        if (await this.write(next, storedJson)) {
+          await this.rebase(stored, next);
+          return { config: next, previous: stored };
+        }
         continue;
       }
       await this.checkKeyTypes(config);
@@ -428,6 +431,25 @@ export class QueueRegistry {
         `while it is declared: items in flight sit under the old keys. Drain it and DeleteQueue first, or declare a new queue`,
       { reason: "IMMUTABLE_FIELD", metadata: { queue: stored.name } },
     );
+  }
+
+  /**
+   * A stream queue's min_idle changed: entries handed back wait under the parking consumer with
+   * idle times that say when they are due relative to min_idle, so each group's are moved by as
+   * much (stream-rebase.lua) and stay due when they were. A group gone meanwhile has none; a
+   * failure is logged, and the change stands.
+   */
+  private async rebase(old: QueueConfig, next: QueueConfig): Promise<void> {
+    if (next.mode !== "stream" || old.minIdleMs === next.minIdleMs) return;
+    const keys = keysOf(next);
+    for (const g of next.groups) {
+      await rebaseParked(this.redis.client, keys, g.name, next.minIdleMs - old.minIdleMs).catch((err: unknown) => {
+        // The change stands; entries handed back before it keep the due times min_idle gave them then.
+        if (!(err instanceof Error && /NOGROUP|no such key/i.test(err.message))) {
+          this.log.warn("could not move the due times of entries handed back to the new min_idle", { queue: next.name, group: g.name, err });
+        }
+      });
+    }
   }
 
   /** Writes `config` if the stored declaration is still `replaces`; false when it changed meanwhile. */
@@ -459,7 +481,10 @@ export class QueueRegistry {
       const next = change(stored);
       if (shapeOf(stored) !== shapeOf(next)) throw this.immutable(stored, next);
       if (sameDeclaration(stored, next) && stored.paused === next.paused) return stored;
-      if (await this.write(next, storedJson)) return next;
+      if (await this.write(next, storedJson)) {
+        await this.rebase(stored, next);
+        return next;
+      }
     }
   }
 

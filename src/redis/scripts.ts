@@ -38,6 +38,7 @@ const definitions = {
   syJobPut: { numberOfKeys: 1, lua: load("job-put") },
   syDeadLetters: { numberOfKeys: 2, lua: withLib("dead-letters") },
   syStreamLease: { numberOfKeys: 4, lua: withLib("stream-lease") },
+  syStreamRebase: { numberOfKeys: 2, lua: load("stream-rebase") },
   syStreamSettle: { numberOfKeys: 3, lua: withLib("stream-settle") },
   syStreamSettleLease: { numberOfKeys: 4, lua: withLib("stream-settle-lease") },
   syStreamRetire: { numberOfKeys: 1, lua: load("stream-retire") },
@@ -424,6 +425,16 @@ export async function retireConsumer(client: RedisClient, stream: string, group:
 export async function deleteStreamGroup(client: RedisClient, keys: QueueKeys, group: string, options: { dropEmptyStream?: boolean } = {}): Promise<void> {
   const args = [keys.queue, keys.leases, group, 1000, options.dropEmptyStream ? "drop" : ""];
   while ((await call(client, "syStreamGroupDelete", args).catch(refusedType(client, keys.queue))) !== 1);
+}
+
+/**
+ * stream-rebase.lua over every page: moves the due times of `group`'s handed-back entries by `deltaMs`
+ * (a min_idle changed by as much), so each stays due when it was.
+ */
+export async function rebaseParked(client: RedisClient, keys: QueueKeys, group: string, deltaMs: number): Promise<void> {
+  for (let from = "-"; from !== ""; ) {
+    from = String(await call(client, "syStreamRebase", [keys.queue, keys.leases, group, PARKING_CONSUMER, deltaMs, from, 1000]));
+  }
 }
 
 /**

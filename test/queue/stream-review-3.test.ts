@@ -203,6 +203,50 @@ describe("many entries handed back at once", () => {
   });
 });
 
+describe("entries handed back when min_idle changes", () => {
+  const parked = async (q: string) =>
+    ((await t.redis.plain.xpending(q, "g", "-", "+", 100, "switchyard.parked")) as [string, string, number, number][]).map((p) => ({ id: p[0], idle: p[2] }));
+
+  it("one due at once stays due when min_idle is raised", async () => {
+    const Q = "{review3-raise}";
+    await t.sy.client.createQueue({ name: Q, mode: QueueMode.STREAM, groups: [{ name: "g" }], minIdle: durationFromMs(1_000) });
+    await t.sy.client.enqueue(Q, ["e1"]);
+    const l = t.sy.client.lease(Q, 1, { group: "g" });
+    const [d] = await l.take(1);
+    await t.sy.client.pauseQueue(Q);
+    await t.sy.client.retry(d.leaseToken, { reason: "again", delayMs: 0 });
+    await t.sy.client.updateQueue({ name: Q, minIdle: durationFromMs(600_000) }, ["min_idle"]);
+    expect((await parked(Q))[0].idle).toBeGreaterThanOrEqual(600_000);
+    await t.sy.client.resumeQueue(Q);
+    await t.sy.client.enqueue(Q, ["marker"]);
+    const [next] = await l.take(1);
+    expect([Buffer.from(next.payload).toString(), next.deliveryCount]).toEqual(["e1", 2]);
+    await t.sy.client.ack(next.leaseToken);
+    await l.close();
+  });
+
+  it("one waiting out a retry's delay waits at most the new min_idle when it is lowered, not less", async () => {
+    const Q = "{review3-lower}";
+    await t.sy.client.createQueue({ name: Q, mode: QueueMode.STREAM, groups: [{ name: "g" }], minIdle: durationFromMs(60_000) });
+    await t.sy.client.enqueue(Q, ["e1"]);
+    const l = t.sy.client.lease(Q, 2, { group: "g" });
+    const [d] = await l.take(1);
+    await t.sy.client.retry(d.leaseToken, { reason: "later", delayMs: 50_000 });
+    await t.sy.client.updateQueue({ name: Q, minIdle: durationFromMs(5_000) }, ["min_idle"]);
+    await expect.poll(() => t.sy.app.queues.registry.cached(Q)?.minIdleMs).toBe(5_000);
+    const [{ id, idle }] = await parked(Q);
+    expect(id).toBe(d.id);
+    expect(idle).toBeLessThan(5_000); // due in 5 s less the time since the update: not now
+    // A lease call runs (it delivers the marker) and leaves the retried entry parked.
+    await t.sy.client.enqueue(Q, ["marker"]);
+    const [m] = await l.take(1);
+    expect(Buffer.from(m.payload).toString()).toBe("marker");
+    expect((await parked(Q)).map((p) => p.id)).toEqual([d.id]);
+    await t.sy.client.ack(m.leaseToken);
+    await l.close();
+  });
+});
+
 describe("pending entries the trimming policy removes", () => {
   it("are counted (switchyard_items_trimmed_total) and logged when a lease call finds them, and nothing else is lost", async () => {
     const warnings: { msg?: string; group?: string; entries?: number }[] = [];
