@@ -35,7 +35,7 @@ const ENTRY_ID = /^\d+-\d+$/;
 export class StreamDispatcher extends QueueDispatcher {
   /** Where the next reclaim (XAUTOCLAIM) of idle entries goes on in the group's pending list. */
   private cursor = "0-0";
-  /** Entries this instance handed back that no lease call has looked for yet (ids, in the order handed back). */
+  /** Entries this instance handed back that no lease call has looked for yet (their ids). */
   private handedBackIds = new Set<string>();
   private wakeId = "$";
   private readonly streamToken: ReturnType<typeof streamTokenFormatter>;
@@ -65,13 +65,10 @@ export class StreamDispatcher extends QueueDispatcher {
   /** One lease call for up to `max` entries, made by `call`; its answer moves the reclaim cursor and the wake id. */
   private async read(call: (args: StreamLeaseArgs) => Promise<StreamLease>, max: number): Promise<Taken[]> {
     const { config, host, group } = this;
-    // The lease call looks for at most `max` of them; one not due yet is left to the reclaim, as any other.
-    const handedBack: string[] = [];
-    for (const id of this.handedBackIds) {
-      if (handedBack.length === max) break;
-      handedBack.push(id);
-      this.handedBackIds.delete(id);
-    }
+    // The lease call looks for the first `max` of them in the stream's order (the order the reclaim
+    // would find them in); one not due yet is left to the reclaim, as any other.
+    const handedBack = [...this.handedBackIds].sort(compareIds).slice(0, max);
+    for (const id of handedBack) this.handedBackIds.delete(id);
     let lease;
     try {
       lease = await call({
@@ -152,4 +149,12 @@ export class StreamDispatcher extends QueueDispatcher {
   protected override tokenOf(ref: LeaseRef): string {
     return this.streamToken(ref.fence, ref.owner, ref.entry!.id, ref.entry!.count);
   }
+}
+
+/** Orders two stream entry ids ("<ms>-<seq>", as Redis writes them: no leading zeros). */
+function compareIds(a: string, b: string): number {
+  const [am, as] = a.split("-");
+  const [bm, bs] = b.split("-");
+  const cmp = (x: string, y: string) => x.length - y.length || (x < y ? -1 : x > y ? 1 : 0);
+  return cmp(am, bm) || cmp(as, bs);
 }
