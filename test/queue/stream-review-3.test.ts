@@ -103,6 +103,11 @@ describe("GetQueueStats of a stream queue", () => {
     const [after] = (await t.sy.client.getQueueStats(Q)).groups;
     expect(after.lastDeliveredId).toBe(last);
     expect(after.lag === undefined || after.lag >= 1n).toBe(true);
+    // Moved past the stream's last id (Redis knows no lag there): nothing left to read.
+    const future = `${Date.now() + 86_400_000}-0`;
+    await t.sy.client.setConsumerGroupPosition(Q, "g", future);
+    const [moved] = (await t.sy.client.getQueueStats(Q)).groups;
+    expect([moved.lastDeliveredId, moved.lag]).toEqual([future, 0n]);
   });
 });
 

@@ -27,7 +27,7 @@ import { keysOf, type QueueConfig } from "../declaration.js";
 import { QueueDispatcher, type DispatchHost, type Taken } from "../dispatcher.js";
 import type { LeaseBeside } from "../settler.js";
 import { streamTokenFormatter, type LeaseRef } from "../token.js";
-import { entryItem } from "./entries.js";
+import { compareIds, entryItem } from "./entries.js";
 
 /** An entry id as Redis writes one. */
 const ENTRY_ID = /^\d+-\d+$/;
@@ -149,12 +149,4 @@ export class StreamDispatcher extends QueueDispatcher {
   protected override tokenOf(ref: LeaseRef): string {
     return this.streamToken(ref.fence, ref.owner, ref.entry!.id, ref.entry!.count);
   }
-}
-
-/** Orders two stream entry ids ("<ms>-<seq>", as Redis writes them: no leading zeros). */
-function compareIds(a: string, b: string): number {
-  const [am, as] = a.split("-");
-  const [bm, bs] = b.split("-");
-  const cmp = (x: string, y: string) => x.length - y.length || (x < y ? -1 : x > y ? 1 : 0);
-  return cmp(am, bm) || cmp(as, bs);
 }

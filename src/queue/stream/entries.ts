@@ -161,15 +161,23 @@ export async function groupStats(client: RedisClient, key: string): Promise<Grou
     return {
       name,
       pending,
-      // A group that has read up to the stream's last id has nothing left to read, whatever Redis's
-      // estimate says (7.0 counts entries trimmed unread as lag for ever).
-      lag: lastDeliveredId === lastId ? 0 : lag === null || lag === undefined ? undefined : Number(lag),
+      // A group that has read up to the stream's last id (or was moved past it) has nothing left to read,
+      // whatever Redis's estimate says (7.0 counts entries trimmed unread as lag for ever, and has none past the end).
+      lag: compareIds(lastDeliveredId, lastId) >= 0 ? 0 : lag === null || lag === undefined ? undefined : Number(lag),
       oldestPendingIdleMs: oldest.length > 0 ? Number(oldest[0][2]) : undefined,
       consumers: Number(info.get("consumers")),
       lastDeliveredId,
     };
   }));
   return stats.filter((s): s is GroupStats => s !== undefined);
+}
+
+/** Orders two stream entry ids ("<ms>-<seq>", as Redis writes them: no leading zeros). */
+export function compareIds(a: string, b: string): number {
+  const [am, as = ""] = a.split("-");
+  const [bm, bs = ""] = b.split("-");
+  const cmp = (x: string, y: string) => x.length - y.length || (x < y ? -1 : x > y ? 1 : 0);
+  return cmp(am, bm) || cmp(as, bs);
 }
 
 /** A flat [name, value, …] reply as a map. */
