@@ -208,6 +208,60 @@ describe("many entries handed back at once", () => {
   });
 });
 
+describe("an entry handed back, when the lease call that carries it fails or its group moved back", () => {
+  it("is looked for again by the next call after a failed one, not left behind the group's pending list", { timeout: 20_000 }, async () => {
+    const warnings: { msg?: string }[] = [];
+    const sy = await startSwitchyard(t.redis, { log: createLogger("warn", (line) => warnings.push(JSON.parse(line) as { msg?: string })) });
+    const Q = "{review3-failed-call}";
+    const r = t.redis.plain;
+    try {
+      await sy.client.createQueue({ name: Q, mode: QueueMode.STREAM, groups: [{ name: "g" }], minIdle: durationFromMs(120_000) });
+      await sy.client.enqueue(Q, Array.from({ length: 3000 }, (_, i) => `busy-${i}`));
+      await r.xreadgroup("GROUP", "g", "busy", "COUNT", 3000, "STREAMS", Q, ">"); // another worker's long pending list
+      const [e] = await sy.client.enqueue(Q, ["E"]);
+      const l = sy.client.lease(Q, 1, { group: "g" });
+      const [d] = await l.take(1);
+      expect(d.id).toBe(e);
+      // The dead-letter key of another type: every lease call is refused, those carrying E's id too.
+      await r.set(`${Q}.dead`, "not a list");
+      l.release([d.leaseToken]);
+      const parked = async () => ((await r.xpending(Q, "g", "-", "+", 10, "switchyard.parked")) as [string][]).map(([id]) => id);
+      await expect.poll(parked).toEqual([e]);
+      // Two calls refused after E was parked (so after its id was kept): at least one carried it.
+      const failures = () => warnings.filter((w) => w.msg === "lease pump failed; retrying").length;
+      const before = failures();
+      await expect.poll(failures).toBeGreaterThanOrEqual(before + 2);
+      await r.del(`${Q}.dead`);
+      const [again] = await l.take(1);
+      expect([again.id, again.deliveryCount]).toEqual([e, 1]); // released: handed back uncounted
+      await sy.client.ack(again.leaseToken);
+      await l.close();
+    } finally {
+      await sy.stop();
+    }
+  });
+
+  it("goes out once when its group was moved back before the call: as the group reads it again", async () => {
+    const Q = "{review3-moved-back}";
+    await t.sy.client.createQueue({ name: Q, mode: QueueMode.STREAM, groups: [{ name: "g" }], minIdle: durationFromMs(120_000) });
+    const [e] = await t.sy.client.enqueue(Q, ["E"]);
+    const l = t.sy.client.lease(Q, 5, { group: "g" });
+    const [d] = await l.take(1);
+    l.setCredit(0);
+    await t.sy.client.retry(d.leaseToken, { delayMs: 0 }); // parked, due, its id kept for the next call
+    await t.sy.client.setConsumerGroupPosition(Q, "g", "0");
+    l.setCredit(5);
+    const [again] = await l.take(1);
+    expect([again.id, again.deliveryCount]).toEqual([e, 1]); // Redis restarted its count
+    const [marker] = await t.sy.client.enqueue(Q, ["marker"]);
+    const [next] = await l.take(1);
+    expect(next.id).toBe(marker); // E was not delivered a second time in between
+    await t.sy.client.ack(again.leaseToken);
+    await t.sy.client.ack(next.leaseToken);
+    await l.close();
+  });
+});
+
 describe("entries handed back when min_idle changes", () => {
   const parked = async (q: string) =>
     ((await t.redis.plain.xpending(q, "g", "-", "+", 100, "switchyard.parked")) as [string, string, number, number][]).map((p) => ({ id: p[0], idle: p[2] }));

@@ -75,6 +75,9 @@ export class StreamDispatcher extends QueueDispatcher {
         group, consumer: host.owner, max, minIdleMs: config.minIdleMs, maxDeliveries: config.maxDeliveries, cursor: this.cursor, handedBack,
       });
     } catch (err) {
+      // Its outcome unknown, the ids it carried are looked for again by the next call (one that claimed them
+      // took them out of the parking consumer's list: the next finds them no longer parked, and skips them).
+      for (const id of handedBack) this.handedBackIds.add(id);
       // The group or the stream is gone (expired by its publish TTL, deleted): create the declared groups again.
       if (err instanceof Error && err.message.includes("NOGROUP")) await this.restore();
       throw err;

@@ -657,6 +657,17 @@ local function stream_lease(KEYS, ARGV)
   if room > 0 then
     local read = redis.call("XREADGROUP", "GROUP", group, consumer, "COUNT", room, "STREAMS", stream, ">")
     local entries = read and read[1][2] or {}
+    -- A group moved back reads again an entry this call has just claimed: Redis restarts its count at 1,
+    -- and the read is its delivery now (the claim's would be refused as superseded): the claim's goes.
+    if #out > 0 and #entries > 0 then
+      local again = {}
+      for _, entry in ipairs(entries) do again[entry[1]] = true end
+      local kept = {}
+      for _, d in ipairs(out) do
+        if not again[d[1]] then kept[#kept + 1] = d end
+      end
+      out = kept
+    end
     for _, entry in ipairs(entries) do out[#out + 1] = { entry[1], 1, "", entry[2] } end
     if #entries < room then
       for _, g in ipairs(redis.call("XINFO", "GROUPS", stream)) do
