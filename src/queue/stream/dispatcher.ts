@@ -67,7 +67,7 @@ export class StreamDispatcher extends QueueDispatcher {
     const { config, host, group } = this;
     // The lease call looks for the first `max` of them in the stream's order (the order the reclaim
     // would find them in); one not due yet is left to the reclaim, as any other.
-    const handedBack = [...this.handedBackIds].sort(compareIds).slice(0, max);
+    const handedBack = this.handedBackIds.size === 0 ? [] : [...this.handedBackIds].sort(compareIds).slice(0, max);
     for (const id of handedBack) this.handedBackIds.delete(id);
     let lease;
     try {

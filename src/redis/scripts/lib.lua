@@ -589,12 +589,21 @@ local function stream_lease(KEYS, ARGV)
   local _, bad = counter(KEYS[2])
   if bad then return bad end
   local out, dead, trimmed = {}, 0, 0
-  -- Each reclaimed entry (its delivery counted by the claim): delivered, or past max deliveries dead-lettered and acked.
-  local function reclaimed(entries)
+  -- A pending entry trimmed from the stream: the claim took it out of the pending list; its records go too.
+  local function forget(id)
+    redis.call("HDEL", KEYS[4], "e:" .. group .. ":" .. id, "f:" .. group .. ":" .. id)
+    trimmed = trimmed + 1
+  end
+  -- Each reclaimed entry (its delivery counted by the claim): delivered, or past max deliveries dead-lettered
+  -- and acked. `counts`: delivery counts known already, by id (else read from the pending list).
+  local function reclaimed(entries, counts)
     for _, entry in ipairs(entries) do
       local id, fields = entry[1], entry[2]
-      local pending = redis.call("XPENDING", stream, group, id, id, 1)[1]
-      local count = pending and pending[4] or 1
+      local count = counts and counts[id]
+      if not count then
+        local pending = redis.call("XPENDING", stream, group, id, id, 1)[1]
+        count = pending and pending[4] or 1
+      end
       local err_field = "e:" .. group .. ":" .. id
       local err = redis.call("HGET", KEYS[4], err_field) or ""
       if count > max_deliveries then
@@ -610,34 +619,33 @@ local function stream_lease(KEYS, ARGV)
   -- Entries the calling instance just handed back (retry, a closed stream), by id (ARGV[7], comma-separated):
   -- each still parked and due is claimed now, however long the group's pending list is before it. One not
   -- due yet (a retry's wait), or taken meanwhile, is left to the reclaim below, as any other.
-  local due = {}
+  local due, counts = {}, {}
   for id in string.gmatch(ARGV[7], "[^,]+") do
     if #due == max then break end
     local p = redis.call("XPENDING", stream, group, id, id, 1)[1]
-    if p and p[2] == ARGV[8] and p[3] >= min_idle then due[#due + 1] = id end
+    if p and p[2] == ARGV[8] and p[3] >= min_idle then
+      due[#due + 1] = id
+      counts[id] = p[4] + 1 -- the claim counts a delivery
+    end
   end
   for from = 1, #due, 1000 do
     local ids = { unpack(due, from, math.min(#due, from + 999)) }
     local entries = redis.call("XCLAIM", stream, group, consumer, min_idle, unpack(ids))
-    -- One trimmed from the stream while pending: XCLAIM took it out of the pending list and returns nothing for it.
+    -- XCLAIM returns nothing for one trimmed from the stream.
     local got = {}
     for _, entry in ipairs(entries) do got[entry[1]] = true end
     for _, id in ipairs(ids) do
-      if not got[id] then
-        redis.call("HDEL", KEYS[4], "e:" .. group .. ":" .. id, "f:" .. group .. ":" .. id)
-        trimmed = trimmed + 1
-      end
+      if not got[id] then forget(id) end
     end
-    reclaimed(entries)
+    reclaimed(entries, counts)
   end
   -- Then entries idle in anyone's pending list (a crashed worker's or instance's), from the cursor on.
   local cursor, taken = ARGV[6], 0
   if #due < max then
     local claimed = redis.call("XAUTOCLAIM", stream, group, consumer, min_idle, cursor, "COUNT", max - #due)
     cursor, taken = claimed[1], #claimed[2]
-    -- Entries trimmed from the stream while pending: XAUTOCLAIM took them out of the pending list.
-    for _, id in ipairs(claimed[3] or {}) do redis.call("HDEL", KEYS[4], "e:" .. group .. ":" .. id, "f:" .. group .. ":" .. id) end
-    trimmed = trimmed + #(claimed[3] or {})
+    -- XAUTOCLAIM names those trimmed from the stream.
+    for _, id in ipairs(claimed[3] or {}) do forget(id) end
     reclaimed(claimed[2])
   end
   -- Entries were reclaimed: consumers left holding nothing and idle past min_idle (instances that
