@@ -187,6 +187,10 @@ async function install(): Promise<void> {
   };
   wrap("QueueDispatcher", P(QueueDispatcher), "take", leased);
   wrap("QueueDispatcher", P(QueueDispatcher), "takeBeside", leased);
+  wrap("QueueDispatcher", P(QueueDispatcher), "takePushed", (orig, self, args) => {
+    woken.set(self, 3);
+    return leased(orig, self, args);
+  });
   wrap("QueueDispatcher", P(QueueDispatcher), "distribute", (orig, self, [taken]) => {
     const t = monoUs();
     for (const x of taken as { ref: { fence: number } }[]) stamp("s.deliver", fenceSeq.get(x.ref.fence) ?? -1, t);

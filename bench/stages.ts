@@ -193,10 +193,13 @@ function latencyReport(times: Times, dumps: Map<number, Dump>, roleOf: (pid: num
     const xs = seqs.map((s) => d(a, b, s)).filter(Number.isFinite);
     if (xs.length) process.stdout.write(row(label, xs) + "\n");
   }
-  const viaCounts = [0, 0, 0];
+  const viaCounts = [0, 0, 0, 0];
   for (const s of seqs) viaCounts[via.get(s) ?? 0]++;
-  process.stdout.write(`leases that returned an item: ${viaCounts[1]} after a push woke the pump, ${viaCounts[2]} after its blocking read returned, ${viaCounts[0]} with the pump already going\n`);
-  for (const [code, what] of [[1, "woken by a push"], [2, "woken by the blocking read"], [0, "pump going"]] as const) {
+  process.stdout.write(
+    `leases that returned an item: ${viaCounts[3]} in the push's own call, ${viaCounts[1]} after a push woke the pump, ` +
+      `${viaCounts[2]} after its blocking read returned, ${viaCounts[0]} with the pump already going\n`,
+  );
+  for (const [code, what] of [[3, "leased with their push"], [1, "woken by a push"], [2, "woken by the blocking read"], [0, "pump going"]] as const) {
     const xs = seqs.filter((s) => (via.get(s) ?? 0) === code);
     if (xs.length) {
       process.stdout.write(row(`  TOTAL, items ${what}`, xs.map((s) => d("p.call", "w.handler", s))) + "\n");

@@ -22,10 +22,13 @@
  * their items holders) and gives back, uncounted, every delivery of this instance
  * that no stream holds (`reconcile`), so none stays in processing without a holder.
  */
+import { ReplyError } from "ioredis";
 import type { Clock } from "../clock.js";
+import { SwitchyardError } from "../errors.js";
 import type { Logger } from "../log.js";
 import type { RedisClient, RedisConnection } from "../redis/connection.js";
-import { leaseItems, popItems, type LeasedItem } from "../redis/scripts.js";
+import type { BulkStrings } from "../redis/bulk-strings.js";
+import { leaseItems, popItems, pushAndLease, pushItems, type LeasedItem } from "../redis/scripts.js";
 import { keysOf, type QueueConfig } from "./declaration.js";
 import { decodeItem, type StoredItem } from "./envelope.js";
 import type { Delivery, LeaseStream } from "./lease-stream.js";
@@ -77,6 +80,8 @@ export class QueueDispatcher {
   private closed = false;
   /** A lease call failed with its outcome unknown: reconcile before the next. */
   private unsure = false;
+  /** A reconcile is running: no lease may be sent until it ends (it would take the new deliveries for nobody's). */
+  private reconciling = false;
   /** Lease calls sent and not answered yet, and the credit they asked for. */
   private inFlight = 0;
   private asked = 0;
@@ -183,15 +188,16 @@ export class QueueDispatcher {
             this.failed = undefined;
             if (err !== undefined) throw err;
             this.unsure = false;
+            this.reconciling = true;
             await this.host.reconcile(this.config).catch((e: unknown) => {
               this.unsure = true;
               throw e;
-            });
+            }).finally(() => (this.reconciling = false));
           }
           if (this.config.paused) break;
           const want = Math.min(this.freeCredit() - this.asked, this.host.options.leaseBatch);
           if (want > 0 && !this.emptied && this.refused.length === 0 && this.inFlight < this.callsAllowed()) {
-            this.lease(want);
+            void this.lease(want);
             continue;
           }
           if (this.inFlight > 0) await this.answer();
@@ -223,13 +229,52 @@ export class QueueDispatcher {
    * look (a push wakes the pump), or a failure waits to be reconciled.
    */
   leaseBeside(send: LeaseBeside): boolean {
-    if (this.closed || this.config.paused || this.config.mode === "simple") return false;
-    if (this.failed !== undefined || this.unsure || this.emptied || this.wake || this.refused.length > 0) return false;
-    if (this.inFlight >= this.callsAllowed()) return false;
-    const want = Math.min(this.freeCredit() - this.asked, this.host.options.leaseBatch);
-    if (want <= 0) return false;
-    this.lease(want, () => this.takeBeside(want, send));
+    if (this.emptied || this.wake) return false;
+    const want = this.wantNow();
+    if (want === 0) return false;
+    void this.lease(want, () => this.takeBeside(want, send));
     return true;
+  }
+
+  /**
+   * Pushes `values` (oldest first) onto the queue, `ttlMs` > 0 resetting its
+   * expiry. When the pump would lease now, the lease goes in the same call,
+   * behind the push (push-lease.lua), and the answer's items are the pump's:
+   * an item pushed onto an empty queue reaches a worker one round trip and
+   * one Redis call sooner than by a lease sent after the push. Resolves to
+   * the list's length once those items are shared out, so a push after it
+   * finds the pump free to carry its own lease. Otherwise a plain push, and
+   * the pump leases behind it (`pushed`).
+   */
+  push(ttlMs: number, values: BulkStrings[]): Promise<number> {
+    const { host, config } = this;
+    const want = config.mode === "reliable" ? this.wantNow() : 0;
+    if (want === 0) {
+      const pushed = pushItems(host.redis.client, config.name, ttlMs, values);
+      this.pushed(); // after the push is sent, so the lease reaches Redis after it
+      return pushed;
+    }
+    const call = pushAndLease(host.redis.client, keysOf(config), ttlMs, values, {
+      now: host.clock.now(), max: want, recoveryTtlMs: config.recoveryTtlMs, owner: host.owner,
+    });
+    // Counted as a push for the calls already in flight (sent before it, they may have missed its items),
+    // not for its own lease, which runs after it.
+    this.pushes++;
+    const shared = this.lease(want, () => this.takePushed(call));
+    this.wake?.();
+    return shared.then(() => call).then(({ length }) => length);
+  }
+
+  /**
+   * How many items the pump would lease now, beside another call (0: none):
+   * the credit no call has asked for, when a call may go (one at a time while
+   * the queue has no backlog) and no failure waits to be reconciled.
+   */
+  private wantNow(): number {
+    if (this.closed || this.config.paused || this.config.mode === "simple") return 0;
+    if (this.failed !== undefined || this.unsure || this.reconciling || this.refused.length > 0) return 0;
+    if (this.inFlight >= this.callsAllowed()) return 0;
+    return Math.max(0, Math.min(this.freeCredit() - this.asked, this.host.options.leaseBatch));
   }
 
   /** How many lease calls may be in flight: several only while the queue has a backlog. */
@@ -242,12 +287,26 @@ export class QueueDispatcher {
     return this.taken(await send.list({ max, recoveryTtlMs: this.config.recoveryTtlMs, owner: this.host.owner }));
   }
 
-  /** Sends one lease call for `want` items; its answer shares them out and wakes the pump. */
-  private lease(want: number, call = () => this.take(want)): void {
+  /** take(), as the lease behind a push (see push). */
+  protected async takePushed(call: Promise<{ leased: LeasedItem[] | Error }>): Promise<Taken[]> {
+    let leased: LeasedItem[] | Error;
+    try {
+      ({ leased } = await call);
+    } catch (err) {
+      // Refused by Redis, the call ran nothing (no push, no lease); cut or timed out, it may have run.
+      if (err instanceof ReplyError || err instanceof SwitchyardError) return [];
+      throw err;
+    }
+    if (leased instanceof Error) throw leased;
+    return this.taken(leased);
+  }
+
+  /** Sends one lease call for `want` items; its answer shares them out and wakes the pump. Resolves once it has. */
+  private lease(want: number, call = () => this.take(want)): Promise<void> {
     this.inFlight++;
     this.asked += want;
     const pushes = this.pushes;
-    void call()
+    return call()
       .then((taken) => {
         this.failures = 0;
         this.short = taken.length < want;

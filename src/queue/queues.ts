@@ -1122,7 +1122,8 @@ export class Queues {
   }
 
   /**
-   * Pushes onto `queue`, and a waiting pump of this instance leases right behind it.
+   * Pushes onto `queue`; a pump of this instance with credit leases in the same call, or right
+   * behind it (QueueDispatcher.push).
    * A push that waits for replicas goes on the waiter connection (WAIT blocks the
    * connection it is sent on); its queue's order holds, as nothing else to the queue is
    * in flight meanwhile (PushBatcher.alone), and the pump's wake-up finds its items.
@@ -1132,9 +1133,8 @@ export class Queues {
       const replyMs = this.redis.commandTimeoutMs;
       return this.redis.waiter().then((waiter) => pushItems(waiter, queue, ttlMs, values, { ...wait, replyMs }));
     }
-    const pushed = pushItems(this.redis.client, queue, ttlMs, values);
-    this.dispatchers.get(queue)?.pushed(); // after the push is sent, so the lease reaches Redis after it
-    return pushed;
+    const dispatcher = this.dispatchers.get(queue);
+    return dispatcher ? dispatcher.push(ttlMs, values) : pushItems(this.redis.client, queue, ttlMs, values);
   }
 
   /** Deletes the items waiting in a declared queue (ready and delayed); resolves to how many. */

@@ -3,6 +3,7 @@
  * (EVALSHA, falling back to EVAL). Each wrapper's TSDoc names its contract;
  * the .lua file's header has the details.
  */
+import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
 import type { RedisClient } from "./connection.js";
 import type { QueueKeys, SystemKeys } from "./keys.js";
@@ -21,6 +22,9 @@ function withLib(name: string): string {
 
 /** Sent as EVAL by pushItems rather than registered (see there). */
 const pushLua = load("push");
+/** Sent by pushAndLease as a FramedCommand, not registered (see there). */
+const pushLeaseLua = withLib("push-lease");
+const pushLeaseSha = createHash("sha1").update(pushLeaseLua).digest("hex");
 
 const definitions = {
   syLease: { numberOfKeys: 5, lua: withLib("lease") },
@@ -249,6 +253,39 @@ export async function leaseItems(
     lease.now, lease.max, keys.recovery ? "1" : "0", lease.recoveryTtlMs, lease.owner,
   ]).catch(refusedType(client, keys.queue))) as (Buffer | number)[];
   return leasedItems(flat);
+}
+
+/**
+ * push-lease.lua: pushItems without a wait, then leaseItems for `lease.max`
+ * items, in one call (one round trip). A push refused (the queue key of
+ * another type, Redis out of memory) refuses the whole call, leasing nothing;
+ * a lease that fails after the push was written comes back as its Error in
+ * `leased`, beside the list's length.
+ *
+ * The values go out framed as they are (FramedCommand), as EVALSHA; when
+ * Redis does not have the script (NOSCRIPT: it ran nothing), once more as
+ * EVAL with its text, which loads it.
+ */
+export async function pushAndLease(
+  client: RedisClient, keys: QueueKeys, ttlMs: number, values: readonly BulkStrings[], lease: { now: number; max: number; recoveryTtlMs: number; owner: string },
+): Promise<{ length: number; leased: LeasedItem[] | Error }> {
+  const args = [
+    5, keys.queue, keys.processing, keys.leases, keys.fence, keys.recovery || unused(keys),
+    ttlMs, lease.now, lease.max, keys.recovery ? "1" : "0", lease.recoveryTtlMs, lease.owner,
+  ];
+  const send = (name: "evalsha" | "eval", script: string) => {
+    const command = new FramedCommand(name, [script, ...args], values);
+    client.sendCommand(command);
+    return command.promise as Promise<[number, (Buffer | number)[] | Error]>;
+  };
+  try {
+    const [length, flat] = await send("evalsha", pushLeaseSha).catch((err: unknown) =>
+      err instanceof Error && err.message.startsWith("NOSCRIPT") ? send("eval", pushLeaseLua) : Promise.reject(err));
+    // The push stands even when the lease after it failed: that error is the lease's alone.
+    return { length, leased: flat instanceof Error ? await typedError(client, keys.queue, flat) : leasedItems(flat) };
+  } catch (err) {
+    throw await notAList(client, keys.queue, err);
+  }
 }
 
 /** lease.lua's flat answer as items. */
