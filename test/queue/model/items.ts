@@ -17,17 +17,25 @@ export function payload(r: Run, raw: boolean): { value: Buffer; label: string } 
 }
 
 
-export async function enqueue(r: Run): Promise<string | undefined> {
-  const inst = liveInstance(r);
+/**
+ * Enqueues 1–3 items, some delayed, through any live instance; `served`: none
+ * delayed, through an instance with an open stream on the queue (a push there
+ * may carry its pump's lease: push-lease.lua).
+ */
+export async function enqueue(r: Run, served = false): Promise<string | undefined> {
+  const serving = served ? openSessions(r).filter((s) => s.inst.state === "live") : [];
+  if (served && serving.length === 0) return undefined;
+  const session = served ? pick(r, serving) : undefined;
+  const inst = session?.inst ?? liveInstance(r);
   if (!inst) return undefined;
-  const q = pick(r, QUEUES);
+  const q = session?.queue ?? pick(r, QUEUES);
   const n = 1 + below(r.next, 3);
   const items: Item[] = [];
   // Delayed items of one enqueue fall due 400 ms apart: a mover that moves an item early shows.
   let delayed = 0;
   const inputs = Array.from({ length: n }, () => {
     const p = payload(r, false);
-    const delayMs = chance(r, 0.3) ? pick(r, [500, 3000, 7000]) + 400 * delayed++ : 0;
+    const delayMs = !served && chance(r, 0.3) ? pick(r, [500, 3000, 7000]) + 400 * delayed++ : 0;
     items.push(r.model.add(q, p.value, p.label, delayMs ? now(r) + delayMs : undefined));
     return delayMs ? { payload: p.value, delayMs } : p.value;
   });

@@ -5,7 +5,8 @@
  * ManualClock, each checked against the reference model (model.ts) after
  * every step.
  *
- * Steps: enqueue (some items delayed), raw LPUSH by a plain Redis client
+ * Steps: enqueue (some items delayed; or none, through an instance serving
+ * the queue, whose push may carry its pump's lease), raw LPUSH by a plain Redis client
  * (equal values, non-UTF-8 bytes, values that look like a derived claim);
  * Lease streams on up to three instances with various credits; credit
  * changes; ack, retry (the policy's backoff, or a delay of its own), drop and
@@ -41,7 +42,7 @@ import { credit, endSession, enqueue, giveBack, open, quiet, rawPush, release, s
 import { advance, cut, kill, longHandler, lostLease, outage, pauseOrResume, purge, redeclare, restart, stop } from "./faults.js";
 
 const steps: [number, (r: Run) => Promise<string | undefined>][] = [
-  [3, enqueue], [3, (r) => rawPush(r)], [3, open], [1, credit], [9, settleOne], [2, stale], [1.5, release], [1, endSession],
+  [3, (r) => enqueue(r)], [2, (r) => enqueue(r, true)], [3, (r) => rawPush(r)], [3, open], [1, credit], [9, settleOne], [2, stale], [1.5, release], [1, endSession],
   [0.4, kill], [0.4, stop], [1, restart], [1, cut], [0.7, outage], [1, lostLease], [3, (r) => advance(r)], [1, longHandler], [1, pauseOrResume], [0.4, purge], [0.2, redeclare],
 ];
 const totalWeight = steps.reduce((a, [w]) => a + w, 0);
