@@ -82,6 +82,8 @@ export class QueueDispatcher {
   private unsure = false;
   /** A reconcile is running: no lease may be sent until it ends (it would take the new deliveries for nobody's). */
   private reconciling = false;
+  /** A push that carried a lease was refused as its cluster slot migrated: pushes go alone until a lease call answers. */
+  private slotMoving = false;
   /** Lease calls sent and not answered yet, and the credit they asked for. */
   private inFlight = 0;
   private asked = 0;
@@ -248,12 +250,8 @@ export class QueueDispatcher {
    */
   push(ttlMs: number, values: BulkStrings[]): Promise<number> {
     const { host, config } = this;
-    const want = config.mode === "reliable" ? this.wantNow() : 0;
-    if (want === 0) {
-      const pushed = pushItems(host.redis.client, config.name, ttlMs, values);
-      this.pushed(); // after the push is sent, so the lease reaches Redis after it
-      return pushed;
-    }
+    const want = config.mode === "reliable" && !this.slotMoving ? this.wantNow() : 0;
+    if (want === 0) return this.pushAlone(ttlMs, values);
     const call = pushAndLease(host.redis.client, keysOf(config), ttlMs, values, {
       now: host.clock.now(), max: want, recoveryTtlMs: config.recoveryTtlMs, owner: host.owner,
     });
@@ -262,7 +260,23 @@ export class QueueDispatcher {
     this.pushes++;
     const shared = this.lease(want, () => this.takePushed(call));
     this.wake?.();
-    return shared.then(() => call).then(({ length }) => length);
+    return shared.then(() => call).then(
+      ({ length }) => length,
+      (err: unknown) => {
+        if (!movingSlot(err)) throw err;
+        // Its keys are on two masters for now (a cluster slot migrating): Redis refuses a call on several of them
+        // (TRYAGAIN) but serves a push onto the list alone. Pushes go alone until a lease call goes through again.
+        this.slotMoving = true;
+        return this.pushAlone(ttlMs, values);
+      },
+    );
+  }
+
+  /** A plain push, and the pump leases behind it (`pushed`). */
+  private pushAlone(ttlMs: number, values: BulkStrings[]): Promise<number> {
+    const pushed = pushItems(this.host.redis.client, this.config.name, ttlMs, values);
+    this.pushed(); // after the push is sent, so the lease reaches Redis after it
+    return pushed;
   }
 
   /**
@@ -309,6 +323,7 @@ export class QueueDispatcher {
     return call()
       .then((taken) => {
         this.failures = 0;
+        this.slotMoving = false;
         this.short = taken.length < want;
         // Short, the queue was empty behind it, unless a push went out after it: then lease again, not wait.
         this.emptied = this.short && this.pushes === pushes;
@@ -475,6 +490,15 @@ export class QueueDispatcher {
     }
     this.host.giveBack(this.config, [...taken].reverse().map((t) => t.ref));
   }
+}
+
+/**
+ * A call refused, after ioredis's own retries, because a cluster slot its keys
+ * are in was migrating (TRYAGAIN: keys of one call on two masters; or ASK,
+ * MOVED, CLUSTERDOWN to the last).
+ */
+function movingSlot(err: unknown): boolean {
+  return err instanceof Error && /^(?:Too many Cluster redirections\. Last error: (?:ReplyError: )?)?(?:TRYAGAIN|ASK|MOVED|CLUSTERDOWN)\b/.test(err.message);
 }
 
 /**

@@ -177,6 +177,35 @@ describe.runIf(onCluster)("on a Redis Cluster", () => {
     await lease.close();
   });
 
+  it("serves an Enqueue for a waiting worker while the queue's slot migrates: the push goes alone, and the item comes once the slot has moved", async () => {
+    const Q = "{migrating-push}";
+    await sy.client.createQueue({ name: Q, mode: QueueMode.RELIABLE, recoverySet: `${Q}.claims`, minIdle: { seconds: 60n } });
+    // One item leased and acked: the fence counter and leases hash exist, the queue and processing lists do not.
+    await sy.client.enqueue(Q, ["warm"]);
+    const lease = sy.client.lease(Q, 1);
+    const [warm] = await lease.take(1);
+    lease.ack(warm.leaseToken);
+    await expect.poll(async () => (await sy.client.getQueueStats(Q)).completedTotal).toBe(1n);
+    // The pump waits for items with the stream's credit free: an Enqueue would carry its lease (push-lease.lua).
+    const dispatchers = (sy.app.queues as unknown as { dispatchers: Map<string, { wake?: unknown }> }).dispatchers;
+    await expect.poll(() => dispatchers.get(Q)?.wake !== undefined).toBe(true);
+    const masters = await redis.cluster.masters();
+    const migration = await redis.cluster.migrateSlot(slotOf(Q), masters.find((m) => m.id !== servedBy(masters, Q).id)!);
+    // MIGRATING, every key still on the old master: a call on keys some of which are missing there is refused
+    // (TRYAGAIN), a push onto the list alone is served (by the new master, after ASK: the list did not exist).
+    const [id] = await sy.client.enqueue(Q, ["during"]);
+    expect(await redis.plain.llen(Q)).toBe(1);
+    await migration.finish();
+    const [d] = await lease.take(1);
+    expect([d.id, Buffer.from(d.payload).toString(), d.deliveryCount]).toEqual([id, "during", 1]);
+    lease.ack(d.leaseToken);
+    await expect.poll(async () => (await sy.client.getQueueStats(Q)).completedTotal).toBe(2n);
+    // And the next push carries its lease again.
+    const [next] = await sy.client.enqueue(Q, ["after"]);
+    expect((await lease.take(1)).map((x) => x.id)).toEqual([next]);
+    await lease.close();
+  });
+
   it("a master that hangs (CLIENT PAUSE) fails calls on its queues with UNAVAILABLE within the command timeout, and health follows", async () => {
     const hung = await startSwitchyard(redis, { config: { redisCommandTimeoutMs: 500 } });
     const Q = "{paused}";
