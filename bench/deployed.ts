@@ -83,6 +83,12 @@ export class Deployed {
     return this.server.pid!;
   }
 
+  /** The producer process's pid by system (0 for a system started without agents). */
+  get producerPids(): Record<System, number> {
+    const pid = (system: System) => (this.producers[system] as Agent | undefined)?.child.pid ?? 0;
+    return { switchyard: pid("switchyard"), bullmq: pid("bullmq") };
+  }
+
   /** The worker processes' pids by system. */
   get workerPids(): Record<System, number[]> {
     return { switchyard: this.workers.switchyard.map((a) => a.child.pid!), bullmq: this.workers.bullmq.map((a) => a.child.pid!) };

@@ -3,13 +3,16 @@
 // Switchyard (server child, worker process) and BullMQ (worker process), deployed shape, on one
 // Redis. The prefill is not counted. At c = 1 every item costs each process its wake-ups: on a
 // VM a socket write that wakes a sleeping process is dear, and Switchyard's extra hop pays it twice.
-//   node bench/diagnostics/cpu-per-item.mjs [C] [ITEMS] [--sys]   (after npm run bench built dist-bench/)
+// With --latency RATE: the latency rows' shape instead (a producer process paced at RATE items/s,
+// one worker process at concurrency 10, after 250 items of warm-up), the producer counted too.
+//   node bench/diagnostics/cpu-per-item.mjs [C] [ITEMS] [--sys] [--latency RATE]   (after npm run bench built dist-bench/)
 // SERVER_NODE_ARGS="--cpu-prof --cpu-prof-dir=DIR" profiles the server child; AGENT_NODE_ARGS the worker processes.
 import { readFileSync } from "node:fs";
 import { Deployed } from "../../dist-bench/deployed.js";
 import { startBenchRedis } from "../../dist-bench/env.js";
 
-const args = process.argv.slice(2).filter((a) => !a.startsWith("--"));
+const latencyAt = process.argv.includes("--latency") ? Number(process.argv[process.argv.indexOf("--latency") + 1]) : undefined;
+const args = process.argv.slice(2).filter((a, i, all) => !a.startsWith("--") && all[i - 1] !== "--latency");
 const sysOnly = process.argv.includes("--sys");
 const c = Number(args[0] ?? 1), n = Number(args[1] ?? 5000);
 /** CPU ms a process has used so far. */
@@ -22,8 +25,17 @@ const redis = await startBenchRedis();
 const d = await Deployed.start(redis, { workers: 1, serverNodeArgs: process.env.SERVER_NODE_ARGS?.split(" ").filter(Boolean), agentNodeArgs: process.env.AGENT_NODE_ARGS?.split(" ").filter(Boolean) });
 try {
   for (const system of ["switchyard", "bullmq"]) {
-    await d.consume(system, "reliable", 1, c, 2000); // warm-up
     const pids = { redis: redis.server.process.pid, ...(system === "switchyard" ? { server: d.serverPid } : {}), worker: d.workerPids[system][0] };
+    if (latencyAt !== undefined) {
+      const producer = d.producerPids[system];
+      const all = { ...pids, producer };
+      const before = Object.fromEntries(Object.entries(all).map(([role, pid]) => [role, cpuMs(pid)]));
+      const spread = await d.latency(system, latencyAt, n, 250, 10);
+      const per = Object.entries(all).map(([role, pid]) => `${role} ${(((cpuMs(pid) - before[role]) * 1000) / (n + 250)).toFixed(0)}`);
+      console.log(`${system}, ${latencyAt}/s, ${n} items (p50 ${spread.p50.toFixed(2)}, p99 ${spread.p99.toFixed(2)} ms): ${sysOnly ? "system " : ""}CPU µs per item: ${per.join(", ")}`);
+      continue;
+    }
+    await d.consume(system, "reliable", 1, c, 2000); // warm-up
     let before;
     const rate = await d.consume(system, "reliable", 1, c, n, async () => {
       before = Object.fromEntries(Object.entries(pids).map(([role, pid]) => [role, cpuMs(pid)]));
