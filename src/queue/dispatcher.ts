@@ -16,7 +16,7 @@
  *
  * Invariants: the pump never asks for more items than the streams' open credit
  * less what the calls in flight asked for (nothing popped that no worker can take); an item taken for a stream that
- * cannot take it goes back to the front of the queue, uncounted. A lease call
+ * cannot take it goes back to the front of the queue, uncounted, before the pump leases again. A lease call
  * whose answer is lost (a cut connection, a timeout) may still have run: before
  * its next lease the pump waits until no call is in flight (their answers give
  * their items holders) and gives back, uncounted, every delivery of this instance
@@ -56,8 +56,11 @@ export interface DispatchHost {
   readonly owner: string;
   /** Told of the tokens each stream was sent (they are in its `held` already). */
   onHold(tokens: string[], stream: LeaseStream): void;
-  /** Gives deliveries that reached no worker back to the front of the queue, uncounted, in this order. */
-  giveBack(config: QueueConfig, refs: LeaseRef[]): void;
+  /**
+   * Gives deliveries that reached no worker back to the front of the queue, uncounted, in this order;
+   * resolves once its first attempt has answered, taken or not.
+   */
+  giveBack(config: QueueConfig, refs: LeaseRef[]): Promise<unknown>;
   /** Dead-letters a delivery that reached no worker, with the reason (counted). */
   kill(config: QueueConfig, ref: LeaseRef, reason: string): void;
   /** Gives back (uncounted: they reached no worker) the deliveries of this instance on the queue that no stream holds. */
@@ -82,6 +85,11 @@ export class QueueDispatcher {
   private unsure = false;
   /** A reconcile is running: no lease may be sent until it ends (it would take the new deliveries for nobody's). */
   private reconciling = false;
+  /**
+   * Give-backs of deliveries no stream took that have not answered yet: no lease goes out
+   * meanwhile, or it could take items behind them before they are back at the front.
+   */
+  private givingBack = 0;
   /** A push that carried a lease was refused as its cluster slot migrated: pushes go alone until a lease call answers. */
   private slotMoving = false;
   /** Lease calls sent and not answered yet, and the credit they asked for. */
@@ -198,11 +206,11 @@ export class QueueDispatcher {
           }
           if (this.config.paused) break;
           const want = Math.min(this.freeCredit() - this.asked, this.host.options.leaseBatch);
-          if (want > 0 && !this.emptied && this.refused.length === 0 && this.inFlight < this.callsAllowed()) {
+          if (want > 0 && !this.emptied && this.refused.length === 0 && this.givingBack === 0 && this.inFlight < this.callsAllowed()) {
             void this.lease(want);
             continue;
           }
-          if (this.inFlight > 0) await this.answer();
+          if (this.inFlight > 0 || this.givingBack > 0) await this.answer();
           else if (want <= 0) break;
           else {
             // Fewer than asked for: the queue was empty after them, so wait rather than ask again
@@ -286,7 +294,7 @@ export class QueueDispatcher {
    */
   private wantNow(): number {
     if (this.closed || this.config.paused || this.config.mode === "simple") return 0;
-    if (this.failed !== undefined || this.unsure || this.reconciling || this.refused.length > 0) return 0;
+    if (this.failed !== undefined || this.unsure || this.reconciling || this.refused.length > 0 || this.givingBack > 0) return 0;
     if (this.inFlight >= this.callsAllowed()) return 0;
     return Math.max(0, Math.min(this.freeCredit() - this.asked, this.host.options.leaseBatch));
   }
@@ -488,7 +496,12 @@ export class QueueDispatcher {
       void pushBackPopped(this.host.redis.client, this.config.name, taken.map((t) => t.value!), this.host.log);
       return;
     }
-    this.host.giveBack(this.config, [...taken].reverse().map((t) => t.ref));
+    this.givingBack++;
+    const done = () => {
+      this.givingBack--;
+      this.kick();
+    };
+    this.host.giveBack(this.config, [...taken].reverse().map((t) => t.ref)).then(done, done);
   }
 }
 

@@ -311,7 +311,7 @@ export class Queues {
         if (s.claimedMs) for (const token of tokens) s.claimedMs.set(token, this.clock.now());
         this.metrics.items(s.queue, "leased", tokens.length);
       },
-      giveBack: (config, refs) => void this.returns.give(config, fieldsOf(refs), "undo"),
+      giveBack: (config, refs) => this.returns.give(config, fieldsOf(refs), "undo"),
       kill: (config, ref, reason) => void this.returns.give(config, fieldsOf([ref]), "kill", reason),
       reconcile: (config) => this.reconcile(config),
     };

@@ -12,7 +12,7 @@ export function testDispatchHost(redis: RedisConnection, clock: Clock, log: Logg
     redis, clock, log, owner: "test",
     options: { leaseBatch: 10, blockTimeoutSec: 0 },
     onHold: () => undefined,
-    giveBack: () => undefined,
+    giveBack: async () => undefined,
     kill: () => undefined,
     reconcile: async () => undefined,
     current: () => Promise.reject(new Error("these tests drive list queues' dispatchers, which never read a declaration")),

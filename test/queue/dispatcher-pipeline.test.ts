@@ -32,7 +32,7 @@ describe("a pump with credit freed while its lease call is in flight", () => {
       const clock = new ManualClock();
       const config = validateQueueSpec({ name: `{pipeline-${shrink}}`, mode: "reliable" }, clock.now());
       const givenBack: number[][] = [];
-      const host = { ...testDispatchHost(t.conn, clock, log), giveBack: (_: unknown, refs: LeaseRef[]) => void givenBack.push(refs.map((r) => r.fence)) };
+      const host = { ...testDispatchHost(t.conn, clock, log), giveBack: async (_: unknown, refs: LeaseRef[]) => void givenBack.push(refs.map((r) => r.fence)) };
       const dispatcher = new QueueDispatcher(config, host);
       const batches: Delivery[][] = [];
       const sink = { deliver: (b: Delivery[]) => batches.push(b) > 0, heartbeat() {}, fail() {}, drain() {}, end() {} };

@@ -165,7 +165,7 @@ describe("a dispatcher's streams", () => {
         await redis.plain.lpush(config.name, "a", "b", "c");
         const host = testDispatchHost(conn, clock, log);
         const givenBack: string[] = [];
-        const dispatcher = new QueueDispatcher(config, { ...host, giveBack: (_, refs) => givenBack.push(...refs.map((r) => String(r.fence))) });
+        const dispatcher = new QueueDispatcher(config, { ...host, giveBack: async (_, refs) => givenBack.push(...refs.map((r) => String(r.fence))) });
         const sink = { deliver: () => false, heartbeat() {}, fail() {}, drain() {}, end() {} };
         const stream = new LeaseStream(config, 3, sink, clock.now());
         dispatcher.add(stream);
