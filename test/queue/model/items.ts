@@ -19,11 +19,19 @@ export function payload(r: Run, raw: boolean): { value: Buffer; label: string } 
 
 /**
  * Enqueues 1–3 items, some delayed, through any live instance; `served`: none
- * delayed, through an instance with an open stream on the queue (a push there
- * may carry its pump's lease: push-lease.lua).
+ * delayed, through an instance with an open stream on the queue, one of a
+ * reliable queue, not paused, with credit to spare where there is one (its pump waits, so
+ * the push carries the pump's lease: push-lease.lua).
  */
 export async function enqueue(r: Run, served = false): Promise<string | undefined> {
-  const serving = served ? openSessions(r).filter((s) => s.inst.state === "live") : [];
+  const live = served ? openSessions(r).filter((s) => s.inst.state === "live") : [];
+  // Those of a reliable queue with credit to spare first: their pump waits, so the push carries its lease.
+  const waiting = live.filter((s) => {
+    const q = r.model.queues.get(s.queue)!;
+    return q.reliable && !q.paused && s.credit - r.model.heldBy(s.id).length - s.phantoms.size > 0;
+  });
+  // Half the time with none waiting, another step is drawn instead.
+  const serving = !served || waiting.length > 0 || chance(r, 0.5) ? waiting : live;
   if (served && serving.length === 0) return undefined;
   const session = served ? pick(r, serving) : undefined;
   const inst = session?.inst ?? liveInstance(r);

@@ -25,8 +25,13 @@
  * every look checks SPEC Q8's progress: a stream with open credit gets items
  * while its queue has ready ones.
  *
- * `npm test` runs 3 histories of 40 steps; SWITCHYARD_MODEL_RUNS and
- * SWITCHYARD_MODEL_STEPS run more, SWITCHYARD_MODEL_SEED=n runs seed n (with
+ * Two mixes of steps: the usual one, where streams mostly hold all their
+ * credit, and a trickle (few items, many settles), where pumps mostly wait
+ * and an enqueue through the serving instance carries its pump's lease.
+ *
+ * `npm test` runs 3 histories of 40 steps of each mix; SWITCHYARD_MODEL_RUNS and
+ * SWITCHYARD_MODEL_STEPS run more, SWITCHYARD_MODEL_MIX=usual|trickle one mix,
+ * SWITCHYARD_MODEL_SEED=n runs seed n (with
  * SWITCHYARD_MODEL_RUNS, seeds from n on; the
  * steps drawn follow from the seed and what the system did; a failure prints
  * the history it ran; SWITCHYARD_MODEL_PRINT=1 prints every history).
@@ -41,13 +46,21 @@ import { FIRST_SEED, MIN_IDLE_MS, ModelFailure, QUEUES, RUNS, STEPS, declaration
 import { credit, endSession, enqueue, giveBack, open, quiet, rawPush, release, settleOne, stale } from "./items.js";
 import { advance, cut, kill, longHandler, lostLease, outage, pauseOrResume, purge, redeclare, restart, stop } from "./faults.js";
 
-const steps: [number, (r: Run) => Promise<string | undefined>][] = [
-  [3, (r) => enqueue(r)], [2, (r) => enqueue(r, true)], [3, (r) => rawPush(r)], [3, open], [1, credit], [9, settleOne], [2, stale], [1.5, release], [1, endSession],
-  [0.4, kill], [0.4, stop], [1, restart], [1, cut], [0.7, outage], [1, lostLease], [3, (r) => advance(r)], [1, longHandler], [1, pauseOrResume], [0.4, purge], [0.2, redeclare],
-];
-const totalWeight = steps.reduce((a, [w]) => a + w, 0);
+type Step = (r: Run) => Promise<string | undefined>;
+/** Step weights: the usual mix, where streams are mostly full, and a trickle, where pumps mostly wait and a push carries their lease. */
+const mixes: Record<"usual" | "trickle", [number, Step][]> = {
+  usual: [
+    [3, (r) => enqueue(r)], [2, (r) => enqueue(r, true)], [3, (r) => rawPush(r)], [3, open], [1, credit], [9, settleOne], [2, stale], [1.5, release], [1, endSession],
+    [0.4, kill], [0.4, stop], [1, restart], [1, cut], [0.7, outage], [1, lostLease], [3, (r) => advance(r)], [1, longHandler], [1, pauseOrResume], [0.4, purge], [0.2, redeclare],
+  ],
+  trickle: [
+    [0.5, (r) => enqueue(r)], [5, (r) => enqueue(r, true)], [0.5, (r) => rawPush(r)], [2, open], [1, credit], [12, settleOne], [1, stale], [1, release], [0.5, endSession],
+    [0.3, kill], [0.3, stop], [1, restart], [1, cut], [0.5, outage], [1, lostLease], [2, (r) => advance(r)], [0.5, longHandler], [0.3, pauseOrResume], [0.2, purge], [0.1, redeclare],
+  ],
+};
 
-async function randomStep(r: Run): Promise<string> {
+async function randomStep(r: Run, steps: [number, Step][]): Promise<string> {
+  const totalWeight = steps.reduce((a, [w]) => a + w, 0);
   for (;;) {
     let x = r.next() * totalWeight;
     const [, fn] = steps.find(([w]) => (x -= w) < 0) ?? steps[steps.length - 1];
@@ -94,7 +107,7 @@ afterAll(async () => {
   await redis?.stop();
 });
 
-async function runHistory(seed: number): Promise<void> {
+async function runHistory(seed: number, mix: keyof typeof mixes): Promise<void> {
   await redis.flushAll();
   const clock = new ManualClock();
   const world = new World(redis, clock);
@@ -108,24 +121,28 @@ async function runHistory(seed: number): Promise<void> {
     await world.start(1);
     step(r, `start ${world.instances.map((i) => i!.name).join(", ")}; declare ${QUEUES.join(", ")}`);
     for (let n = 0; n < STEPS; n++) {
-      const text = await randomStep(r);
+      const text = await randomStep(r, mixes[mix]);
       step(r, text);
       await settle(r);
     }
     await windDown(r);
-    if (process.env.SWITCHYARD_MODEL_PRINT) console.log(`queue model, seed ${seed}: ${summary(r)}\n${r.history.join("\n")}`);
+    if (process.env.SWITCHYARD_MODEL_PRINT) console.log(`queue model, ${mix} seed ${seed}: ${summary(r)}\n${r.history.join("\n")}`);
   } catch (err) {
     const why = err instanceof ModelFailure ? err.message : String((err as Error).stack ?? err);
     throw new Error(
-      `queue model, seed ${seed}: after step ${r.history.length}:\n${why}\n\nhistory (rerun: SWITCHYARD_MODEL_SEED=${seed} npx vitest run test/queue/model):\n${r.history.join("\n")}`,
+      `queue model, ${mix} seed ${seed}: after step ${r.history.length}:\n${why}\n\n` +
+        `history (rerun: SWITCHYARD_MODEL_MIX=${mix} SWITCHYARD_MODEL_SEED=${seed} npx vitest run test/queue/model):\n${r.history.join("\n")}`,
     );
   } finally {
     await world.close();
   }
 }
 
+const only = process.env.SWITCHYARD_MODEL_MIX as keyof typeof mixes | undefined;
 describe("queues against the model (SPEC Q14)", () => {
-  for (let seed = FIRST_SEED; seed < FIRST_SEED + RUNS; seed++) {
-    it(`history ${seed}: ${STEPS} steps`, () => runHistory(seed), 30_000 + STEPS * 2000);
+  for (const mix of only ? [only] : (Object.keys(mixes) as (keyof typeof mixes)[])) {
+    for (let seed = FIRST_SEED; seed < FIRST_SEED + RUNS; seed++) {
+      it(`${mix} history ${seed}: ${STEPS} steps`, () => runHistory(seed, mix), 30_000 + STEPS * 2000);
+    }
   }
 });
