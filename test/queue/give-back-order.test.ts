@@ -14,7 +14,7 @@ import { pushItems, settleItems } from "../../src/redis/scripts.js";
 import { keysOf, validateQueueSpec } from "../../src/queue/declaration.js";
 import { QueueDispatcher } from "../../src/queue/dispatcher.js";
 import { LeaseStream, type Delivery } from "../../src/queue/lease-stream.js";
-import { deliveryField } from "../../src/queue/token.js";
+import { deliveryField, type LeaseRef } from "../../src/queue/token.js";
 import { testDispatchHost, useDispatchRedis } from "../helpers/dispatch.js";
 
 const log = createLogger("error");
@@ -26,7 +26,7 @@ describe("items no stream could take", () => {
     const config = validateQueueSpec({ name: "{give-back-order}", mode: "reliable" }, clock.now());
     const given: number[][] = [];
     // As Returns and the Settler do: the give-back is sent a turn later (setImmediate), and answers after a round trip.
-    const giveBack = (_: unknown, refs: { fence: number; owner: string }[]) => {
+    const giveBack = (_: unknown, refs: LeaseRef[]) => {
       given.push(refs.map((r) => r.fence));
       return new Promise((resolve, reject) => setImmediate(() => {
         const ops = refs.map((r) => ({ action: "undo" as const, delivery: deliveryField(r) }));
