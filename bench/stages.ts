@@ -7,6 +7,7 @@
  *
  *   node dist-bench/stages.js [--mode latency|consume] [--rate 500] [--items 3000]
  *        [--warmup 250] [--c 10] [--nagle] [--loop] [--slowest 15]
+ *        [--server-node-args "--max-semi-space-size=4"]
  *
  * latency: the producer sends single items at --rate to a waiting worker;
  *   stages from enqueue() to the handler, then the ack.
@@ -60,7 +61,8 @@ async function run(): Promise<{ dumps: Map<number, Dump>; roles: Record<string, 
   const env = { ...process.env, SY_STAGES_DIR: dir, SY_STAGES_LOOP: LOOP ? "1" : "0", ...(NAGLE ? { SY_NAGLE: "on" } : {}) };
   const redis = await startBenchRedis();
   leftovers.add(redis.server.process);
-  const { child: server, address } = await startServer(`unix://${redis.socketPath}`, hooks, env as Record<string, string>);
+  const serverArgs = (arg("server-node-args", "") ?? "").split(" ").filter(Boolean);
+  const { child: server, address } = await startServer(`unix://${redis.socketPath}`, [...serverArgs, ...hooks], env as Record<string, string>);
   leftovers.add(server);
   const [producer, worker] = await Promise.all([Agent.start("switchyard", hooks, env), Agent.start("switchyard", hooks, env)]);
   const admin = new SwitchyardClient(address);
