@@ -76,6 +76,8 @@ export class QueueRegistry {
   private readVersion = 0;
   /** The next try of a full read that failed (see readAll). */
   private retry?: Timer;
+  /** Full reads failed in a row: the first is a warning, the rest only debug lines until one succeeds. */
+  private failedReads = 0;
   /** A full read is out, and another is to follow it (see readAll). */
   private reloading = false;
   private reloadAgain = false;
@@ -120,7 +122,9 @@ export class QueueRegistry {
    * Reads every declaration again (reload()): one read at a time, and one more after
    * it if asked meanwhile. A read that fails (Redis unreachable, or its slot moving) is
    * tried again every RELOAD_RETRY_MS until one succeeds, since what it was to find
-   * (changes missed while this instance did not listen) no event will tell.
+   * (changes missed while this instance did not listen) no event will tell. The
+   * first failure of a run is logged as a warning and the run's end as info: a
+   * Redis down for minutes would otherwise put a warning in the log every second.
    */
   private readAll(): void {
     if (this.stopped) return;
@@ -132,10 +136,18 @@ export class QueueRegistry {
     this.retry?.cancel();
     this.retry = undefined;
     this.reload()
-      .catch((err: unknown) => {
-        this.log.warn("could not read the queue declarations again; trying again", { err, inMs: RELOAD_RETRY_MS });
-        if (!this.stopped) this.retry = this.clock.setTimer(RELOAD_RETRY_MS, () => this.readAll());
-      })
+      .then(
+        () => {
+          if (this.failedReads > 0) this.log.info("read the queue declarations again", { failedReads: this.failedReads });
+          this.failedReads = 0;
+        },
+        (err: unknown) => {
+          const fields = { err, inMs: RELOAD_RETRY_MS, failedReads: ++this.failedReads };
+          if (this.failedReads === 1) this.log.warn("could not read the queue declarations again; trying again until it succeeds", fields);
+          else this.log.debug("could not read the queue declarations again; trying again", fields);
+          if (!this.stopped) this.retry = this.clock.setTimer(RELOAD_RETRY_MS, () => this.readAll());
+        },
+      )
       .finally(() => {
         this.reloading = false;
         if (!this.reloadAgain) return;
