@@ -13,6 +13,7 @@ import * as grpc from "@grpc/grpc-js";
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import { QueueMode, type Delivery } from "../../src/gen/switchyard/v1/queue_pb.js";
 import { errorReason } from "../../src/client/errors.js";
+import type { LeaseSession } from "../../src/client/client.js";
 import type { QueueConfig } from "../../src/queue/declaration.js";
 import type { QueueDispatcher } from "../../src/queue/dispatcher.js";
 import { useSwitchyard } from "../helpers/switchyard.js";
@@ -45,6 +46,14 @@ async function waiting(name: string): Promise<QueueDispatcher> {
   const dispatchers = (t.sy.app.queues as unknown as { dispatchers: Map<string, QueueDispatcher> }).dispatchers;
   await expect.poll(() => (dispatchers.get(name) as unknown as { wake?: unknown } | undefined)?.wake !== undefined).toBe(true);
   return dispatchers.get(name)!;
+}
+
+/** The one delivery `lease` gets next, acked; resolves once `name` counts it completed (the only item it completed). */
+async function ackedNext(name: string, lease: LeaseSession): Promise<Delivery> {
+  const [d] = await lease.take(1);
+  lease.ack(d.leaseToken);
+  await expect.poll(async () => (await t.sy.client.getQueueStats(name)).completedTotal).toBe(1n);
+  return d;
 }
 
 describe("a push onto a reliable queue with a waiting worker", () => {
@@ -138,10 +147,8 @@ describe("a push onto a reliable queue with a waiting worker", () => {
     expect(await redis.plain.llen(`${Q}.processing`)).toBe(0);
     await redis.plain.del(Q);
     await sy.client.enqueue(Q, ["next"]);
-    const [d] = await lease.take(1);
+    const d = await ackedNext(Q, lease);
     expect([Buffer.from(d.payload).toString(), d.deliveryCount]).toEqual(["next", 1]);
-    lease.ack(d.leaseToken);
-    await expect.poll(async () => (await sy.client.getQueueStats(Q)).completedTotal).toBe(1n);
     await lease.close();
   });
 
@@ -156,10 +163,8 @@ describe("a push onto a reliable queue with a waiting worker", () => {
     expect(await redis.plain.llen(Q)).toBe(1);
     expect(await redis.plain.llen(`${Q}.processing`)).toBe(0);
     await redis.plain.del(`${Q}.fence`);
-    const [d] = await lease.take(1);
+    const d = await ackedNext(Q, lease);
     expect([d.id, Buffer.from(d.payload).toString(), d.deliveryCount]).toEqual([id, "kept", 1]);
-    lease.ack(d.leaseToken);
-    await expect.poll(async () => (await sy.client.getQueueStats(Q)).completedTotal).toBe(1n);
     expect(await redis.plain.llen(Q)).toBe(0);
     await lease.close();
   });
@@ -172,10 +177,8 @@ describe("a push onto a reliable queue with a waiting worker", () => {
     await waiting(Q);
     await redis.nodeFor(Q).script("FLUSH");
     await sy.client.enqueue(Q, ["after flush"]);
-    const [d] = await lease.take(1);
+    const d = await ackedNext(Q, lease);
     expect(Buffer.from(d.payload).toString()).toBe("after flush");
-    lease.ack(d.leaseToken);
-    await expect.poll(async () => (await sy.client.getQueueStats(Q)).completedTotal).toBe(1n);
     await lease.close();
   });
 
@@ -197,10 +200,8 @@ describe("a push onto a reliable queue with a waiting worker", () => {
     }
     expect(await redis.plain.llen(Q)).toBe(0);
     await sy.client.enqueue(Q, ["accepted"]);
-    const [d] = await lease.take(1);
+    const d = await ackedNext(Q, lease);
     expect([Buffer.from(d.payload).toString(), d.deliveryCount]).toEqual(["accepted", 1]);
-    lease.ack(d.leaseToken);
-    await expect.poll(async () => (await sy.client.getQueueStats(Q)).completedTotal).toBe(1n);
     await lease.close();
   });
 });
