@@ -17,7 +17,8 @@ import { keysOf, type QueueConfig } from "./declaration.js";
 import type { Instances } from "./instances.js";
 import type { Settler } from "./settler.js";
 
-// 50 claims keep each recover.lua call near 1 ms on the bench machine (about 16 µs a claim).
+// 50 claims keep each recover.lua call under 1 ms on the bench machines (0.6 ms on the AMD host of
+// bench/README's 3 December sections: about 12.5 µs a claim).
 // The pass keeps one call queued behind the running one (recover below), so another client's
 // command waits behind at most about two calls: bench row 8b, their p99 4-5 ms, where one call
 // of 100 at a time gave 4-7 ms and one of 200 10-12 ms. That holds while claims come out in

@@ -7,9 +7,11 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Redis, type Cluster } from "ioredis";
+import { afterAll, beforeAll, beforeEach } from "vitest";
 import { startEmbeddedRedis, type EmbeddedRedis } from "../../src/redis/embedded.js";
 import type { RedisTarget } from "../../src/redis/connection.js";
 import { slotOf } from "../../src/redis/keys.js";
+import { defineScripts } from "../../src/redis/scripts.js";
 import { startCluster, type TestCluster } from "./cluster.js";
 
 /** A test's own Redis and a plain client for checking its keys. */
@@ -106,4 +108,25 @@ export async function liveDeliveries(plain: TestRedis["plain"] | Redis, leases: 
  */
 export async function leaseRecords(plain: TestRedis["plain"], leases: string): Promise<string[]> {
   return (await plain.hkeys(leases)).filter((field) => field !== "live" && field !== "completed");
+}
+
+/**
+ * For a file that drives the scripts directly: a standalone Redis of its own and a connection with
+ * Switchyard's scripts defined (`client`, set once the file's beforeAll ran), emptied before each test.
+ */
+export function scriptedRedis(): { readonly client: Redis; readonly redis: StandaloneRedis } {
+  const db = {} as { client: Redis; redis: StandaloneRedis };
+  beforeAll(async () => {
+    db.redis = await startStandaloneRedis();
+    db.client = new Redis({ path: db.redis.socketPath });
+    defineScripts(db.client);
+  });
+  beforeEach(async () => {
+    await db.client.flushall();
+  });
+  afterAll(async () => {
+    db.client?.disconnect();
+    await db.redis?.stop();
+  });
+  return db;
 }

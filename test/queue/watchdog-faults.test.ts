@@ -5,13 +5,12 @@
  * another client left holding no integer.
  */
 import { createHash } from "node:crypto";
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
-import { Redis } from "ioredis";
+import { describe, expect, it } from "vitest";
 import { Watchdog, type WatchdogHost } from "../../src/queue/watchdog.js";
 import { keysOf, normalizeConfig } from "../../src/queue/declaration.js";
-import { adoptOrphans, defineScripts, leaseItems } from "../../src/redis/scripts.js";
+import { adoptOrphans, leaseItems } from "../../src/redis/scripts.js";
 import type { RedisClient } from "../../src/redis/connection.js";
-import { startStandaloneRedis, type StandaloneRedis } from "../helpers/redis.js";
+import { scriptedRedis } from "../helpers/redis.js";
 
 const MIN_IDLE_MS = 1000;
 const NOW = 10_000;
@@ -22,20 +21,7 @@ const config = normalizeConfig({
 const keys = keysOf(config);
 const nField = (value: string) => `n:${createHash("sha1").update(value).digest("hex")}`;
 
-let redis: StandaloneRedis;
-let client: Redis;
-beforeAll(async () => {
-  redis = await startStandaloneRedis();
-  client = new Redis({ path: redis.socketPath });
-  defineScripts(client);
-});
-beforeEach(async () => {
-  await client.flushall();
-});
-afterAll(async () => {
-  client.disconnect();
-  await redis.stop();
-});
+const db = scriptedRedis();
 
 /** A watchdog of `config` on `redisClient`, its clock at NOW; `recovered` sums what the metrics were told. */
 function watchdog(redisClient: RedisClient) {
@@ -60,12 +46,12 @@ function watchdog(redisClient: RedisClient) {
 
 /** Pushes `values` and leases them all at time 0 for instance "gone", which never settles. */
 async function leaseAll(values: string[]): Promise<void> {
-  await client.rpush(keys.queue, ...values);
-  await leaseItems(client, keys, { now: 0, max: values.length, recoveryTtlMs: 0, owner: "gone" });
+  await db.client.rpush(keys.queue, ...values);
+  await leaseItems(db.client, keys, { now: 0, max: values.length, recoveryTtlMs: 0, owner: "gone" });
 }
 
 async function deliveryFields(): Promise<string[]> {
-  return (await client.hkeys(keys.leases)).filter((f) => f !== "live" && f !== "completed");
+  return (await db.client.hkeys(keys.leases)).filter((f) => f !== "live" && f !== "completed");
 }
 
 describe("a pass whose recover call's reply is lost", () => {
@@ -75,7 +61,7 @@ describe("a pass whose recover call's reply is lost", () => {
     let calls = 0;
     let lost = 0;
     // The failAt-th call runs in Redis, and its caller is told it timed out.
-    const faulty = new Proxy(client, {
+    const faulty = new Proxy(db.client, {
       get(target, prop) {
         if (prop === "syRecover") {
           return async (...args: unknown[]) => {
@@ -96,8 +82,8 @@ describe("a pass whose recover call's reply is lost", () => {
     await expect(wd.pass()).rejects.toThrow("Command timed out");
     await wd.pass();
     expect(lost).toBe(50);
-    expect(await client.llen(keys.queue)).toBe(n);
-    expect(await client.llen(keys.processing)).toBe(0);
+    expect(await db.client.llen(keys.queue)).toBe(n);
+    expect(await db.client.llen(keys.processing)).toBe(0);
     // Everything recovered was counted, but for the lost call's own.
     expect(counted.recovered).toBe(n - lost);
   });
@@ -107,29 +93,29 @@ describe("a count of equal values that is no integer", () => {
   it("neither stops a pass nor takes copies out of processing without putting them back", async () => {
     // Ten distinct values and five copies of V: V claims under itself once, under derived members four times.
     await leaseAll([...Array.from({ length: 10 }, (_, i) => `a${i}`), ..."VVVVV"]);
-    await client.hset(keys.leases, nField("V"), "2.5");
-    const { watchdog: wd, counted } = watchdog(client as unknown as RedisClient);
+    await db.client.hset(keys.leases, nField("V"), "2.5");
+    const { watchdog: wd, counted } = watchdog(db.client as unknown as RedisClient);
     expect(await wd.pass()).toMatchObject({ recovered: 15, deadLettered: 0 });
     expect(counted.recovered).toBe(15);
-    expect(await client.llen(keys.queue)).toBe(15);
-    expect(await client.llen(keys.processing)).toBe(0);
-    expect(await client.zcard(keys.recovery)).toBe(0);
+    expect(await db.client.llen(keys.queue)).toBe(15);
+    expect(await db.client.llen(keys.processing)).toBe(0);
+    expect(await db.client.zcard(keys.recovery)).toBe(0);
     expect(await deliveryFields()).toEqual([]);
-    expect(await client.hget(keys.leases, "live")).toBe("0");
+    expect(await db.client.hget(keys.leases, "live")).toBe("0");
   });
 
   it("does not fail a lease (its item moved) nor an adoption of items in processing", async () => {
-    await client.hset(keys.leases, nField("V"), "2.5", nField("W"), "junk");
-    await client.rpush(keys.queue, "V", "W");
-    const leased = await leaseItems(client, keys, { now: 0, max: 2, recoveryTtlMs: 0, owner: "me" });
+    await db.client.hset(keys.leases, nField("V"), "2.5", nField("W"), "junk");
+    await db.client.rpush(keys.queue, "V", "W");
+    const leased = await leaseItems(db.client, keys, { now: 0, max: 2, recoveryTtlMs: 0, owner: "me" });
     expect(leased.map((l) => l.value.toString()).sort()).toEqual(["V", "W"]);
-    expect(await client.hmget(keys.leases, nField("V"), nField("W"))).toEqual(["1", "1"]);
+    expect(await db.client.hmget(keys.leases, nField("V"), nField("W"))).toEqual(["1", "1"]);
 
-    // A copy moved into processing by another client, under a count left holding junk.
-    await client.hset(keys.leases, nField("X"), "1e2x");
-    await client.lpush(keys.processing, "X");
-    expect(await adoptOrphans(client, keys, NOW, 100)).toMatchObject({ added: 1 });
-    expect(await client.hget(keys.leases, nField("X"))).toBe("1");
-    expect(await client.hget(keys.leases, "live")).toBe("3");
+    // A copy moved into processing by another db.client, under a count left holding junk.
+    await db.client.hset(keys.leases, nField("X"), "1e2x");
+    await db.client.lpush(keys.processing, "X");
+    expect(await adoptOrphans(db.client, keys, NOW, 100)).toMatchObject({ added: 1 });
+    expect(await db.client.hget(keys.leases, nField("X"))).toBe("1");
+    expect(await db.client.hget(keys.leases, "live")).toBe("3");
   });
 });

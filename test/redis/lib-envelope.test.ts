@@ -98,10 +98,18 @@ local function with_history(value, deliveries, err, fence)
 end
 `;
 
-/** Per value (ARGV[i]): deliveries, last error, kept bytes (or false), and the value rewritten with a history. */
+/**
+ * Per value (ARGV[i]): deliveries, last error, kept bytes (or false), and the value rewritten with a
+ * history. The rewrite's deliveries, error and fence come from the lists below by i: varints of one to
+ * six bytes and either side of each length's bound, and errors that repeat within the call.
+ */
 const harness = (withHistory: string) => `
+local counts = { 1, 7, 127, 128, 16383, 16384, 2097151, 2097152, 2^40 + 3 }
+local fences = { 0, 1, 127, 128, 16383, 16384, 999999, 2097151, 2097152, 2^35 + 1 }
+local errs = { "boom", "", "not settled within min_idle (1 s): recovered by the watchdog", "boom" }
 local out = {}
 for i = 1, #ARGV do
+  local count, fence, err = counts[i % #counts + 1], fences[i % #fences + 1], errs[i % #errs + 1]
   local v = ARGV[i]
   local d, e, kept = read_item(v)
   out[#out + 1] = { tostring(d), e, kept or false, ${withHistory} }
@@ -167,9 +175,8 @@ describe("lib.lua read_item and with_history", () => {
     let histories = 0;
     for (let batch = 0; batch < 6; batch++) {
       const values = Array.from({ length: 1000 }, () => value(next));
-      const fence = 1 + below(next, 1e6);
-      const now = await redis.plain.evalBuffer(lib + harness(`with_history(v, kept, 7, "boom", ${fence})`), 0, ...values) as unknown[][];
-      const before = await redis.plain.evalBuffer(REFERENCE + harness(`with_history(v, 7, "boom", ${fence})`), 0, ...values) as unknown[][];
+      const now = await redis.plain.evalBuffer(lib + harness("with_history(v, kept, count, err, fence)"), 0, ...values) as unknown[][];
+      const before = await redis.plain.evalBuffer(REFERENCE + harness("with_history(v, count, err, fence)"), 0, ...values) as unknown[][];
       const read = (row: unknown[]) => {
         const [d, e, kept, rewritten] = row.map((x) => (Buffer.isBuffer(x) ? x.toString("hex") : x));
         return { d: Buffer.from(d as string, "hex").toString(), e, kept, rewritten };

@@ -22,7 +22,7 @@ for value, copies in pairs(seen) do
   for _ = known + 1, copies do
     local fence = redis.call("INCR", KEYS[3])
     local field = fence .. "@-"
-    local plain = string.sub(value, 1, #DERIVED) ~= DERIVED
+    local plain = not derived(value)
     local kind = (plain and redis.call("HSETNX", KEYS[2], "m:" .. sha, field) == 1) and "v" or "d"
     count_value(KEYS[2], sha)
     redis.call("ZADD", KEYS[4], ARGV[1], claim_member(kind, value, field))

@@ -22,11 +22,21 @@
 ]]
 local DERIVED = "\0SYC"
 
+-- The library functions the parsing and encoding below call most, as upvalues: a global's
+-- lookup (the table "string", then its field) costs more than the call itself in a tight loop.
+local byte, sub, char, find, floor, concat = string.byte, string.sub, string.char, string.find, math.floor, table.concat
+
+-- Whether a recovery set member is DERIVED .. a field (read as bytes: no string is made).
+local function derived(member)
+  local z, s, y, c = byte(member, 1, 4)
+  return z == 0 and s == 83 and y == 89 and c == 67
+end
+
 -- A protobuf varint at `pos`: its value and the position after it (nil when malformed).
 local function read_varint(s, pos)
   local value, scale = 0, 1
   for _ = 1, 10 do
-    local b = string.byte(s, pos)
+    local b = byte(s, pos)
     if not b then return nil end
     pos = pos + 1
     value = value + (b % 128) * scale
@@ -36,45 +46,58 @@ local function read_varint(s, pos)
   return nil
 end
 
+-- The bytes of a varint of `n` in [0, 2^21) (every count and most fences), as one to three numbers.
+local function short_varint(n)
+  if n < 128 then return n end
+  local hi = floor(n / 16384)
+  local lo, mid = n % 128, floor(n / 128) % 128
+  if hi == 0 then return lo + 128, mid end
+  return lo + 128, mid + 128, hi
+end
+
 local function varint(n)
-  if n >= 0 and n < 128 then return string.char(n) end
-  if n >= 128 and n < 2097152 then
-    local hi = math.floor(n / 16384)
-    local lo, mid = n % 128, math.floor(n / 128) % 128
-    if hi == 0 then return string.char(lo + 128, mid) end
-    return string.char(lo + 128, mid + 128, hi)
-  end
+  if n >= 0 and n < 2097152 then return char(short_varint(n)) end
   local out = {}
   repeat
     local b = n % 128
-    n = math.floor(n / 128)
-    out[#out + 1] = string.char(n > 0 and b + 128 or b)
+    n = floor(n / 128)
+    out[#out + 1] = char(n > 0 and b + 128 or b)
   until n == 0
-  return table.concat(out)
+  return concat(out)
 end
 
 local function len_field(field, bytes)
   return varint(field * 8 + 2) .. varint(#bytes) .. bytes
 end
 
+-- A varint field of a number under 16 (its tag is one byte), made in one string where it can be.
 local function varint_field(field, n)
-  return varint(field * 8) .. varint(n)
+  if n >= 0 and n < 2097152 then return char(field * 8, short_varint(n)) end
+  return char(field * 8) .. varint(n)
 end
 
 -- The protobuf field at `pos` of `s` (whose length is `n`): its number, wire type, where its
--- payload starts, the position after it and, for a varint, its value; nil when malformed.
--- One-byte tags and lengths (all but long fields') are read without read_varint.
-local function next_field(s, pos, n)
-  local tag = string.byte(s, pos)
+-- payload starts, the position after it and, for a varint with `want_value`, its value; nil when
+-- malformed. One-byte tags and lengths (all but long fields') are read without read_varint, and a
+-- varint whose value is not wanted is stepped over by its last byte (the first under 128).
+local function next_field(s, pos, n, want_value)
+  local tag = byte(s, pos)
   if tag < 128 then pos = pos + 1 else tag, pos = read_varint(s, pos) end
   if not tag then return nil end
-  local field, wire = math.floor(tag / 8), tag % 8
+  local wire = tag % 8
+  local field = (tag - wire) / 8
   local data, v = pos, nil
   if wire == 0 then
-    v, pos = read_varint(s, pos)
-    if not v then return nil end
+    if want_value then
+      v, pos = read_varint(s, pos)
+      if not v then return nil end
+    else
+      local last = find(s, "[%z\1-\127]", pos)
+      if not last or last > pos + 9 then return nil end
+      pos = last + 1
+    end
   elseif wire == 2 then
-    local len = string.byte(s, pos)
+    local len = byte(s, pos)
     if len and len < 128 then pos = pos + 1 else len, pos = read_varint(s, pos) end
     if not len then return nil end
     data = pos
@@ -102,10 +125,10 @@ end
 local function read_history(h, deliveries, err)
   local pos, n = 1, #h
   while pos <= n do
-    local field, wire, data, after, v = next_field(h, pos, n)
+    local field, wire, data, after, v = next_field(h, pos, n, true)
     if not field then return nil end
     if field == 1 and wire == 0 then deliveries = v end
-    if field == 2 and wire == 2 then err = string.sub(h, data, after - 1) end
+    if field == 2 and wire == 2 then err = sub(h, data, after - 1) end
     pos = after
   end
   return deliveries, err
@@ -120,7 +143,8 @@ end
   malformed inside is dropped and read as none, as fields_of(h) or {} did).
 ]]
 local function read_item(value)
-  if string.sub(value, 1, 4) ~= "SYE1" then return 0, "", nil end
+  local s, y, e, one = byte(value, 1, 4)
+  if s ~= 83 or y ~= 89 or e ~= 69 or one ~= 49 then return 0, "", nil end -- not "SYE1"
   local pos, n = 5, #value
   local has_id, history, deliveries, err = false, false, 0, ""
   -- The kept bytes: from `kept_from` on, with the pieces before each history field.
@@ -130,10 +154,10 @@ local function read_item(value)
     if not field then return 0, "", nil end
     if field == 5 and wire == 2 then
       history = true
-      local d, e = read_history(string.sub(value, data, after - 1), deliveries, err)
+      local d, e = read_history(sub(value, data, after - 1), deliveries, err)
       if d then deliveries, err = d, e end
       pieces = pieces or {}
-      pieces[#pieces + 1] = string.sub(value, kept_from, pos - 1)
+      pieces[#pieces + 1] = sub(value, kept_from, pos - 1)
       kept_from = after
     elseif field == 1 and wire == 2 and after > data then
       has_id = true
@@ -141,19 +165,29 @@ local function read_item(value)
     pos = after
   end
   if not has_id and not history then return 0, "", nil end
-  if not pieces then return deliveries, err, string.sub(value, 5) end
-  pieces[#pieces + 1] = string.sub(value, kept_from)
-  return deliveries, err, table.concat(pieces)
+  if not pieces then return deliveries, err, sub(value, 5) end
+  pieces[#pieces + 1] = sub(value, kept_from)
+  return deliveries, err, concat(pieces)
 end
+
+-- ItemHistory's last_error field for each error a call wrote (a batch's items mostly share one).
+local error_fields = {}
 
 -- The item with its history: an envelope (a raw payload wrapped as one) carrying ItemHistory.
 -- `kept` is read_item(value)'s third answer (nil for a raw payload), read once by the caller.
 local function with_history(value, kept, deliveries, err, fence)
   kept = kept or len_field(2, value)
-  -- ItemHistory { 1 deliveries, 2 last_error, 3 last_fence } as field 5, in one concatenation.
-  local d, f = varint_field(1, deliveries), varint_field(3, fence)
-  local e = err ~= "" and len_field(2, err) or ""
-  return "SYE1" .. kept .. varint(5 * 8 + 2) .. varint(#d + #e + #f) .. d .. e .. f
+  -- ItemHistory { 1 deliveries, 2 last_error, 3 last_fence } as field 5 (tag 42, "*"), in one
+  -- concatenation.
+  local d, f, e = varint_field(1, deliveries), varint_field(3, fence), ""
+  if err ~= "" then
+    e = error_fields[err]
+    if not e then
+      e = len_field(2, err)
+      error_fields[err] = e
+    end
+  end
+  return "SYE1" .. kept .. "*" .. varint(#d + #e + #f) .. d .. e .. f
 end
 
 -- The item as first stored, without its history (a raw payload as it was pushed).
@@ -166,14 +200,14 @@ local function without_history(value)
   end
   -- No id: it was a raw payload.
   for _, f in ipairs(fields) do
-    if f[1] == 2 and f[2] == 2 then return string.sub(kept, f[5], f[4]) end
+    if f[1] == 2 and f[2] == 2 then return sub(kept, f[5], f[4]) end
   end
   return ""
 end
 
 -- Splits a delivery record into its claim kind and value.
 local function parse_record(record)
-  return string.sub(record, 1, 1), string.sub(record, 3)
+  return sub(record, 1, 1), sub(record, 3)
 end
 
 -- The recovery set's member for a delivery.
@@ -182,10 +216,12 @@ local function claim_member(kind, value, field)
   return DERIVED .. field
 end
 
--- The fence of a field "<fence>@<owner>" (nil when malformed).
+-- The fence of a field "<fence>@<owner>": a whole number under 2^53, else nil (malformed).
 local function fence_of(field)
-  local at = string.find(field, "@", 1, true)
-  return at and tonumber(string.sub(field, 1, at - 1))
+  local at = find(field, "@", 1, true)
+  local fence = at and tonumber(sub(field, 1, at - 1))
+  if fence and fence >= 0 and fence < 9007199254740992 and fence == floor(fence) then return fence end
+  return nil
 end
 
 -- The wait before attempt `count` + 1 under the retry policy
@@ -203,13 +239,13 @@ local function backoff(policy, count, r)
   if initial <= 0 then return 0 end
   local wait = initial * multiplier ^ (count - 1)
   if wait > max then wait = max end
-  return math.floor(wait * (1 - jitter * r))
+  return floor(wait * (1 - jitter * r))
 end
 
 -- The i-th of a low-discrepancy sequence from the seed `r` (spreads jitter over one batch).
 local function nth_random(r, i)
   local x = r + i * 0.6180339887498949
-  return x - math.floor(x)
+  return x - floor(x)
 end
 
 -- The most tombstones a queue keeps (fences of deliveries returned or recovered), for
@@ -265,24 +301,70 @@ local function remove_delivery(k, field, kind, value, sha, n)
   else
     -- Written, not HINCRBY'd: a count another client left that is no integer ("2.5") would fail
     -- HINCRBY midway through the call; its whole part goes down by one instead.
-    redis.call("HSET", k.leases, "n:" .. sha, math.floor(n) - 1)
+    redis.call("HSET", k.leases, "n:" .. sha, floor(n) - 1)
   end
   redis.call("HDEL", k.leases, unpack(gone))
 end
 
--- Remembers that the delivery with `fence` was taken from its holder (returned or recovered). Written
--- at once, with the item's put-back (a call that fails later keeps both); the set is cut back to
--- TOMBSTONES, the newest, once at the call's end (finish_call).
+--[[
+  The writes of put_back and tombstone, by where they go: { command, the key's name in k }.
+  Made at once, with the removal of their delivery (a call that fails later keeps both), unless
+  the call set k.gathered: then they are gathered, in order, and made in finish_call, one command
+  per destination (in chunks of GATHERED_ARGS arguments). A call may gather only when its loop
+  reads none of these keys and nothing in it can fail once a delivery is removed (recover.lua:
+  its keys' types are checked first, and a malformed field of another client's does not stop
+  it), else the items it removed would not come back.
+]]
+local WRITES = {
+  front = { "RPUSH", "queue" }, back = { "LPUSH", "queue" }, dead = { "LPUSH", "dead" },
+  delayed = { "ZADD", "delayed" }, returned = { "ZADD", "returned" },
+}
+local GATHERED = { "front", "back", "dead", "delayed", "returned" }
+local GATHERED_ARGS = 1000
+
+local function write(k, to, a, b)
+  local gathered = k.gathered
+  if gathered then
+    local args = gathered[to]
+    if not args then
+      args = {}
+      gathered[to] = args
+    end
+    args[#args + 1] = a
+    if b ~= nil then args[#args + 1] = b end
+    return
+  end
+  local w = WRITES[to]
+  if b ~= nil then redis.call(w[1], k[w[2]], a, b) else redis.call(w[1], k[w[2]], a) end
+end
+
+local function write_gathered(k)
+  for _, to in ipairs(GATHERED) do
+    local args, w = k.gathered[to], WRITES[to]
+    if args then
+      for from = 1, #args, GATHERED_ARGS do
+        redis.call(w[1], k[w[2]], unpack(args, from, math.min(#args, from + GATHERED_ARGS - 1)))
+      end
+    end
+  end
+  if k.expire then redis.call("PEXPIRE", k.queue, k.expire) end
+  k.gathered = nil
+end
+
+-- Remembers that the delivery with `fence` was taken from its holder (returned or recovered), in
+-- the tombstones at the score `now` (a number, or its text as the script was given it); the set is
+-- cut back to TOMBSTONES, the newest, once at the call's end (finish_call).
 local function tombstone(k, fence, now)
-  redis.call("ZADD", k.returned, now, fence)
+  write(k, "returned", now, fence)
   k.tombstoned = true
 end
 
--- What a call writes once at its end, not per item: its removed and completed deliveries into the
--- counts ("live", "completed"), and the tombstones' bound. A call checks the keys it writes before
+-- What a call writes once at its end, not per item: what it gathered (see WRITES), its removed and
+-- completed deliveries into the counts ("live", "completed"), and the tombstones' bound. A call checks the keys it writes before
 -- it removes anything (wrong_type): an error between would keep the removals (Redis keeps a
 -- script's writes before its error) without their counts.
 local function finish_call(k)
+  if k.gathered then write_gathered(k) end
   if k.removed > 0 then redis.call("HINCRBY", k.leases, "live", -k.removed) end
   if k.completed > 0 then redis.call("HINCRBY", k.leases, "completed", k.completed) end
   if k.tombstoned and redis.call("ZCARD", k.returned) > TOMBSTONES then
@@ -329,15 +411,17 @@ end
 local function put_back(k, value, kept, count, err, fence, now, delay, front, dead, ttl)
   local stored = with_history(value, kept, count, err, fence)
   if dead then
-    redis.call("LPUSH", k.dead, stored)
+    write(k, "dead", stored)
     return -1
   end
   if delay > 0 then
-    redis.call("ZADD", k.delayed, now + delay, stored)
+    write(k, "delayed", now + delay, stored)
     return now + delay
   end
-  if front then redis.call("RPUSH", k.queue, stored) else redis.call("LPUSH", k.queue, stored) end
-  if ttl > 0 then redis.call("PEXPIRE", k.queue, ttl) end
+  write(k, front and "front" or "back", stored)
+  if ttl > 0 then
+    if k.gathered then k.expire = ttl else redis.call("PEXPIRE", k.queue, ttl) end
+  end
   return 0
 end
 
@@ -351,12 +435,12 @@ local function entry_fields(value)
   local out, payload = {}, ""
   for _, f in ipairs(fields_of(kept, 1) or {}) do
     if f[1] == 2 and f[2] == 2 then
-      payload = string.sub(kept, f[5], f[4])
+      payload = sub(kept, f[5], f[4])
     elseif f[1] == 3 and f[2] == 2 then
-      local entry, k, v = string.sub(kept, f[5], f[4]), "", ""
+      local entry, k, v = sub(kept, f[5], f[4]), "", ""
       for _, g in ipairs(fields_of(entry, 1) or {}) do
-        if g[1] == 1 and g[2] == 2 then k = string.sub(entry, g[5], g[4]) end
-        if g[1] == 2 and g[2] == 2 then v = string.sub(entry, g[5], g[4]) end
+        if g[1] == 1 and g[2] == 2 then k = sub(entry, g[5], g[4]) end
+        if g[1] == 2 and g[2] == 2 then v = sub(entry, g[5], g[4]) end
       end
       out[#out + 1] = k
       out[#out + 1] = v
@@ -383,7 +467,7 @@ local function entry_envelope(id, fields, deliveries, err)
   local h = varint_field(1, deliveries)
   if err ~= "" then h = h .. len_field(2, err) end
   parts[#parts + 1] = len_field(5, h)
-  return table.concat(parts)
+  return concat(parts)
 end
 
 --[[
@@ -492,7 +576,7 @@ local function lease_items(KEYS, ARGV)
       -- The first live delivery of a value claims under the value itself (the seed's record);
       -- an equal value leased meanwhile gets a member of its own, so each delivery has its claim.
       -- (A value that looks like a derived member never claims under itself.)
-      local plain = string.sub(value, 1, #DERIVED) ~= DERIVED
+      local plain = not derived(value)
       if plain and redis.call("HSETNX", KEYS[3], "m:" .. sha, field) == 1 then kind = "v" else kind = "d" end
       count_value(KEYS[3], sha)
       redis.call("ZADD", KEYS[5], ARGV[1], claim_member(kind, value, field))

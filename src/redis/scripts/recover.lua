@@ -25,10 +25,15 @@ local k = queue_context({
 -- Every stale claim goes, its delivery recovered or not: they are the set's first #stale by rank,
 -- taken out with one ZREMRANGEBYRANK after the loop (so a call that fails in it leaves them).
 k.claims_gone = true
+-- Its put-backs and tombstones are written once, at its end (see WRITES): nothing in the loop reads
+-- those keys, and nothing in it can fail (the keys' types are checked above; a field of another
+-- client's with no fence counts as fence 0).
+k.gathered = {}
+local seed, ttl = tonumber(ARGV[6]), tonumber(ARGV[8])
 local recovered, dead, earliest = 0, 0, 0
 for i, member in ipairs(stale) do
   local field
-  if string.sub(member, 1, #DERIVED) == DERIVED then field = string.sub(member, #DERIVED + 1) end
+  if derived(member) then field = sub(member, #DERIVED + 1) end
   local record = field and redis.call("HGET", KEYS[3], field)
   local kind, value, sha, n
   if record then kind, value = parse_record(record) end
@@ -45,10 +50,10 @@ for i, member in ipairs(stale) do
     if kind == "v" then remove_delivery(k, field, kind, value, sha, n) else remove_delivery(k, field, kind, value) end
     local before, _, kept = read_item(value)
     local count = before + 1
-    local fence = fence_of(field)
-    local wait = backoff(ARGV[5], count, nth_random(tonumber(ARGV[6]), i))
-    local due = put_back(k, value, kept, count, ARGV[7], fence, now, wait, true, max > 0 and count >= max, tonumber(ARGV[8]))
-    tombstone(k, fence, now)
+    local fence = fence_of(field) or 0
+    local wait = backoff(ARGV[5], count, nth_random(seed, i))
+    local due = put_back(k, value, kept, count, ARGV[7], fence, now, wait, true, max > 0 and count >= max, ttl)
+    tombstone(k, fence, ARGV[1])
     if due < 0 then
       dead = dead + 1
     else
