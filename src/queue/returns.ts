@@ -28,6 +28,8 @@ export class Returns {
   private readonly waiting = new Map<string, Map<string, Way>>();
   private retryTimer?: ReturnType<typeof setTimeout>;
   private waitMs = FIRST_WAIT_MS;
+  /** Set by stop(): an attempt still in flight then is not tried again when it fails. */
+  private stopped = false;
   private idleWaiters: (() => void)[] = [];
 
   constructor(
@@ -76,8 +78,12 @@ export class Returns {
     });
   }
 
-  /** Stops retrying (the instance is going away). */
+  /**
+   * Stops retrying (the instance is going away): what is not back by now is left to another
+   * instance (instances.ts), including what an attempt still in flight fails to return.
+   */
   stop(): void {
+    this.stopped = true;
     clearTimeout(this.retryTimer);
     this.retryTimer = undefined;
   }
@@ -93,6 +99,10 @@ export class Returns {
       if (this.size === 0) this.notifyIdle();
       return results;
     } catch (err) {
+      if (this.stopped) {
+        this.log.warn("could not return items to their queue; this instance stopped, another will return them", { queue: config.name, items: ops.length, err });
+        return undefined;
+      }
       this.log.warn("could not return items to their queue; trying again", { queue: config.name, items: ops.length, err });
       this.scheduleRetry();
       return undefined;
@@ -111,6 +121,7 @@ export class Returns {
 
   private async retryAll(): Promise<void> {
     for (const [queue, waiting] of [...this.waiting]) {
+      if (this.stopped) return;
       const config = this.configOf(queue);
       if (!config) {
         this.waiting.delete(queue);
