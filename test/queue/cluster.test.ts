@@ -290,5 +290,24 @@ describe.runIf(onCluster)("on a Redis Cluster", () => {
       ]);
       expect(await redis.plain.exists(keys.processing, keys.recovery)).toBe(0);
     });
+
+    it("recover.lua has put back what it took when a leases hash another client left without its count empties midway", async () => {
+      // The hash empties with its last record; the next claim's read of it fails the call ("non local key").
+      const keys = queueKeys("{mig-nolive}", "{mig-nolive}.processing", "{mig-nolive}.dead", "{mig-nolive}.claims");
+      await redis.plain.rpush(keys.queue, "queued");
+      await redis.plain.lpush(keys.processing, "v1", "v2");
+      await redis.plain.hset(keys.leases, "10@a", "d:v1", "11@a", "d:v2");
+      await redis.plain.zadd(keys.recovery, 0, "\0SYC10@a", 1, "\0SYC11@a", 2, "stray");
+      await everyKey(keys);
+      const migration = await migrating(keys.queue);
+      await expect(recoverStale(redis.plain, keys, { ...settleCtx, now: T0 + 60_000, minIdleMs: 1000, limit: 100, reason: "stale" }))
+        .rejects.toThrow(/non local key/);
+      await migration.finish();
+      const back = await redis.plain.lrangeBuffer(keys.queue, 0, -1);
+      expect(back.map((v) => decodeItem(v)).map((i) => [Buffer.from(i.payload).toString(), i.deliveries])).toEqual([
+        ["queued", 0], ["v1", 1], ["v2", 1],
+      ]);
+      expect(await redis.plain.llen(keys.processing)).toBe(0);
+    });
   });
 });

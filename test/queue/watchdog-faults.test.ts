@@ -2,13 +2,14 @@
  * The watchdog under faults, driven directly against a real Redis: a recover
  * call whose reply is lost while the call queued behind it runs (a pass keeps
  * one in flight ahead), and a leases hash whose count of equal values ("n:")
- * another client left holding no integer.
+ * another client left holding no integer, and delivery fields with odd fences or none.
  */
 import { createHash } from "node:crypto";
 import { describe, expect, it } from "vitest";
 import { Watchdog, type WatchdogHost } from "../../src/queue/watchdog.js";
 import { keysOf, normalizeConfig } from "../../src/queue/declaration.js";
-import { adoptOrphans, leaseItems } from "../../src/redis/scripts.js";
+import { adoptOrphans, leaseItems, recoverStale, settleItems } from "../../src/redis/scripts.js";
+import { decodeItem } from "../../src/queue/envelope.js";
 import type { RedisClient } from "../../src/redis/connection.js";
 import { scriptedRedis } from "../helpers/redis.js";
 
@@ -111,11 +112,49 @@ describe("a count of equal values that is no integer", () => {
     expect(leased.map((l) => l.value.toString()).sort()).toEqual(["V", "W"]);
     expect(await db.client.hmget(keys.leases, nField("V"), nField("W"))).toEqual(["1", "1"]);
 
-    // A copy moved into processing by another db.client, under a count left holding junk.
+    // A copy moved into processing by another client, under a count left holding junk.
     await db.client.hset(keys.leases, nField("X"), "1e2x");
     await db.client.lpush(keys.processing, "X");
     expect(await adoptOrphans(db.client, keys, NOW, 100)).toMatchObject({ added: 1 });
     expect(await db.client.hget(keys.leases, nField("X"))).toBe("1");
     expect(await db.client.hget(keys.leases, "live")).toBe("3");
+  });
+});
+
+describe("a delivery field another client wrote with an odd fence, or none", () => {
+  const reason = "not settled";
+  const back = async () =>
+    (await db.client.lrangeBuffer(keys.queue, 0, -1)).map((v) => {
+      const item = decodeItem(v);
+      return [Buffer.from(item.payload).toString(), item.deliveries, item.lastError];
+    });
+
+  it("is retried by settle.lua: its item goes back, not lost halfway", async () => {
+    // Records of kind "-" (no claim): "1.5" is a number, "w" none; neither is a fence a lease writes.
+    await db.client.hset(keys.leases, "1.5@w", "-:first", "w", "-:second", "live", "2");
+    await db.client.rpush(keys.processing, "first", "second");
+    await db.client.set(keys.fence, "10");
+    const results = await settleItems(db.client, keys, { now: NOW, maxDeliveries: 25, retryPolicy: "0,1,0,0", publishTtlMs: 0 }, [
+      { action: "retry", delivery: "1.5@w", reason },
+      { action: "retry", delivery: "w", reason },
+    ]);
+    expect(results.map((r) => r.code)).toEqual(["done", "done"]);
+    // Retried items go to the back of the queue (LPUSH), so the second is leftmost.
+    expect(await back()).toEqual([["second", 1, reason], ["first", 1, reason]]);
+    expect(await db.client.llen(keys.processing)).toBe(0);
+    expect(await db.client.hget(keys.leases, "live")).toBe("0");
+  });
+
+  it("is recovered by recover.lua: its item goes back with fence 0", async () => {
+    await db.client.hset(keys.leases, "w", "d:stalled", "live", "1");
+    await db.client.rpush(keys.processing, "stalled");
+    await db.client.zadd(keys.recovery, 0, "\0SYCw");
+    const pass = await recoverStale(db.client, keys, {
+      now: NOW, minIdleMs: MIN_IDLE_MS, limit: 50, maxDeliveries: 25, retryPolicy: "0,1,0,0", publishTtlMs: 0, reason,
+    });
+    expect(pass).toEqual({ recovered: 1, deadLettered: 0, seen: 1, earliestDueMs: 0 });
+    expect(await back()).toEqual([["stalled", 1, reason]]);
+    expect(await db.client.zrange(keys.returned, 0, -1)).toEqual(["0"]);
+    expect(await db.client.hget(keys.leases, "live")).toBe("0");
   });
 });

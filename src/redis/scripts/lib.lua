@@ -216,11 +216,12 @@ local function claim_member(kind, value, field)
   return DERIVED .. field
 end
 
--- The fence of a field "<fence>@<owner>": a whole number under 2^53, else nil (malformed).
+-- The fence of a field "<fence>@<owner>": a number, finite and not negative, else nil (a field of
+-- another client's). varint() would never end on a negative, infinite or NaN fence.
 local function fence_of(field)
   local at = find(field, "@", 1, true)
   local fence = at and tonumber(sub(field, 1, at - 1))
-  if fence and fence >= 0 and fence < 9007199254740992 and fence == floor(fence) then return fence end
+  if fence and fence >= 0 and fence < math.huge then return fence end
   return nil
 end
 
@@ -311,9 +312,8 @@ end
   Made at once, with the removal of their delivery (a call that fails later keeps both), unless
   the call set k.gathered: then they are gathered, in order, and made in finish_call, one command
   per destination (in chunks of GATHERED_ARGS arguments). A call may gather only when its loop
-  reads none of these keys and nothing in it can fail once a delivery is removed (recover.lua:
-  its keys' types are checked first, and a malformed field of another client's does not stop
-  it), else the items it removed would not come back.
+  reads none of these keys and nothing in it can fail once a delivery is removed, else the items
+  it removed would not come back (recover.lua says why nothing in its loop can).
 ]]
 local WRITES = {
   front = { "RPUSH", "queue" }, back = { "LPUSH", "queue" }, dead = { "LPUSH", "dead" },
@@ -532,7 +532,8 @@ local function settle_all(KEYS, ARGV, from)
             wait = delay == "" and backoff(policy, count, nth_random(seed, i)) or tonumber(delay)
           end
           local dead = action == "k" or (max > 0 and count >= max)
-          local fence = fence_of(field)
+          -- A field with no fence (another client's) is put back as fence 0, not left half removed.
+          local fence = fence_of(field) or 0
           due = put_back(k, value, kept, count, err, fence, now, wait, action == "b", dead, ttl)
           if due < 0 then code, due = 2, 0 end
           if action == "b" then tombstone(k, fence, now) end

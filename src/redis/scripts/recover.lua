@@ -26,10 +26,13 @@ local k = queue_context({
 -- taken out with one ZREMRANGEBYRANK after the loop (so a call that fails in it leaves them).
 k.claims_gone = true
 -- Its put-backs and tombstones are written once, at its end (see WRITES): nothing in the loop reads
--- those keys, and nothing in it can fail (the keys' types are checked above; a field of another
--- client's with no fence counts as fence 0).
-k.gathered = {}
-local seed, ttl = tonumber(ARGV[6]), tonumber(ARGV[8])
+-- those keys, and nothing in it can fail: the keys' types are checked above, a field of another
+-- client's with no fence counts as fence 0, and the leases hash keeps its "live" count, so removing
+-- deliveries never empties it. (An emptied key, read again while the cluster slot migrates, fails
+-- the call: "non local key". A hash another client left without "live" is written item by item.)
+if redis.call("HEXISTS", KEYS[3], "live") == 1 then k.gathered = {} end
+-- The tombstones' score: `now` as Lua writes a number, made once.
+local score, seed, ttl = tostring(now), tonumber(ARGV[6]), tonumber(ARGV[8])
 local recovered, dead, earliest = 0, 0, 0
 for i, member in ipairs(stale) do
   local field
@@ -53,7 +56,7 @@ for i, member in ipairs(stale) do
     local fence = fence_of(field) or 0
     local wait = backoff(ARGV[5], count, nth_random(seed, i))
     local due = put_back(k, value, kept, count, ARGV[7], fence, now, wait, true, max > 0 and count >= max, ttl)
-    tombstone(k, fence, ARGV[1])
+    tombstone(k, fence, score)
     if due < 0 then
       dead = dead + 1
     else
