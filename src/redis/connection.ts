@@ -164,8 +164,9 @@ function createClient(target: Exclude<RedisTarget, { kind: "embedded" }>, t: Red
         tls,
         sentinelTLS: tls,
         enableTLSForSentinelMode: tls !== undefined,
-        // Follow +switch-master at once; a command that still meets the demoted master fails
-        // (READONLY: it did not run, so UNAVAILABLE) and the connection asks the sentinels again.
+        // Follow +switch-master at once (see reconnectAbortedAttempts); a command that still meets
+        // the demoted master fails (READONLY: it did not run, so UNAVAILABLE) and the connection
+        // asks the sentinels again.
         failoverDetector: true,
         reconnectOnError: (err) => err.message.startsWith("READONLY"),
       });
@@ -188,6 +189,29 @@ function disarmStaleSocketTimeout(client: RedisClient): void {
     });
   if (client instanceof Cluster) client.on("+node", guard);
   else guard(client);
+}
+
+/**
+ * ioredis 5.11 (6.0 as well) gives a Sentinel client up for good when its connection is dropped
+ * while it is asking the sentinels for the master (or waiting to ask them again): that attempt
+ * fails "Connection is closed." and the client goes to "end", not "reconnecting". The failover
+ * detector drops it so on +switch-master, which comes while the client still retries the dead
+ * master: a failover could thus end a connection for the life of the process (the command
+ * connection: every call UNAVAILABLE; a blocking reader or the subscriber: silent). Such a client
+ * is connected again here, at once, as the detector meant; one closed by disconnect() or quit()
+ * (which set ioredis's manuallyClosing) stays closed.
+ */
+function reconnectAbortedAttempts(client: RedisClient, log: Logger): void {
+  if (client instanceof Cluster || !client.options.sentinels) return;
+  // Ended from "connecting" (no "close" since): the attempt itself was dropped.
+  let connecting = false;
+  client.on("connecting", () => (connecting = true)).on("close", () => (connecting = false));
+  client.on("end", () => {
+    const closing = (client as unknown as { manuallyClosing?: boolean }).manuallyClosing;
+    if (!connecting || closing || client.status !== "end") return;
+    log.info("redis connection dropped while it asked the sentinels for the master; connecting again");
+    client.connect().catch(() => undefined); // failing, it reconnects as any connection does (retryStrategy)
+  });
 }
 
 /** A new connection like `client`'s, with `options` for each node; not yet connected. */
@@ -287,6 +311,7 @@ export async function connectRedis(target: RedisTarget, log: Logger, timeouts: R
   };
   const client = createClient(direct, timeouts);
   disarmStaleSocketTimeout(client);
+  reconnectAbortedAttempts(client, log);
   client.on("error", onError);
   client.on("ready", () => (lastError = ""));
   const readyWithinMs = timeouts.clusterReadyTimeoutMs ?? CLUSTER_READY_TIMEOUT_MS;
@@ -296,9 +321,13 @@ export async function connectRedis(target: RedisTarget, log: Logger, timeouts: R
   const connectExtra = async (options: RedisOptions) => {
     const dup = duplicateWith(client, options);
     disarmStaleSocketTimeout(dup);
+    reconnectAbortedAttempts(dup, log);
     dup.on("error", onError);
     extra.add(dup);
-    dup.once("end", () => extra.delete(dup));
+    // Closed for good: reconnectAbortedAttempts, listening first, has connected again one that was not.
+    dup.on("end", () => {
+      if (dup.status === "end") extra.delete(dup);
+    });
     return open(dup, log, readyWithinMs);
   };
   const duplicate = () => connectExtra(patientOptions(timeouts, timeouts.longestBlockMs));

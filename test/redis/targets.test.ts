@@ -99,6 +99,11 @@ describe("Redis Sentinel (SWITCHYARD_REDIS_SENTINELS)", () => {
       const replicas = (await sentinel.call("SENTINEL", "REPLICAS", "data")) as unknown[];
       return replicas.length === 1 ? true : undefined;
     });
+    // Listed is not in sync: the master holds a replica's first sync back for repl-diskless-sync-delay
+    // (5 s), and the test's WAIT for the replica could run out before it is done.
+    const replica = new Redis({ port: ports + 1, password: PASSWORD }).on("error", () => undefined);
+    await until("the replica to be in sync", async () => (/^master_link_status:up\b/m.test(await replica.info("replication")) ? true : undefined));
+    replica.disconnect();
   }, 30_000);
   afterAll(() => sentinel?.disconnect());
 
