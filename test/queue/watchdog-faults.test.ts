@@ -130,17 +130,19 @@ describe("a delivery field another client wrote with an odd fence, or none", () 
     });
 
   it("is retried by settle.lua: its item goes back, not lost halfway", async () => {
-    // Records of kind "-" (no claim): "1.5" is a number, "w" none; neither is a fence a lease writes.
-    await db.client.hset(keys.leases, "1.5@w", "-:first", "w", "-:second", "live", "2");
-    await db.client.rpush(keys.processing, "first", "second");
+    // Records of kind "-" (no claim): "1.5" is a number, "w" none, "-1" one that would never end as
+    // a varint (the script ran until Redis was killed); none is a fence a lease writes.
+    await db.client.hset(keys.leases, "1.5@w", "-:first", "w", "-:second", "-1@w", "-:third", "live", "3");
+    await db.client.rpush(keys.processing, "first", "second", "third");
     await db.client.set(keys.fence, "10");
     const results = await settleItems(db.client, keys, { now: NOW, maxDeliveries: 25, retryPolicy: "0,1,0,0", publishTtlMs: 0 }, [
       { action: "retry", delivery: "1.5@w", reason },
       { action: "retry", delivery: "w", reason },
+      { action: "retry", delivery: "-1@w", reason },
     ]);
-    expect(results.map((r) => r.code)).toEqual(["done", "done"]);
-    // Retried items go to the back of the queue (LPUSH), so the second is leftmost.
-    expect(await back()).toEqual([["second", 1, reason], ["first", 1, reason]]);
+    expect(results.map((r) => r.code)).toEqual(["done", "done", "done"]);
+    // Retried items go to the back of the queue (LPUSH), so the last is leftmost.
+    expect(await back()).toEqual([["third", 1, reason], ["second", 1, reason], ["first", 1, reason]]);
     expect(await db.client.llen(keys.processing)).toBe(0);
     expect(await db.client.hget(keys.leases, "live")).toBe("0");
   });
