@@ -5,6 +5,7 @@
  */
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
+import { connect } from "node:net";
 import { join } from "node:path";
 import { Redis, type Cluster } from "ioredis";
 import { afterAll, beforeAll, beforeEach } from "vitest";
@@ -129,4 +130,58 @@ export function scriptedRedis(): { readonly client: Redis; readonly redis: Stand
     await db.redis?.stop();
   });
   return db;
+}
+
+/** One command as MONITOR reports it: who sent it ("lua" for a script's calls, else the client's address) and its arguments. */
+export interface MonitoredCommand {
+  source: string;
+  args: string[];
+}
+
+/**
+ * Streams what `node` runs, by MONITOR on a socket of its own. Not ioredis's
+ * monitor(): it leaves monitoring mode to a promise callback, so a first
+ * command report that arrives in the same read as MONITOR's OK finds the
+ * connection not yet monitoring and fails it with "Command queue state error".
+ * Resolves once Redis answered OK, so every command run after that is seen.
+ */
+export async function monitorNode(node: Redis, seen: (command: MonitoredCommand) => void): Promise<{ stop(): void }> {
+  const { path, host, port } = node.options;
+  const socket = path ? connect(path) : connect(port!, host);
+  let pending = "";
+  let monitoring = false;
+  await new Promise<void>((resolve, reject) => {
+    socket.setEncoding("latin1");
+    socket.once("error", reject);
+    socket.on("data", (chunk: string) => {
+      pending += chunk;
+      let end: number;
+      while ((end = pending.indexOf("\r\n")) >= 0) {
+        const line = pending.slice(0, end);
+        pending = pending.slice(end + 2);
+        if (!monitoring) {
+          if (line !== "+OK") return reject(new Error(`MONITOR answered ${line}`));
+          monitoring = true;
+          resolve();
+        } else {
+          seen(monitorLine(line));
+        }
+      }
+    });
+    socket.write("MONITOR\r\n");
+  });
+  return { stop: () => void socket.destroy() };
+}
+
+/** `+1796315635.421419 [0 unix:/tmp/x.sock] "hset" "k" "v\"1"` → source "unix:/tmp/x.sock", args ["hset", "k", "v\"1"]. */
+function monitorLine(line: string): MonitoredCommand {
+  const open = line.indexOf("[");
+  const close = line.indexOf("]", open);
+  const source = line.slice(open + 1, close).split(" ").slice(1).join(" ");
+  const args = [...line.slice(close + 1).matchAll(/"((?:[^"\\]|\\.)*)"/g)].map(([, quoted]) =>
+    quoted.replace(/\\(x[0-9a-f]{2}|.)/g, (_, e: string) =>
+      e.length === 3 ? String.fromCharCode(parseInt(e.slice(1), 16)) : ({ n: "\n", r: "\r", t: "\t", a: "\x07", b: "\b" } as Record<string, string>)[e] ?? e,
+    ),
+  );
+  return { source, args };
 }

@@ -16,6 +16,7 @@ import { errorReason } from "../../src/client/errors.js";
 import type { LeaseSession } from "../../src/client/client.js";
 import type { QueueConfig } from "../../src/queue/declaration.js";
 import type { QueueDispatcher } from "../../src/queue/dispatcher.js";
+import { monitorNode } from "../helpers/redis.js";
 import { useSwitchyard } from "../helpers/switchyard.js";
 
 const t = useSwitchyard();
@@ -26,12 +27,11 @@ const t = useSwitchyard();
  * pump's blocking wake-up.
  */
 async function commandsNaming(key: string): Promise<{ sent: string[][]; stop(): void }> {
-  const monitor = await t.redis.nodeFor(key).monitor();
   const sent: string[][] = [];
-  monitor.on("monitor", (_time: string, args: string[], source: string) => {
-    if (source !== "lua" && args.includes(key) && args[0].toLowerCase() !== "blmove") sent.push(args.map(String));
+  const monitor = await monitorNode(t.redis.nodeFor(key), ({ source, args }) => {
+    if (source !== "lua" && args.includes(key) && args[0].toLowerCase() !== "blmove") sent.push(args);
   });
-  return { sent, stop: () => void monitor.disconnect() };
+  return { sent, stop: monitor.stop };
 }
 
 const text = (ds: Delivery[]) => ds.map((d) => Buffer.from(d.payload).toString());
