@@ -271,6 +271,8 @@ export class Queues {
   readonly delayed: DelayedItems;
   private readonly dispatchHost: DispatchHost;
   private stopReleases?: () => void;
+  /** Simple deliveries settled here whose record or announcement was lost: made again once Redis is back (see releaseSimple). */
+  private readonly unannounced = new Set<string>();
 
   constructor(
     readonly registry: QueueRegistry,
@@ -333,6 +335,11 @@ export class Queues {
   private readonly onReconnect = () => {
     // The released channel's own resync may have found this connection down (see releaseSimple).
     this.onReleasesMissed();
+    if (this.unannounced.size > 0) {
+      const tokens = [...this.unannounced];
+      this.unannounced.clear();
+      this.announceReleases(tokens);
+    }
     for (const d of this.dispatchers.values()) d.markUnsure();
     const tokens = [...this.rechecks];
     this.rechecks.clear();
@@ -753,6 +760,7 @@ export class Queues {
   }
 
   private async forgetSettledElsewhere(stream: LeaseStream): Promise<void> {
+    if (stream.config.mode === "simple") return this.forgetReleasedSimple(stream);
     const held = [...stream.held].filter(([, ref]) => ref.owner);
     if (held.length === 0) return;
     const now = this.clock.now();
@@ -764,38 +772,67 @@ export class Queues {
     });
   }
 
+  /** Frees the credit of simple deliveries the stream holds that were settled elsewhere and recorded, the announcement missed (see releaseSimple). */
+  private async forgetReleasedSimple(stream: LeaseStream): Promise<void> {
+    const tokens = [...stream.held.keys()];
+    if (tokens.length === 0) return;
+    const recorded = await this.redis.client.zmscore(systemKeys(this.options.namespace).recentlyReleased, ...tokens);
+    tokens.forEach((token, i) => {
+      if (recorded[i] !== null) this.release(token, stream);
+    });
+  }
+
   /**
    * Frees the credit a settled simple delivery held. Its stream may be on another
    * instance, which has no record in Redis to find the settle by (a reliable
-   * delivery's heartbeat check reads its record): that instance hears it on the
-   * released channel, or, if it was not listening then (its pub/sub connection
-   * being made again), finds it among the recent releases once it listens again
-   * (and once its command connection is back, should that come later).
+   * delivery's heartbeat check reads its record): this instance records it among
+   * the recent releases and announces it on the released channel. The holder
+   * hears it there; if it was not listening then (its pub/sub connection being
+   * made again), it finds the record once it listens again (and once its command
+   * connection is back, should that come later); if the announcement never came
+   * (this instance died after the record), its next heartbeat check finds the
+   * record. A record or announcement lost to a cut connection is made again
+   * once this instance's connection is back. The settle itself is accepted
+   * either way (SPEC Q3).
    */
   private releaseSimple(token: string, ownStream?: LeaseStream): void {
     if (ownStream?.held.has(token) || this.holders.has(token)) return this.release(token, ownStream);
+    this.announceReleases([token]);
+  }
+
+  /**
+   * Records and announces simple deliveries settled here for streams elsewhere
+   * (see releaseSimple), in one transaction: once its bytes are out, a crash
+   * of this instance loses neither, and an instance that reads the record
+   * after it listens again cannot have missed both (on a cluster the
+   * announcement reaches other nodes after the record is written).
+   */
+  private announceReleases(tokens: readonly string[]): void {
     const keys = systemKeys(this.options.namespace);
     const now = this.clock.now();
-    const recent = this.redis.client.multi()
-      .zadd(keys.recentlyReleased, now, token)
+    const announce = this.redis.client.multi()
+      .zadd(keys.recentlyReleased, ...tokens.flatMap((token) => [now, token]))
       .zremrangebyscore(keys.recentlyReleased, "-inf", now - RECENT_RELEASES_MS)
       .zremrangebyrank(keys.recentlyReleased, 0, -RECENT_RELEASES - 1)
       .pexpire(keys.recentlyReleased, RECENT_RELEASES_MS);
-    // Announced once recorded: on a cluster the PUBLISH may go through another node, and an
-    // instance that reads the record after it listens again must not miss both.
-    execAll(recent)
-      .catch((err: unknown) =>
-        this.log.warn("could not record a settled simple delivery among the recent releases; an instance not listening now keeps its credit taken", { err }),
-      )
-      .finally(() =>
-        this.redis.client.publish(keys.released, token).catch((err: unknown) =>
-          this.log.warn("could not announce a settled simple delivery; its stream's credit stays taken", { err }),
-        ),
-      );
+    for (const token of tokens) announce.publish(keys.released, token);
+    execAll(announce).catch((err: unknown) => {
+      // Made again once Redis is back (onReconnect); the oldest are let go first when there are too many.
+      if (this.unannounced.size === 0) this.log.warn("could not announce simple deliveries settled here for streams on other instances; announcing them again once Redis is back", { err });
+      for (const token of tokens) {
+        this.unannounced.delete(token);
+        this.unannounced.add(token);
+      }
+      for (const token of this.unannounced) {
+        if (this.unannounced.size <= RECENT_RELEASES) break;
+        this.unannounced.delete(token);
+      }
+    });
   }
 
   /** The released channel listens again after its connection was lost: frees what was announced meanwhile (see releaseSimple). */
   private readonly onReleasesMissed = () => {
+    if (!this.redis.ready()) return; // read once the command connection is back (onReconnect)
     this.redis.client.zrange(systemKeys(this.options.namespace).recentlyReleased, 0, -1).then(
       (tokens) => tokens.forEach((token) => this.release(token)),
       (err: unknown) => this.log.warn("could not read the recent releases of simple deliveries; streams may hold credit for some settled elsewhere", { err }),
