@@ -370,7 +370,8 @@ export class QueueDispatcher {
       }));
     }
     const { first, values } = await popItems(host.redis.client, keys, max);
-    return values.map((value, i) => ({ ref: { queue: name, fence: first + i, owner: "", popped: value }, value }));
+    const poppedMs = host.clock.now();
+    return values.map((value, i) => ({ ref: { queue: name, fence: first + i, owner: "", popped: value, poppedMs }, value }));
   }
 
   /** A reliable queue's leased items as this instance's deliveries. */

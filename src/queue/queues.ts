@@ -3,7 +3,7 @@
  * stats. Transports (gRPC) call it; it knows nothing of them.
  */
 import { SwitchyardError, invalid } from "../errors.js";
-import { systemClock, type Clock } from "../clock.js";
+import { systemClock, type Clock, type Timer } from "../clock.js";
 import type { Logger } from "../log.js";
 import { noMetrics, type Metrics } from "../metrics/hooks.js";
 import { MAX_REPLICA_WAIT_MS, execAll, type RedisConnection } from "../redis/connection.js";
@@ -74,6 +74,8 @@ const MAX_REPLICAS = 64;
  */
 const RECENT_RELEASES_MS = 10 * 60_000;
 const RECENT_RELEASES = 10_000;
+/** How often a failed record of simple deliveries settled here for streams elsewhere is tried again (see announceReleases). */
+const ANNOUNCE_RETRY_MS = 1000;
 
 /** Wait for replicas before answering an enqueue (Redis WAIT). */
 export interface ReplicaWait {
@@ -271,8 +273,9 @@ export class Queues {
   readonly delayed: DelayedItems;
   private readonly dispatchHost: DispatchHost;
   private stopReleases?: () => void;
-  /** Simple deliveries settled here whose record or announcement was lost: made again once Redis is back (see releaseSimple). */
-  private readonly unannounced = new Set<string>();
+  /** Simple deliveries settled here for streams elsewhere whose announcement failed, with when: made again (see announceReleases). */
+  private readonly unannounced = new Map<string, number>();
+  private announceTimer?: Timer;
 
   constructor(
     readonly registry: QueueRegistry,
@@ -335,11 +338,7 @@ export class Queues {
   private readonly onReconnect = () => {
     // The released channel's own resync may have found this connection down (see releaseSimple).
     this.onReleasesMissed();
-    if (this.unannounced.size > 0) {
-      const tokens = [...this.unannounced];
-      this.unannounced.clear();
-      this.announceReleases(tokens);
-    }
+    void this.announceAgain();
     for (const d of this.dispatchers.values()) d.markUnsure();
     const tokens = [...this.rechecks];
     this.rechecks.clear();
@@ -430,6 +429,10 @@ export class Queues {
     this.delayed.stop();
     this.stopReleases?.();
     this.redis.client.off("ready", this.onReconnect);
+    // A last try for releases not yet announced (no later one: their holders' credit stays taken if it fails).
+    await this.announceAgain();
+    this.announceTimer?.cancel();
+    this.announceTimer = undefined;
     const groups = [...this.dispatchers.values()].filter((d): d is StreamDispatcher => d instanceof StreamDispatcher);
     for (const d of this.dispatchers.values()) d.close();
     this.dispatchers.clear();
@@ -777,9 +780,20 @@ export class Queues {
     const tokens = [...stream.held.keys()];
     if (tokens.length === 0) return;
     const recorded = await this.redis.client.zmscore(systemKeys(this.options.namespace).recentlyReleased, ...tokens);
-    tokens.forEach((token, i) => {
-      if (recorded[i] !== null) this.release(token, stream);
-    });
+    tokens.forEach((token, i) => this.releaseRecorded(token, recorded[i]));
+  }
+
+  /**
+   * Frees a simple delivery found among the recent releases, settled at
+   * `settledMs`, if a stream here holds it and took it no later: a record
+   * made before the pop is not of this delivery (an ack of a token not yet
+   * issued, or a token issued again after Redis lost the fence counter's
+   * writes), and freeing its credit would let the stream hold more than it
+   * asked for.
+   */
+  private releaseRecorded(token: string, settledMs: string | null): void {
+    const ref = this.holders.get(token)?.held.get(token);
+    if (ref && settledMs !== null && Number(settledMs) >= (ref.poppedMs ?? -Infinity)) this.release(token);
   }
 
   /**
@@ -791,50 +805,72 @@ export class Queues {
    * made again), it finds the record once it listens again (and once its command
    * connection is back, should that come later); if the announcement never came
    * (this instance died after the record), its next heartbeat check finds the
-   * record. A record or announcement lost to a cut connection is made again
-   * once this instance's connection is back. The settle itself is accepted
-   * either way (SPEC Q3).
+   * record. A record or announcement that fails is made again (see
+   * announceReleases). The settle itself is accepted either way (SPEC Q3).
    */
   private releaseSimple(token: string, ownStream?: LeaseStream): void {
     if (ownStream?.held.has(token) || this.holders.has(token)) return this.release(token, ownStream);
-    this.announceReleases([token]);
+    void this.announceReleases([[token, this.clock.now()]]);
   }
 
   /**
-   * Records and announces simple deliveries settled here for streams elsewhere
-   * (see releaseSimple), in one transaction: once its bytes are out, a crash
-   * of this instance loses neither, and an instance that reads the record
-   * after it listens again cannot have missed both (on a cluster the
-   * announcement reaches other nodes after the record is written).
+   * Records and announces simple deliveries settled here for streams elsewhere,
+   * each with when it was settled (see releaseSimple), in one transaction: once
+   * its bytes are out, a crash of this instance loses neither, and an instance
+   * that reads the record after it listens again cannot have missed both (on a
+   * cluster the announcement reaches other nodes after the record is written).
+   * If it fails, the announcements go alone (Redis may refuse the record and
+   * serve them: out of memory), and the whole is made again once the command
+   * connection is back, and every ANNOUNCE_RETRY_MS until it goes through (a
+   * cluster's failover emits no "ready"). Resolves once it has answered.
    */
-  private announceReleases(tokens: readonly string[]): void {
+  private announceReleases(releases: readonly (readonly [string, number])[]): Promise<void> {
     const keys = systemKeys(this.options.namespace);
     const now = this.clock.now();
     const announce = this.redis.client.multi()
-      .zadd(keys.recentlyReleased, ...tokens.flatMap((token) => [now, token]))
+      .zadd(keys.recentlyReleased, ...releases.flatMap(([token, settledMs]) => [settledMs, token]))
       .zremrangebyscore(keys.recentlyReleased, "-inf", now - RECENT_RELEASES_MS)
       .zremrangebyrank(keys.recentlyReleased, 0, -RECENT_RELEASES - 1)
       .pexpire(keys.recentlyReleased, RECENT_RELEASES_MS);
-    for (const token of tokens) announce.publish(keys.released, token);
-    execAll(announce).catch((err: unknown) => {
-      // Made again once Redis is back (onReconnect); the oldest are let go first when there are too many.
-      if (this.unannounced.size === 0) this.log.warn("could not announce simple deliveries settled here for streams on other instances; announcing them again once Redis is back", { err });
-      for (const token of tokens) {
-        this.unannounced.delete(token);
-        this.unannounced.add(token);
-      }
-      for (const token of this.unannounced) {
-        if (this.unannounced.size <= RECENT_RELEASES) break;
-        this.unannounced.delete(token);
-      }
-    });
+    for (const [token] of releases) announce.publish(keys.released, token);
+    return execAll(announce).then(
+      () => undefined,
+      (err: unknown) => {
+        for (const [token] of releases) this.redis.client.publish(keys.released, token).catch(() => undefined);
+        if (this.unannounced.size === 0) {
+          this.log.warn("could not record simple deliveries settled here for streams on other instances; trying again", { releases: releases.length, err });
+        }
+        for (const [token, settledMs] of releases) {
+          this.unannounced.delete(token); // to the end: the oldest are let go first when there are too many
+          this.unannounced.set(token, settledMs);
+        }
+        for (const token of this.unannounced.keys()) {
+          if (this.unannounced.size <= RECENT_RELEASES) break;
+          this.unannounced.delete(token);
+        }
+        this.announceTimer ??= this.clock.setTimer(ANNOUNCE_RETRY_MS, () => {
+          this.announceTimer = undefined;
+          void this.announceAgain();
+        });
+      },
+    );
+  }
+
+  /** Records and announces again the releases whose announcement failed (see announceReleases). */
+  private announceAgain(): Promise<void> {
+    if (this.unannounced.size === 0) return Promise.resolve();
+    const releases = [...this.unannounced];
+    this.unannounced.clear();
+    return this.announceReleases(releases);
   }
 
   /** The released channel listens again after its connection was lost: frees what was announced meanwhile (see releaseSimple). */
   private readonly onReleasesMissed = () => {
     if (!this.redis.ready()) return; // read once the command connection is back (onReconnect)
-    this.redis.client.zrange(systemKeys(this.options.namespace).recentlyReleased, 0, -1).then(
-      (tokens) => tokens.forEach((token) => this.release(token)),
+    this.redis.client.zrange(systemKeys(this.options.namespace).recentlyReleased, 0, -1, "WITHSCORES").then(
+      (flat) => {
+        for (let i = 0; i < flat.length; i += 2) this.releaseRecorded(flat[i], flat[i + 1]);
+      },
       (err: unknown) => this.log.warn("could not read the recent releases of simple deliveries; streams may hold credit for some settled elsewhere", { err }),
     );
   };

@@ -24,6 +24,8 @@ export interface LeaseRef {
   entry?: EntryRef;
   /** A simple queue's delivery while its stream holds it: the item as popped, for a release to push back. */
   popped?: Buffer;
+  /** A simple queue's delivery: when it was popped (a record of a settle made before it is not of this delivery). */
+  poppedMs?: number;
 }
 
 /** The mode of the queue a token's delivery came from. */

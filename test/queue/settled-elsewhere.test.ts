@@ -13,12 +13,19 @@
  * that never came (that instance died after its record) is found by the
  * holder's heartbeat check (the trickle model history of seed 8321 at 200
  * steps: an outage of the settling instance, and the credit stayed taken).
+ * A break review found the rest: a record older than the delivery's pop (an
+ * ack of a token not yet issued) must free nothing, or the stream holds more
+ * than its credit; a record Redis refuses with the connection up (out of
+ * memory, a cluster failover) is tried again on a timer, not only on "ready".
  */
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { QueueMode, type Delivery } from "../../src/gen/switchyard/v1/queue_pb.js";
 import type { LeaseSession } from "../../src/client/client.js";
 import { ManualClock } from "../../src/clock.js";
 import { systemKeys } from "../../src/redis/keys.js";
+import { keysOf } from "../../src/queue/declaration.js";
+import type { LeaseStream } from "../../src/queue/lease-stream.js";
+import { tokenFormatter } from "../../src/queue/token.js";
 import { startLink, type Link } from "../helpers/link.js";
 import { startRedis, startStandaloneRedis, type StandaloneRedis, type TestRedis } from "../helpers/redis.js";
 import { startSwitchyard, type TestSwitchyard } from "../helpers/switchyard.js";
@@ -55,6 +62,27 @@ describe("a delivery settled through another instance", () => {
       await session.close();
     });
   }
+
+  it("frees nothing for a record made before the delivery was popped (an ack of a token not yet issued)", async () => {
+    const name = "{elsewhere-early}";
+    await holder.client.createQueue({ name, mode: QueueMode.SIMPLE });
+    await holder.client.enqueue(name, ["first", "second"]);
+    // A simple queue's tokens are numbered by its fence counter (SPEC Q11): the next one can be named.
+    const next = tokenFormatter(name)(Number((await redis.plain.get(keysOf(await holder.app.queues.registry.get(name)).fence)) ?? 0) + 1, "");
+    await other.client.ack(next); // accepted (SPEC Q3), and recorded among the recent releases
+    await clock.advance(1);
+    const session = holder.client.lease(name, 1);
+    const [first] = await session.take(1);
+    expect(first.leaseToken).toBe(next);
+    // The heartbeat check, as its timer runs it: the record is older than the pop.
+    const stream = [...(holder.app.queues as unknown as { streams: Set<LeaseStream> }).streams].find((s) => s.queue === name)!;
+    await (holder.app.queues as unknown as { forgetReleasedSimple(s: LeaseStream): Promise<void> }).forgetReleasedSimple(stream);
+    expect([...stream.held.keys()]).toEqual([next]);
+    await other.client.ack(first.leaseToken); // settled now: freed, and the second comes
+    const [second] = await session.take(1);
+    expect(Buffer.from(second.payload).toString()).toBe("second");
+    await session.close();
+  });
 });
 
 describe("a simple delivery settled through another instance while the holder does not listen", () => {
@@ -153,6 +181,28 @@ describe("a simple delivery settled through another instance while the holder do
     await clock.advance(HEARTBEAT_MS);
     const [second] = await session.take(1);
     expect(Buffer.from(second.payload).toString()).toBe("second");
+    await session.close();
+  });
+  it("records a release Redis refused (out of memory) once it takes writes again, with no reconnect to wait for", { timeout: 15_000 }, async () => {
+    const { session, first } = await holding("{elsewhere-oom}", elsewhere);
+    const recent = systemKeys("switchyard").recentlyReleased;
+    await own.plain.config("SET", "maxmemory-policy", "noeviction");
+    await own.plain.config("SET", "maxmemory", "1");
+    const unannounced = (cut.app.queues as unknown as { unannounced: Map<string, number> }).unannounced;
+    try {
+      await cut.client.ack(first.leaseToken); // accepted (SPEC Q3); the record is refused
+      await expect.poll(() => [...unannounced.keys()]).toEqual([first.leaseToken]);
+      expect(await own.plain.zrange(recent, 0, -1)).toEqual([]);
+    } finally {
+      await own.plain.config("SET", "maxmemory", "0");
+    }
+    // The announcement alone was served (Redis takes PUBLISH when out of memory): the holder's credit is free.
+    const [second] = await session.take(1);
+    expect(Buffer.from(second.payload).toString()).toBe("second");
+    // The record is tried again on a timer: the connection never dropped, so no "ready" comes.
+    await clock.advance(1000);
+    await expect.poll(() => own.plain.zrange(recent, 0, -1)).toEqual([first.leaseToken]);
+    expect(unannounced.size).toBe(0);
     await session.close();
   });
 });
