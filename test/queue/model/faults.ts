@@ -17,6 +17,7 @@ export async function kill(r: Run): Promise<string | undefined> {
       else it.killedAt = now(r);
     }
   }
+  answersMayBeLost(r, [inst]);
   r.world.kill(inst);
   r.model.killed.set(inst.sy.app.queues.instances.id, now(r));
   return `kill ${inst.name} (sessions ${sessions.map((s) => s.id).join(", ") || "none"})`;
@@ -47,9 +48,21 @@ export async function cut(r: Run): Promise<string | undefined> {
   // Each instance's command connection reconnects: wait for that, so later steps' calls find Redis.
   const back = targets.map((inst) => new Promise((ok) => inst.sy.app.redis.client.once("ready", ok)));
   const lost = popsMayBeLost(r, targets);
+  answersMayBeLost(r, targets);
   for (const inst of targets) inst.link.cut();
   await Promise.all(back);
   return `${pushed ? `${pushed}, then at once ` : ""}cut the Redis connections of ${targets.map((i) => i.name).join(", ")}${lost}`;
+}
+
+/**
+ * A stream settle the model saw apply may still wait for its answer when its instance's
+ * connections reset: it comes back UNAVAILABLE, the call "may or may not have taken effect".
+ */
+export function answersMayBeLost(r: Run, targets: Instance[]): void {
+  for (const s of r.world.sessions.filter((s) => targets.includes(s.inst))) {
+    for (const token of r.sent.get(s.id) ?? []) r.answerLost.add(token);
+    r.sent.delete(s.id);
+  }
 }
 
 /**
@@ -74,6 +87,7 @@ export async function lostLease(r: Run): Promise<string | undefined> {
   const inst = s.inst;
   const sha = (inst.sy.app.redis.client as unknown as { scriptsSet: Record<string, { sha: string }> }).scriptsSet.syLease.sha;
   let lost = false;
+  answersMayBeLost(r, [inst]);
   inst.link.drop = (chunk) => !lost && (lost = chunk.includes(sha));
   const back = new Promise((ok) => inst.sy.app.redis.client.once("ready", ok));
   const pushed = await rawPush(r, s.queue);
@@ -93,6 +107,7 @@ export async function outage(r: Run): Promise<string | undefined> {
   const held = sessions.map((s) => `${s.id} holding ${describeItems(r, r.model.heldBy(s.id)) || "nothing"}`);
   giveBack(r, sessions, "stream closed in an outage");
   const lost = popsMayBeLost(r, [inst]);
+  answersMayBeLost(r, [inst]);
   inst.link.down();
   // The server ends a closed stream once its first return attempt failed.
   await Promise.all(sessions.map((s) => s.lease.close()));

@@ -140,6 +140,7 @@ export async function settleOne(r: Run): Promise<string | undefined> {
   }
   if (!unary) {
     if (action === "extend" && q.reliable) awaitResult(r.extends, s.id, token);
+    else if (q.reliable) awaitResult(r.sent, s.id, token);
     s.lease[action](token);
     return what;
   }

@@ -113,7 +113,7 @@ async function runHistory(seed: number, mix: keyof typeof mixes): Promise<void> 
   const world = new World(redis, clock);
   const r: Run = {
     seed, next: random(seed), world, model: new Model(queueModels()), history: [], t0: clock.now(),
-    pending: [], refusals: new Map(), extends: new Map(), seen: new Map(), hard: [], delivered: 0, redelivered: 0,
+    pending: [], refusals: new Map(), extends: new Map(), sent: new Map(), answerLost: new Set(), seen: new Map(), hard: [], delivered: 0, redelivered: 0,
   };
   try {
     const first = await world.start(0);

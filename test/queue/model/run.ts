@@ -60,6 +60,13 @@ export interface Run {
   extends: Map<number, Set<string>>;
   /** Settle results already looked at, per session. */
   seen: Map<number, number>;
+  /** Session → tokens of reliable deliveries settled on its stream (ack, retry, drop), whose answer may still be on its way. */
+  sent: Map<number, Set<string>>;
+  /**
+   * Tokens whose settle applied (the model saw it) while its answer may have been lost by a reset of
+   * its instance's Redis connections: UNAVAILABLE ("may or may not have taken effect") is a fair result.
+   */
+  answerLost: Set<string>;
   /** Failures that no later poll can mend. */
   hard: string[];
   delivered: number;
@@ -100,6 +107,11 @@ export function resultProblems(r: Run): string[] {
         continue;
       }
       if (refused.delete(res.leaseToken)) continue;
+      if (res.code === grpc.status.UNAVAILABLE && r.answerLost.delete(res.leaseToken)) {
+        // The instance holds it again until its recheck finds it settled: its credit may stay taken until then.
+        s.phantoms.set(res.leaseToken, now(r));
+        continue;
+      }
       r.hard.push(`session ${s.id}: the settle of live delivery ${res.leaseToken} was refused: ${res.code} ${res.message}`);
     }
     r.seen.set(s.id, s.results.length);
