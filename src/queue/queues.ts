@@ -276,6 +276,8 @@ export class Queues {
   /** Simple deliveries settled here for streams elsewhere whose announcement failed, with when: made again (see announceReleases). */
   private readonly unannounced = new Map<string, number>();
   private announceTimer?: Timer;
+  /** An announcement failed and none has gone through since (warned once). */
+  private announceFailing = false;
 
   constructor(
     readonly registry: QueueRegistry,
@@ -834,12 +836,16 @@ export class Queues {
       .pexpire(keys.recentlyReleased, RECENT_RELEASES_MS);
     for (const [token] of releases) announce.publish(keys.released, token);
     return execAll(announce).then(
-      () => undefined,
+      () => {
+        if (this.announceFailing && this.unannounced.size === 0) this.log.info("recorded the simple deliveries settled here for streams on other instances");
+        this.announceFailing = this.unannounced.size > 0;
+      },
       (err: unknown) => {
         for (const [token] of releases) this.redis.client.publish(keys.released, token).catch(() => undefined);
-        if (this.unannounced.size === 0) {
+        if (!this.announceFailing) {
           this.log.warn("could not record simple deliveries settled here for streams on other instances; trying again", { releases: releases.length, err });
         }
+        this.announceFailing = true;
         for (const [token, settledMs] of releases) {
           this.unannounced.delete(token); // to the end: the oldest are let go first when there are too many
           this.unannounced.set(token, settledMs);

@@ -22,6 +22,7 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from
 import { QueueMode, type Delivery } from "../../src/gen/switchyard/v1/queue_pb.js";
 import type { LeaseSession } from "../../src/client/client.js";
 import { ManualClock } from "../../src/clock.js";
+import { createLogger } from "../../src/log.js";
 import { systemKeys } from "../../src/redis/keys.js";
 import { keysOf } from "../../src/queue/declaration.js";
 import type { LeaseStream } from "../../src/queue/lease-stream.js";
@@ -204,5 +205,43 @@ describe("a simple delivery settled through another instance while the holder do
     await expect.poll(() => own.plain.zrange(recent, 0, -1)).toEqual([first.leaseToken]);
     expect(unannounced.size).toBe(0);
     await session.close();
+  });
+});
+
+describe("a recent-releases key another client overwrote", () => {
+  it("warns once while the record fails, tries again each second, and records once the key is fit again", async () => {
+    const lines: string[] = [];
+    const settling = await startSwitchyard(redis, { clock, config: { heartbeatIntervalMs: HEARTBEAT_MS }, log: createLogger("info", (l) => void lines.push(l)) });
+    const recent = systemKeys("switchyard").recentlyReleased;
+    try {
+      const name = "{elsewhere-wrongtype}";
+      await holder.client.createQueue({ name, mode: QueueMode.SIMPLE });
+      await holder.client.enqueue(name, ["first", "second"]);
+      const session = holder.client.lease(name, 1);
+      const [first] = await session.take(1);
+      await redis.plain.set(recent, "not a sorted set");
+      await settling.client.ack(first.leaseToken); // accepted (SPEC Q3)
+      // The announcement goes alone when the record fails: the holder's credit is free all the same.
+      const [second] = await session.take(1);
+      expect(Buffer.from(second.payload).toString()).toBe("second");
+      const queues = settling.app.queues as unknown as { unannounced: Map<string, number>; announceTimer?: unknown };
+      const waitingAgain = () => queues.announceTimer !== undefined && queues.unannounced.has(first.leaseToken);
+      await expect.poll(waitingAgain).toBe(true);
+      for (let i = 0; i < 3; i++) {
+        await clock.advance(1000);
+        await expect.poll(waitingAgain).toBe(true);
+      }
+      const said = (msg: string) => lines.filter((l) => (JSON.parse(l) as { msg: string }).msg.startsWith(msg)).length;
+      expect(said("could not record simple deliveries settled here")).toBe(1);
+      await redis.plain.del(recent);
+      await clock.advance(1000);
+      await expect.poll(() => redis.plain.zrange(recent, 0, -1)).toEqual([first.leaseToken]);
+      expect(queues.unannounced.size).toBe(0);
+      expect(said("recorded the simple deliveries settled here")).toBe(1);
+      await session.close();
+    } finally {
+      await redis.plain.del(recent);
+      await settling.stop();
+    }
   });
 });
