@@ -53,7 +53,10 @@ export class PromMetrics implements Metrics, GrpcMetrics {
   private readonly grpcHandled: Counter<"grpc_service" | "grpc_method" | "grpc_type" | "grpc_code">;
   private readonly grpcReceived: Counter<"grpc_service" | "grpc_method" | "grpc_type">;
   private readonly grpcSent: Counter<"grpc_service" | "grpc_method" | "grpc_type">;
-  private readonly messageChildren = new Map<string, { inc(): void }>();
+  /** Counts on the per-message paths, added to their counters when those are read. */
+  private readonly itemCounts: Record<ItemEvent, PendingCounts<"queue">>;
+  private readonly receivedCounts = new PendingCounts<GrpcLabel>();
+  private readonly sentCounts = new PendingCounts<GrpcLabel>();
   private readonly grpcSeconds: Histogram<"grpc_service" | "grpc_method" | "grpc_type">;
   private readonly queueGauges: Record<"ready" | "processing" | "deadLetter" | "claimAge" | "streams", Gauge<"queue">>;
   private readonly groupGauges: Record<"pending" | "lag" | "idle" | "consumers", Gauge<"queue" | "group">>;
@@ -64,10 +67,12 @@ export class PromMetrics implements Metrics, GrpcMetrics {
   constructor(options: { defaultMetrics?: boolean } = {}) {
     const registers = [this.registry];
     if (options.defaultMetrics ?? true) collectDefaultMetrics({ register: this.registry });
-    const counter = <L extends string>(name: string, help: string, labelNames: L[]) => new Counter<L>({ name, help, labelNames, registers });
+    const counter = <L extends string>(name: string, help: string, labelNames: L[], pending?: PendingCounts<L>) =>
+      new Counter<L>({ name, help, labelNames, registers, ...(pending && { collect: pending.collector() }) });
     const gauge = (name: string, help: string) => new Gauge<"queue">({ name, help, labelNames: ["queue"], registers });
+    this.itemCounts = Object.fromEntries(itemEvents.map((e) => [e, new PendingCounts<"queue">()])) as Record<ItemEvent, PendingCounts<"queue">>;
     this.itemCounters = Object.fromEntries(
-      itemEvents.map((e) => [e, counter(`switchyard_items_${e}_total`, itemHelp[e], ["queue"])]),
+      itemEvents.map((e) => [e, counter(`switchyard_items_${e}_total`, itemHelp[e], ["queue"], this.itemCounts[e])]),
     ) as Record<ItemEvent, Counter<"queue">>;
     this.runs = counter("switchyard_job_runs_total", "Cron and interval job runs (scheduled, catch-up and RunOnce) by outcome.", ["outcome"]);
     this.skipped = counter(
@@ -83,8 +88,13 @@ export class PromMetrics implements Metrics, GrpcMetrics {
     const grpcLabels = ["grpc_service", "grpc_method", "grpc_type"] as const;
     this.grpcStarted = counter("grpc_server_started_total", "gRPC calls started on the server.", [...grpcLabels]);
     this.grpcHandled = counter("grpc_server_handled_total", "gRPC calls completed on the server, by status code.", [...grpcLabels, "grpc_code"]);
-    this.grpcReceived = counter("grpc_server_msg_received_total", "gRPC messages received on the server (each message of a stream).", [...grpcLabels]);
-    this.grpcSent = counter("grpc_server_msg_sent_total", "gRPC messages sent by the server (each message of a stream).", [...grpcLabels]);
+    this.grpcReceived = counter(
+      "grpc_server_msg_received_total",
+      "gRPC messages received on the server (each message of a stream).",
+      [...grpcLabels],
+      this.receivedCounts,
+    );
+    this.grpcSent = counter("grpc_server_msg_sent_total", "gRPC messages sent by the server (each message of a stream).", [...grpcLabels], this.sentCounts);
     this.grpcSeconds = new Histogram({
       name: "grpc_server_handling_seconds",
       help: "Time from a gRPC call's start to its status (lease streams: the stream's whole life).",
@@ -116,7 +126,7 @@ export class PromMetrics implements Metrics, GrpcMetrics {
   }
 
   items(queue: string, event: ItemEvent, count = 1): void {
-    this.itemCounters[event].inc({ queue }, count);
+    this.itemCounts[event].add(queue, () => ({ queue }), count);
   }
 
   jobRun(outcome: RunOutcome): void {
@@ -142,19 +152,11 @@ export class PromMetrics implements Metrics, GrpcMetrics {
   }
 
   received(service: string, method: string, type: string): void {
-    this.messageCounter(this.grpcReceived, service, method, type).inc();
+    this.receivedCounts.add(`${service}/${method}`, () => grpcLabelsOf(service, method, type), 1);
   }
 
   sent(service: string, method: string, type: string): void {
-    this.messageCounter(this.grpcSent, service, method, type).inc();
-  }
-
-  /** A counter's child for one method, kept: messages are counted on hot paths, and labels cost a hash each time. */
-  private messageCounter(counter: Counter<"grpc_service" | "grpc_method" | "grpc_type">, service: string, method: string, type: string) {
-    const key = `${counter === this.grpcSent ? "sent" : "received"} ${service}/${method}`;
-    let child = this.messageChildren.get(key);
-    if (!child) this.messageChildren.set(key, (child = counter.labels(service, method, type)));
-    return child;
+    this.sentCounts.add(`${service}/${method}`, () => grpcLabelsOf(service, method, type), 1);
   }
 
   /** A gauge whose value is read from `read` on each scrape (bytes an instance holds, say). */
@@ -216,5 +218,40 @@ export class PromMetrics implements Metrics, GrpcMetrics {
       if (group.oldestPendingIdleMs !== undefined) this.groupGauges.idle.set(l, group.oldestPendingIdleMs / 1000);
       this.groupGauges.consumers.set(l, group.consumers);
     }
+  }
+}
+
+type GrpcLabel = "grpc_service" | "grpc_method" | "grpc_type";
+
+const grpcLabelsOf = (service: string, method: string, type: string) => ({ grpc_service: service, grpc_method: method, grpc_type: type });
+
+/**
+ * Counts kept as plain numbers by key, and added to their counter when it is
+ * read (a scrape runs each counter's collect first). Items and messages are
+ * counted on every call of the hot paths, where prom-client would hash and
+ * check the labels each time; here that happens once per key and scrape.
+ * A key stands for one set of labels: a queue, or a service's method (whose
+ * type follows from it).
+ */
+class PendingCounts<L extends string> {
+  private readonly counts = new Map<string, { labels: Partial<Record<L, string>>; n: number }>();
+
+  /** Adds `n` under `key`; `labels` are made the first time the key is seen. */
+  add(key: string, labels: () => Partial<Record<L, string>>, n: number): void {
+    const count = this.counts.get(key);
+    if (count) count.n += n;
+    else this.counts.set(key, { labels: labels(), n });
+  }
+
+  /** A counter's collect: moves what was added since into it. */
+  collector(): (this: Counter<L>) => void {
+    const counts = this.counts;
+    return function (this: Counter<L>) {
+      for (const count of counts.values()) {
+        if (count.n === 0) continue;
+        this.inc(count.labels, count.n);
+        count.n = 0;
+      }
+    };
   }
 }
