@@ -325,6 +325,12 @@ export class Deployed {
     return client.request<number>("call", { address, kind, calls, bytes });
   }
 
+  /** The echo server's and the echo client's pids (diagnostics read their CPU time); starts them if need be. */
+  async echoPids(): Promise<{ server: number; client: number }> {
+    const [{ server }, client] = await Promise.all([this.serveEcho(), (this.echoClient ??= Agent.start("echo"))]);
+    return { server: server.child.pid!, client: client.child.pid! };
+  }
+
   /** A producer and a worker process of the relay, connected to the echo server. */
   private relay(): Promise<{ producer: Agent; worker: Agent }> {
     return (this.relayAgents ??= (async () => {

@@ -6,6 +6,9 @@
 // With --latency RATE: the latency rows' shape instead (a producer process paced at RATE items/s,
 // one worker process at concurrency 10, after 250 items of warm-up), the producer counted too.
 //   node bench/diagnostics/cpu-per-item.mjs [C] [ITEMS] [--sys] [--latency RATE]   (after npm run bench built dist-bench/)
+// With --serial: serial enqueue instead (one producer process awaiting each single-item call):
+// Switchyard (producer, server, Redis), BullMQ add and a raw ioredis LPUSH (producer, Redis), and
+// the plain grpc-js echo's stream message (client, echo server), CPU µs per call of each.
 // SERVER_NODE_ARGS="--cpu-prof --cpu-prof-dir=DIR" profiles the server child; AGENT_NODE_ARGS the worker processes.
 import { readFileSync } from "node:fs";
 import { Deployed } from "../../dist-bench/deployed.js";
@@ -14,6 +17,7 @@ import { startBenchRedis } from "../../dist-bench/env.js";
 const latencyAt = process.argv.includes("--latency") ? Number(process.argv[process.argv.indexOf("--latency") + 1]) : undefined;
 const args = process.argv.slice(2).filter((a, i, all) => !a.startsWith("--") && all[i - 1] !== "--latency");
 const sysOnly = process.argv.includes("--sys");
+const serial = process.argv.includes("--serial");
 const c = Number(args[0] ?? 1), n = Number(args[1] ?? 5000);
 /** CPU ms a process has used so far. */
 const cpuMs = (pid) => {
@@ -24,7 +28,23 @@ const cpuMs = (pid) => {
 const redis = await startBenchRedis();
 const d = await Deployed.start(redis, { workers: 1, serverNodeArgs: process.env.SERVER_NODE_ARGS?.split(" ").filter(Boolean), agentNodeArgs: process.env.AGENT_NODE_ARGS?.split(" ").filter(Boolean) });
 try {
-  for (const system of ["switchyard", "bullmq"]) {
+  if (serial) {
+    const echo = await d.echoPids();
+    const runs = [
+      ["switchyard", { producer: d.producerPids.switchyard, server: d.serverPid, redis: redis.server.process.pid }, () => d.enqueue("switchyard", n, 1, 1)],
+      ["bullmq", { producer: d.producerPids.bullmq, redis: redis.server.process.pid }, () => d.enqueue("bullmq", n, 1, 1)],
+      ["raw LPUSH", { producer: d.producerPids.bullmq, redis: redis.server.process.pid }, () => d.rawEnqueue(n, 1, 1)],
+      ["echo (stream message)", { echoServer: echo.server, echoClient: echo.client }, () => d.echo("stream", n, 100)],
+    ];
+    for (const [name, pids, go] of runs) {
+      await go(); // warm-up
+      const before = Object.fromEntries(Object.entries(pids).map(([role, pid]) => [role, cpuMs(pid)]));
+      const rate = await go();
+      const per = Object.entries(pids).map(([role, pid]) => `${role} ${(((cpuMs(pid) - before[role]) * 1000) / n).toFixed(0)}`);
+      console.log(`${name}, serial, ${n} calls (${rate.toFixed(0)}/s, ${(1e6 / rate).toFixed(0)} µs each): ${sysOnly ? "system " : ""}CPU µs per call: ${per.join(", ")}`);
+    }
+  }
+  for (const system of serial ? [] : ["switchyard", "bullmq"]) {
     const pids = { redis: redis.server.process.pid, ...(system === "switchyard" ? { server: d.serverPid } : {}), worker: d.workerPids[system][0] };
     if (latencyAt !== undefined) {
       const producer = d.producerPids[system];
