@@ -46,7 +46,7 @@ const SLACK_MB = 25;
 
 /** One row's figures. */
 export interface RssRow {
-  /** Server RSS under the same load before the fault (MB). */
+  /** Server RSS before the fault (MB): under the same load (row 11), its highest in the 10 s before. */
   baseMb: number;
   peakMb: number;
   /** The most `peakMb - baseMb` may be, by the limits that apply (MB). */
@@ -160,8 +160,12 @@ export async function blackholeRss(shape = { seconds: 60, callsPerSec: 25, items
         await sleep(1000 / shape.callsPerSec);
       }
     })();
-    await sleep(10_000); // steady state under the load
-    const baseMb = server.rss();
+    await sleep(5_000); // the load reaches its steady state
+    // The base is the highest RSS of the next 10 s under the same load: the fault's peak is set against the
+    // peak of the heap's usual rise and fall, not against one sample that may fall just after a collection.
+    server.resetPeak();
+    await sleep(10_000);
+    const baseMb = server.peak();
     server.resetPeak();
     outcomes.clear();
     proxy!.blackhole();

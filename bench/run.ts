@@ -486,7 +486,7 @@ function lines(): Line[] {
     });
   };
   rssRow("10", "one run: server RSS under a worker that never reads (credit 2,000 on 2,000 items of 100 KB, plain HTTP/2, window shut)");
-  rssRow("11", `one run: server RSS under a ${SIZES.blackhole.seconds} s blackhole of its Redis link at a fixed offered load (25 unary Enqueue calls/s of 100 × 1 KB, open loop)`);
+  rssRow("11", `one run: server RSS under a ${SIZES.blackhole.seconds} s blackhole of its Redis link at a fixed offered load (25 unary Enqueue calls/s of 100 × 1 KB, open loop); "from": its highest RSS in the 10 s before, under the same load`);
   if (samples.has("12.p99")) {
     const items = SIZES.delayed.items.toLocaleString("en-US");
     const once = samples.get("12.once")!.every((x) => x === 1);
