@@ -45,14 +45,11 @@ const itemHelp: Record<ItemEvent, string> = {
 /** The metrics of one Switchyard instance. */
 export class PromMetrics implements Metrics, GrpcMetrics {
   readonly registry = new Registry();
-  private readonly itemCounters: Record<ItemEvent, Counter<"queue">>;
   private readonly runs: Counter<"outcome">;
   private readonly skipped: Counter<"reason">;
   private readonly locks: Counter<"result">;
   private readonly grpcStarted: Counter<"grpc_service" | "grpc_method" | "grpc_type">;
   private readonly grpcHandled: Counter<"grpc_service" | "grpc_method" | "grpc_type" | "grpc_code">;
-  private readonly grpcReceived: Counter<"grpc_service" | "grpc_method" | "grpc_type">;
-  private readonly grpcSent: Counter<"grpc_service" | "grpc_method" | "grpc_type">;
   /** Counts on the per-message paths, added to their counters when those are read. */
   private readonly itemCounts: Record<ItemEvent, PendingCounts<"queue">>;
   private readonly receivedCounts = new PendingCounts<GrpcLabel>();
@@ -71,9 +68,7 @@ export class PromMetrics implements Metrics, GrpcMetrics {
       new Counter<L>({ name, help, labelNames, registers, ...(pending && { collect: pending.collector() }) });
     const gauge = (name: string, help: string) => new Gauge<"queue">({ name, help, labelNames: ["queue"], registers });
     this.itemCounts = Object.fromEntries(itemEvents.map((e) => [e, new PendingCounts<"queue">()])) as Record<ItemEvent, PendingCounts<"queue">>;
-    this.itemCounters = Object.fromEntries(
-      itemEvents.map((e) => [e, counter(`switchyard_items_${e}_total`, itemHelp[e], ["queue"], this.itemCounts[e])]),
-    ) as Record<ItemEvent, Counter<"queue">>;
+    for (const e of itemEvents) counter(`switchyard_items_${e}_total`, itemHelp[e], ["queue"], this.itemCounts[e]);
     this.runs = counter("switchyard_job_runs_total", "Cron and interval job runs (scheduled, catch-up and RunOnce) by outcome.", ["outcome"]);
     this.skipped = counter(
       "switchyard_job_ticks_skipped_total",
@@ -88,13 +83,8 @@ export class PromMetrics implements Metrics, GrpcMetrics {
     const grpcLabels = ["grpc_service", "grpc_method", "grpc_type"] as const;
     this.grpcStarted = counter("grpc_server_started_total", "gRPC calls started on the server.", [...grpcLabels]);
     this.grpcHandled = counter("grpc_server_handled_total", "gRPC calls completed on the server, by status code.", [...grpcLabels, "grpc_code"]);
-    this.grpcReceived = counter(
-      "grpc_server_msg_received_total",
-      "gRPC messages received on the server (each message of a stream).",
-      [...grpcLabels],
-      this.receivedCounts,
-    );
-    this.grpcSent = counter("grpc_server_msg_sent_total", "gRPC messages sent by the server (each message of a stream).", [...grpcLabels], this.sentCounts);
+    counter("grpc_server_msg_received_total", "gRPC messages received on the server (each message of a stream).", [...grpcLabels], this.receivedCounts);
+    counter("grpc_server_msg_sent_total", "gRPC messages sent by the server (each message of a stream).", [...grpcLabels], this.sentCounts);
     this.grpcSeconds = new Histogram({
       name: "grpc_server_handling_seconds",
       help: "Time from a gRPC call's start to its status (lease streams: the stream's whole life).",
@@ -234,23 +224,26 @@ const grpcLabelsOf = (service: string, method: string, type: string) => ({ grpc_
  * type follows from it).
  */
 class PendingCounts<L extends string> {
-  private readonly counts = new Map<string, { labels: Partial<Record<L, string>>; n: number }>();
+  private readonly counts = new Map<string, { labels: Partial<Record<L, string>>; n: number; shown: boolean }>();
 
   /** Adds `n` under `key`; `labels` are made the first time the key is seen. */
   add(key: string, labels: () => Partial<Record<L, string>>, n: number): void {
+    // Refused here, as prom-client's inc would: at the scrape, it would fail every scrape after.
+    if (!(n >= 0 && n < Infinity)) throw new TypeError(`a count must be a finite number, not negative: ${n}`);
     const count = this.counts.get(key);
     if (count) count.n += n;
-    else this.counts.set(key, { labels: labels(), n });
+    else this.counts.set(key, { labels: labels(), n, shown: false });
   }
 
-  /** A counter's collect: moves what was added since into it. */
+  /** A counter's collect: moves what was added since into it (a key first counted 0 shows as 0). */
   collector(): (this: Counter<L>) => void {
     const counts = this.counts;
     return function (this: Counter<L>) {
       for (const count of counts.values()) {
-        if (count.n === 0) continue;
+        if (count.n === 0 && count.shown) continue;
         this.inc(count.labels, count.n);
         count.n = 0;
+        count.shown = true;
       }
     };
   }

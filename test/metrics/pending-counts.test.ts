@@ -37,6 +37,24 @@ describe("counts kept between reads", () => {
     expect(await value(m, "switchyard_items_acked_total", { queue: "b" })).toBe(7);
   });
 
+  it("shows a queue first counted 0 (an Enqueue of duplicates only) as a series at 0", async () => {
+    const m = new PromMetrics({ defaultMetrics: false });
+    m.items("dup", "enqueued", 0);
+    expect(await value(m, "switchyard_items_enqueued_total", { queue: "dup" })).toBe(0);
+    m.items("dup", "enqueued", 0);
+    m.items("dup", "enqueued", 2);
+    expect(await value(m, "switchyard_items_enqueued_total", { queue: "dup" })).toBe(2);
+  });
+
+  it("refuses a negative or infinite count where it is made, and the next reads still work", async () => {
+    const m = new PromMetrics({ defaultMetrics: false });
+    expect(() => m.items("q", "enqueued", -1)).toThrow(TypeError);
+    expect(() => m.items("q", "enqueued", Infinity)).toThrow(TypeError);
+    expect(() => m.items("q", "enqueued", NaN)).toThrow(TypeError);
+    m.items("q", "enqueued", 3);
+    expect(await value(m, "switchyard_items_enqueued_total", { queue: "q" })).toBe(3);
+  });
+
   it("keeps a method of one service apart from a method of the same name in another", async () => {
     const m = new PromMetrics({ defaultMetrics: false });
     const v1 = "grpc.reflection.v1.ServerReflection";
