@@ -66,6 +66,32 @@ describe("fencing", () => {
     expect(fences).toEqual([1n, 2n, 3n, 4n]);
     await lease.close();
   });
+
+  it("writes fences past 10^14 in full, so each delivery keeps a record of its own that its token settles", async () => {
+    // Lua turns a number into text with 14 significant digits: 10^14 + 1 would become "1e+14", the record of
+    // two deliveries would be one, and no token (written in full digits) would find it.
+    const Q = "{fence-big}";
+    await sy.client.createQueue({ name: Q, mode: QueueMode.RELIABLE, minIdle: durationFromMs(MIN_IDLE_MS), recoverySet: `${Q}.claims` });
+    await redis.plain.set(`${Q}.fence`, "99999999999998");
+    await sy.client.enqueue(Q, ["a", "b", "c", "d"]);
+    const lease = sy.client.lease(Q, 4);
+    const taken = await lease.take(4);
+    expect(taken.map((d) => d.fence)).toEqual([99999999999999n, 100000000000000n, 100000000000001n, 100000000000002n]);
+    const records = await leaseRecords(redis.plain, `${Q}.leases`);
+    expect(records.filter((f) => !f.startsWith("m:") && !f.startsWith("n:")).map((f) => f.slice(0, f.indexOf("@"))).sort()).toEqual(
+      ["100000000000000", "100000000000001", "100000000000002", "99999999999999"],
+    );
+    expect(await redis.plain.zcard(`${Q}.claims`)).toBe(4);
+
+    for (const d of taken.slice(0, 3)) await sy.client.ack(d.leaseToken);
+    expect(await redis.plain.llen(`${Q}.processing`)).toBe(1);
+    lease.setCredit(0);
+    await clock.advance(MIN_IDLE_MS + 1000); // the watchdog recovers the one left, by its record
+    await expect.poll(() => redis.plain.llen(Q)).toBe(1);
+    expect(await redis.plain.llen(`${Q}.processing`)).toBe(0);
+    expect(await redis.plain.zcard(`${Q}.claims`)).toBe(0);
+    await lease.close();
+  });
 });
 
 describe("dead letters", () => {

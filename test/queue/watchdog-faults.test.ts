@@ -119,6 +119,20 @@ describe("a count of equal values that is no integer", () => {
     expect(await db.client.hget(keys.leases, nField("X"))).toBe("1");
     expect(await db.client.hget(keys.leases, "live")).toBe("3");
   });
+
+  it("adopts items past fence 10^14 under records of their own, which the watchdog then recovers", async () => {
+    await db.client.set(keys.fence, "99999999999999");
+    await db.client.lpush(keys.processing, "Y", "Z");
+    expect(await adoptOrphans(db.client, keys, 0, 100)).toMatchObject({ added: 2 });
+    expect(await deliveryFields()).toEqual(expect.arrayContaining(["100000000000000@-", "100000000000001@-"]));
+    expect((await deliveryFields()).filter((f) => f.includes("@"))).toHaveLength(2);
+    const { watchdog: wd, counted } = watchdog(db.client as unknown as RedisClient);
+    expect(await wd.pass()).toMatchObject({ recovered: 2, deadLettered: 0 });
+    expect(counted.recovered).toBe(2);
+    expect(await db.client.llen(keys.queue)).toBe(2);
+    expect(await db.client.zcard(keys.recovery)).toBe(0);
+    expect(await db.client.llen(keys.processing)).toBe(0);
+  });
 });
 
 describe("a delivery field another client wrote with an odd fence, or none", () => {

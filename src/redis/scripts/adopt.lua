@@ -21,7 +21,7 @@ for value, copies in pairs(seen) do
   local known = math.floor(tonumber(redis.call("HGET", KEYS[2], "n:" .. sha)) or 0)
   for _ = known + 1, copies do
     local fence = redis.call("INCR", KEYS[3])
-    local field = fence .. "@-"
+    local field = delivery_field(fence, "-")
     local plain = not derived(value)
     local kind = (plain and redis.call("HSETNX", KEYS[2], "m:" .. sha, field) == 1) and "v" or "d"
     count_value(KEYS[2], sha)

@@ -26,6 +26,12 @@ local DERIVED = "\0SYC"
 -- lookup (the table "string", then its field) costs more than the call itself in a tight loop.
 local byte, sub, char, find, floor, concat = string.byte, string.sub, string.char, string.find, math.floor, table.concat
 
+-- The field "<fence>@<owner>" of a delivery's record. A fence is written with %d: Lua's own number
+-- text has 14 significant digits, and from 10^14 on it would round fences ("1e+14") and join records.
+local function delivery_field(fence, owner)
+  return string.format("%d", fence) .. "@" .. owner
+end
+
 -- Whether a recovery set member is DERIVED .. a field (read as bytes: no string is made).
 local function derived(member)
   local z, s, y, c = byte(member, 1, 4)
@@ -570,7 +576,7 @@ local function lease_items(KEYS, ARGV)
   for i = 1, max do
     local value = redis.call("LMOVE", KEYS[1], KEYS[2], "RIGHT", "LEFT")
     local fence = first + i - 1
-    local field = fence .. "@" .. owner
+    local field = delivery_field(fence, owner)
     local kind = "-"
     if recovery then
       local sha = redis.sha1hex(value)
