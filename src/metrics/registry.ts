@@ -116,7 +116,7 @@ export class PromMetrics implements Metrics, GrpcMetrics {
   }
 
   items(queue: string, event: ItemEvent, count = 1): void {
-    this.itemCounts[event].add(queue, () => ({ queue }), count);
+    this.itemCounts[event].add(queue, "", () => ({ queue }), count);
   }
 
   jobRun(outcome: RunOutcome): void {
@@ -142,11 +142,11 @@ export class PromMetrics implements Metrics, GrpcMetrics {
   }
 
   received(service: string, method: string, type: string): void {
-    this.receivedCounts.add(`${service}/${method}`, () => grpcLabelsOf(service, method, type), 1);
+    this.receivedCounts.add(service, method, () => grpcLabelsOf(service, method, type), 1);
   }
 
   sent(service: string, method: string, type: string): void {
-    this.sentCounts.add(`${service}/${method}`, () => grpcLabelsOf(service, method, type), 1);
+    this.sentCounts.add(service, method, () => grpcLabelsOf(service, method, type), 1);
   }
 
   /** A gauge whose value is read from `read` on each scrape (bytes an instance holds, say). */
@@ -220,30 +220,35 @@ const grpcLabelsOf = (service: string, method: string, type: string) => ({ grpc_
  * read (a scrape runs each counter's collect first). Items and messages are
  * counted on every call of the hot paths, where prom-client would hash and
  * check the labels each time; here that happens once per key and scrape.
- * A key stands for one set of labels: a queue, or a service's method (whose
- * type follows from it).
+ * A pair of keys stands for one set of labels: a queue (and ""), or a service
+ * and one of its methods (whose type follows from it). Two levels, not one
+ * joined key, so that no string is built per count.
  */
 class PendingCounts<L extends string> {
-  private readonly counts = new Map<string, { labels: Partial<Record<L, string>>; n: number; shown: boolean }>();
+  private readonly counts = new Map<string, Map<string, { labels: Partial<Record<L, string>>; n: number; shown: boolean }>>();
 
-  /** Adds `n` under `key`; `labels` are made the first time the key is seen. */
-  add(key: string, labels: () => Partial<Record<L, string>>, n: number): void {
+  /** Adds `n` under `key` and `sub`; `labels` are made the first time the pair is seen. */
+  add(key: string, sub: string, labels: () => Partial<Record<L, string>>, n: number): void {
     // Refused here, as prom-client's inc would: at the scrape, it would fail every scrape after.
     if (!(n >= 0 && n < Infinity)) throw new TypeError(`a count must be a finite number, not negative: ${n}`);
-    const count = this.counts.get(key);
+    let counts = this.counts.get(key);
+    if (!counts) this.counts.set(key, (counts = new Map()));
+    const count = counts.get(sub);
     if (count) count.n += n;
-    else this.counts.set(key, { labels: labels(), n, shown: false });
+    else counts.set(sub, { labels: labels(), n, shown: false });
   }
 
-  /** A counter's collect: moves what was added since into it (a key first counted 0 shows as 0). */
+  /** A counter's collect: moves what was added since into it (a pair first counted 0 shows as 0). */
   collector(): (this: Counter<L>) => void {
-    const counts = this.counts;
+    const all = this.counts;
     return function (this: Counter<L>) {
-      for (const count of counts.values()) {
-        if (count.n === 0 && count.shown) continue;
-        this.inc(count.labels, count.n);
-        count.n = 0;
-        count.shown = true;
+      for (const counts of all.values()) {
+        for (const count of counts.values()) {
+          if (count.n === 0 && count.shown) continue;
+          this.inc(count.labels, count.n);
+          count.n = 0;
+          count.shown = true;
+        }
       }
     };
   }
