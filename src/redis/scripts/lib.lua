@@ -24,12 +24,12 @@ local DERIVED = "\0SYC"
 
 -- The library functions the parsing and encoding below call most, as upvalues: a global's
 -- lookup (the table "string", then its field) costs more than the call itself in a tight loop.
-local byte, sub, char, find, floor, concat = string.byte, string.sub, string.char, string.find, math.floor, table.concat
+local byte, sub, char, find, format, floor, concat = string.byte, string.sub, string.char, string.find, string.format, math.floor, table.concat
 
 -- The field "<fence>@<owner>" of a delivery's record. A fence is written with %d: Lua's own number
 -- text has 14 significant digits, and from 10^14 on it would round fences ("1e+14") and join records.
 local function delivery_field(fence, owner)
-  return string.format("%d", fence) .. "@" .. owner
+  return format("%d", fence) .. "@" .. owner
 end
 
 -- Whether a recovery set member is DERIVED .. a field (read as bytes: no string is made).
