@@ -43,7 +43,7 @@ interface Summary {
 
 describe("the Python producer on EnqueueStream", () => {
   it("gets ids for each request, its own status for a refused one, and the stream ends OK", async () => {
-    const out = await python.run(["--address", sy.address, "--token", PY, "--items", "4", "{py}", "{other}", "{py}.b", "{py}.missing", "{py}"], 25_000, PRODUCER);
+    const out = await python.run(["--address", sy.address, `--token=${PY}`, "--items", "4", "{py}", "{other}", "{py}.b", "{py}.missing", "{py}"], 25_000, PRODUCER);
     const summary = JSON.parse(out) as Summary;
     expect(summary.stream_status).toBe("OK");
     expect(summary.results.map((r) => ("ids" in r ? { queue: r.queue, ids: r.ids.length } : r))).toEqual([
