@@ -13,8 +13,9 @@ import { pushItems } from "../../src/redis/scripts.js";
 import { BulkStrings } from "../../src/redis/bulk-strings.js";
 import { validateQueueSpec } from "../../src/queue/declaration.js";
 import { QueueDispatcher } from "../../src/queue/dispatcher.js";
+import { Settler } from "../../src/queue/settler.js";
 import { LeaseStream, type Delivery } from "../../src/queue/lease-stream.js";
-import type { LeaseRef } from "../../src/queue/token.js";
+import { deliveryField, type LeaseRef } from "../../src/queue/token.js";
 import { testDispatchHost, useDispatchRedis } from "../helpers/dispatch.js";
 
 const log = createLogger("error");
@@ -109,3 +110,45 @@ describe("a push sent while the pump's lease is in flight", () => {
   });
 });
 
+
+describe("lease calls of each kind in flight at once", () => {
+  it("share out their answers in the order they were sent, when Redis answers them in one read", async () => {
+    const clock = new ManualClock();
+    const config = validateQueueSpec({ name: "{kinds-in-flight}", mode: "reliable" }, clock.now());
+    const dispatcher = new QueueDispatcher(config, testDispatchHost(t.conn, clock, log));
+    const settler = new Settler(t.conn.client, clock, undefined, (_, __, send) => dispatcher.leaseBeside(send));
+    const batches: Delivery[][] = [];
+    const sink = { deliver: (b: Delivery[]) => batches.push(b) > 0, heartbeat() {}, fail() {}, drain() {}, end() {} };
+    const stream = new LeaseStream(config, 1, sink, clock.now());
+    await pushItems(t.conn.client, config.name, 0, [BulkStrings.of(["1", "2", "3"].map((p) => Buffer.from(p)))]);
+    dispatcher.add(stream);
+    await expect.poll(() => batches.length).toBe(1);
+    const id = Number(await t.conn.client.client("ID"));
+
+    let pushed: Promise<number> | undefined;
+    await t.redis.plain.client("PAUSE", 60_000, "WRITE");
+    try {
+      // The ack of "1" carries a lease for the credit it frees (settle-lease.lua), held by the pause...
+      const [first] = batches[0];
+      const ref = stream.held.get(first.token)!;
+      stream.held.delete(first.token);
+      void settler.settle(config, { action: "ack", delivery: deliveryField(ref) });
+      await expect.poll(async () => (await commandClient(id)).blocked).toBe(true);
+      // ...then credit opened twice: the pump's own lease (lease.lua), and a push that carries one (push-lease.lua).
+      stream.credit = 2;
+      dispatcher.kick();
+      await expect.poll(async () => (await commandClient(id)).qbuf).toBeGreaterThan(0);
+      const oneLease = (await commandClient(id)).qbuf;
+      stream.credit = 3;
+      pushed = dispatcher.push(0, [BulkStrings.of([Buffer.from("4")])]);
+      await expect.poll(async () => (await commandClient(id)).qbuf).toBeGreaterThan(oneLease);
+    } finally {
+      await t.redis.plain.client("UNPAUSE");
+    }
+    expect(await pushed).toBe(1); // the list's length once "4" was pushed, before its lease took it
+    await expect.poll(() => batches.length).toBe(4);
+    // Redis ran the calls in the order they were sent, each taking the oldest item: the streams get them in that order.
+    expect(batches.map((b) => b.map((d) => Buffer.from(d.item.payload).toString()))).toEqual([["1"], ["2"], ["3"], ["4"]]);
+    dispatcher.close();
+  });
+});
