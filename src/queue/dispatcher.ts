@@ -15,8 +15,8 @@
  * closed connection or an instance crash loses no item.
  *
  * Invariants: the pump never asks for more items than the streams' open credit
- * less what the calls in flight asked for (nothing popped that no worker can take); the answers of the
- * calls in flight, whatever their kind, are shared out in the order the calls were sent (queue order); an item taken for a stream that
+ * less what the calls in flight asked for (nothing popped that no worker can take); the items of the
+ * calls in flight, whatever their kind, are shared out in the order Redis leased them (fence order); an item taken for a stream that
  * cannot take it goes back to the front of the queue, uncounted, before the pump leases again. A lease call
  * whose answer is lost (a cut connection, a timeout) may still have run: before
  * its next lease the pump waits until no call is in flight (their answers give
@@ -339,9 +339,12 @@ export class QueueDispatcher {
 
   /**
    * Sends one lease call for `want` items; its answer shares them out and wakes the pump. Resolves once it has.
-   * Answers are taken up in the order their calls were sent, which is the order Redis ran them in (one
-   * connection): a lease riding settles resolves a few promise steps later than a plain one, so two answers
-   * read from Redis together would otherwise reach the streams newest first.
+   * Answers are shared out in the order Redis ran their calls, which is the order of their fences: a lease
+   * riding settles resolves a few promise steps later than a plain one, and a call sent again (EVAL after
+   * NOSCRIPT) runs after calls sent behind it, so two answers read from Redis together could otherwise reach
+   * the streams newest first. An answer waits for those of the calls sent before it (a call runs after every
+   * call sent before it, or has answered before a call resent after it answers); the answers then at hand
+   * are shared out in the order of their fences.
    */
   private lease(want: number, call = () => this.take(want)): Promise<void> {
     this.inFlight++;
@@ -356,38 +359,57 @@ export class QueueDispatcher {
     });
   }
 
-  /** Takes up the answers that came, oldest first, up to the first still awaited. */
+  /** Takes up the answers that came, up to the first one still awaited of the calls sent before them. */
   private takeAnswers(): void {
-    while (this.answers.length > 0 && (this.answers[0].taken || this.answers[0].failure)) {
-      const answer = this.answers.shift()!;
-      this.takeAnswer(answer);
-      answer.shared();
+    const ready: Answer[] = [];
+    while (this.answers.length > 0 && (this.answers[0].taken || this.answers[0].failure)) ready.push(this.answers.shift()!);
+    if (ready.length === 0) return;
+    try {
+      // One call's items have consecutive fences (a script runs whole): its first one places it.
+      const leased: Taken[][] = [];
+      for (const answer of ready) if (this.noted(answer) && answer.taken!.length > 0) leased.push(answer.taken!);
+      if (leased.length > 1) leased.sort((a, b) => a[0].ref.fence - b[0].ref.fence);
+      for (const taken of leased) {
+        if (this.refused.length > 0) this.refused.push(...taken);
+        else this.distribute(taken);
+      }
+    } catch (err) {
+      // A failure to share them out may have left items for nobody.
+      this.failedCall(err);
+    } finally {
+      for (const answer of ready) {
+        this.inFlight--;
+        this.asked -= answer.want;
+        answer.shared();
+      }
+      if (this.inFlight === 0 && this.refused.length > 0) {
+        const refused = this.refused;
+        this.refused = [];
+        this.giveBack(refused);
+      }
+      this.kick();
     }
-    this.kick();
   }
 
-  private takeAnswer({ want, pushes, taken, failure }: Answer): void {
-    try {
-      if (!taken) throw failure!.err;
-      this.failures = 0;
-      this.slotMoving = false;
-      this.short = taken.length < want;
-      // Short, the queue was empty behind it, unless a push went out after it: then lease again, not wait.
-      this.emptied = this.short && this.pushes === pushes;
-      if (this.emptied) this.emptiedAt = pushes;
-      if (this.refused.length > 0) this.refused.push(...taken);
-      else if (taken.length > 0) this.distribute(taken);
-    } catch (err) {
-      // Its outcome is unknown: a failure may have leased items for nobody.
-      if (this.config.mode === "reliable") this.unsure = true;
-      this.failed ??= err;
+  /** Notes what an answer says of the queue; true if it came with items (a list, maybe empty), false if its call failed. */
+  private noted({ want, pushes, taken, failure }: Answer): boolean {
+    if (!taken) {
+      this.failedCall(failure!.err);
+      return false;
     }
-    this.inFlight--;
-    this.asked -= want;
-    if (this.inFlight === 0 && this.refused.length > 0) {
-      this.giveBack(this.refused);
-      this.refused = [];
-    }
+    this.failures = 0;
+    this.slotMoving = false;
+    this.short = taken.length < want;
+    // Short, the queue was empty behind it, unless a push went out after it: then lease again, not wait.
+    this.emptied = this.short && this.pushes === pushes;
+    if (this.emptied) this.emptiedAt = pushes;
+    return true;
+  }
+
+  /** A lease call failed: its outcome is unknown, and it may have leased items for nobody. */
+  private failedCall(err: unknown): void {
+    if (this.config.mode === "reliable") this.unsure = true;
+    this.failed ??= err;
   }
 
   /** Waits until a lease call answers or credit opens. */

@@ -151,4 +151,37 @@ describe("lease calls of each kind in flight at once", () => {
     expect(batches.map((b) => b.map((d) => Buffer.from(d.item.payload).toString()))).toEqual([["1"], ["2"], ["3"], ["4"]]);
     dispatcher.close();
   });
+  it("share out in the order Redis ran them when a call is sent again (EVAL after NOSCRIPT) behind a later one", async () => {
+    const clock = new ManualClock();
+    const config = validateQueueSpec({ name: "{noscript-in-flight}", mode: "reliable" }, clock.now());
+    const dispatcher = new QueueDispatcher(config, testDispatchHost(t.conn, clock, log));
+    const batches: Delivery[][] = [];
+    const sink = { deliver: (b: Delivery[]) => batches.push(b) > 0, heartbeat() {}, fail() {}, drain() {}, end() {} };
+    const stream = new LeaseStream(config, 1, sink, clock.now());
+    await pushItems(t.conn.client, config.name, 0, [BulkStrings.of(["1", "2", "3"].map((p) => Buffer.from(p)))]);
+    await t.redis.plain.script("FLUSH"); // as after a restart or a failover: Redis has no script
+    dispatcher.add(stream);
+    await expect.poll(() => batches.length).toBe(1); // ioredis loaded lease.lua again for it (EVAL)
+    const id = Number(await t.conn.client.client("ID"));
+
+    let pushed: Promise<number> | undefined;
+    await t.redis.plain.client("PAUSE", 60_000, "WRITE");
+    try {
+      // A push carrying a lease: its EVALSHA of push-lease.lua will be refused (NOSCRIPT) and sent again as EVAL...
+      stream.credit = 2;
+      pushed = dispatcher.push(0, [BulkStrings.of([Buffer.from("4")])]);
+      await expect.poll(async () => (await commandClient(id)).blocked).toBe(true);
+      // ...after the pump's lease, sent behind it, has run and taken the older item.
+      stream.credit = 3;
+      dispatcher.kick();
+      await expect.poll(async () => (await commandClient(id)).qbuf).toBeGreaterThan(0);
+    } finally {
+      await t.redis.plain.client("UNPAUSE");
+    }
+    await pushed;
+    await expect.poll(() => batches.length).toBe(3);
+    expect(batches.map((b) => b.map((d) => Buffer.from(d.item.payload).toString()))).toEqual([["1"], ["2"], ["3"]]);
+    expect(batches.map((b) => b.map((d) => d.fence))).toEqual([[1], [2], [3]]);
+    dispatcher.close();
+  });
 });
