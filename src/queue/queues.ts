@@ -77,6 +77,11 @@ const RECENT_RELEASES = 10_000;
 /** How often a failed record of simple deliveries settled here for streams elsewhere is tried again (see announceReleases). */
 const ANNOUNCE_RETRY_MS = 1000;
 
+/** A simple delivery settled here for a stream elsewhere, as the released channel carries it: its token, a space, when it was settled (ms). */
+function releasedMessage(token: string, settledMs: number): string {
+  return `${token} ${settledMs}`;
+}
+
 /** Wait for replicas before answering an enqueue (Redis WAIT). */
 export interface ReplicaWait {
   replicas: number;
@@ -328,7 +333,7 @@ export class Queues {
 
   async start(): Promise<void> {
     // A simple delivery settled through another instance frees its stream's credit here (see releaseSimple).
-    this.stopReleases = await this.redis.subscribe(systemKeys(this.options.namespace).released, (token) => this.release(token), this.onReleasesMissed);
+    this.stopReleases = await this.redis.subscribe(systemKeys(this.options.namespace).released, this.onReleased, this.onReleasesMissed);
     await this.instances.beat();
     this.watchdog.start();
     this.delayed.start();
@@ -786,9 +791,9 @@ export class Queues {
   }
 
   /**
-   * Frees a simple delivery found among the recent releases, settled at
-   * `settledMs`, if a stream here holds it and took it no later: a record
-   * made before the pop is not of this delivery (an ack of a token not yet
+   * Frees a simple delivery found among the recent releases or announced,
+   * settled at `settledMs`, if a stream here holds it and took it no later: a
+   * settle made before the pop is not of this delivery (an ack of a token not yet
    * issued, or a token issued again after Redis lost the fence counter's
    * writes), and freeing its credit would let the stream hold more than it
    * asked for.
@@ -802,8 +807,8 @@ export class Queues {
    * Frees the credit a settled simple delivery held. Its stream may be on another
    * instance, which has no record in Redis to find the settle by (a reliable
    * delivery's heartbeat check reads its record): this instance records it among
-   * the recent releases and announces it on the released channel. The holder
-   * hears it there; if it was not listening then (its pub/sub connection being
+   * the recent releases and announces it on the released channel, each with
+   * when it was settled. The holder hears it there; if it was not listening then (its pub/sub connection being
    * made again), it finds the record once it listens again (and once its command
    * connection is back, should that come later); if the announcement never came
    * (this instance died after the record), its next heartbeat check finds the
@@ -834,14 +839,14 @@ export class Queues {
       .zremrangebyscore(keys.recentlyReleased, "-inf", now - RECENT_RELEASES_MS)
       .zremrangebyrank(keys.recentlyReleased, 0, -RECENT_RELEASES - 1)
       .pexpire(keys.recentlyReleased, RECENT_RELEASES_MS);
-    for (const [token] of releases) announce.publish(keys.released, token);
+    for (const [token, settledMs] of releases) announce.publish(keys.released, releasedMessage(token, settledMs));
     return execAll(announce).then(
       () => {
         if (this.announceFailing && this.unannounced.size === 0) this.log.info("recorded the simple deliveries settled here for streams on other instances");
         this.announceFailing = this.unannounced.size > 0;
       },
       (err: unknown) => {
-        for (const [token] of releases) this.redis.client.publish(keys.released, token).catch(() => undefined);
+        for (const [token, settledMs] of releases) this.redis.client.publish(keys.released, releasedMessage(token, settledMs)).catch(() => undefined);
         if (!this.announceFailing) {
           this.log.warn("could not record simple deliveries settled here for streams on other instances; trying again", { releases: releases.length, err });
         }
@@ -869,6 +874,19 @@ export class Queues {
     this.unannounced.clear();
     return this.announceReleases(releases);
   }
+
+  /**
+   * An announcement on the released channel (see releaseSimple). It may reach
+   * this instance after a pop that issued its token (an ack of a token not
+   * yet issued, announced late): like a record, it frees only a delivery
+   * taken no later than it was settled. An instance from before settle times
+   * were announced sends the token alone.
+   */
+  private readonly onReleased = (message: string) => {
+    const at = message.indexOf(" ");
+    if (at < 0) this.release(message);
+    else this.releaseRecorded(message.slice(0, at), message.slice(at + 1));
+  };
 
   /** The released channel listens again after its connection was lost: frees what was announced meanwhile (see releaseSimple). */
   private readonly onReleasesMissed = () => {

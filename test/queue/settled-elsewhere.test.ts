@@ -84,6 +84,42 @@ describe("a delivery settled through another instance", () => {
     expect(Buffer.from(second.payload).toString()).toBe("second");
     await session.close();
   });
+
+  it("frees nothing for an announcement that comes after the pop, of a settle made before it", async () => {
+    const recent = systemKeys("switchyard").recentlyReleased;
+    const [name, marker] = ["{elsewhere-late}", "{elsewhere-late-marker}"];
+    for (const q of [name, marker]) {
+      await holder.client.createQueue({ name: q, mode: QueueMode.SIMPLE });
+      await holder.client.enqueue(q, ["first", "second"]);
+    }
+    const next = tokenFormatter(name)(Number((await redis.plain.get(keysOf(await holder.app.queues.registry.get(name)).fence)) ?? 0) + 1, "");
+    const unannounced = (other.app.queues as unknown as { unannounced: Map<string, number> }).unannounced;
+    try {
+      // The record fails (its key of another type): the settle is announced alone, and again with its record once the key is fit.
+      await redis.plain.set(recent, "not a sorted set");
+      await other.client.ack(next);
+      await expect.poll(() => unannounced.has(next)).toBe(true);
+      await clock.advance(1);
+      const session = holder.client.lease(name, 1);
+      const [first] = await session.take(1);
+      expect(first.leaseToken).toBe(next);
+      await redis.plain.del(recent);
+      await clock.advance(1000); // recorded and announced again, after the pop
+      await expect.poll(() => redis.plain.zrange(recent, 0, -1)).toEqual([next]);
+      // The holder hears announcements in the order they were made: once a later one has freed the marker's credit, it has heard that one.
+      const markerSession = holder.client.lease(marker, 1);
+      const [m] = await markerSession.take(1);
+      await other.client.ack(m.leaseToken);
+      expect(Buffer.from((await markerSession.take(1))[0].payload).toString()).toBe("second");
+      const stream = [...(holder.app.queues as unknown as { streams: Set<LeaseStream> }).streams].find((s) => s.queue === name)!;
+      expect([...stream.held.keys()]).toEqual([next]);
+      session.ack(first.leaseToken); // settled now, by its holder: freed, and the second comes
+      expect(Buffer.from((await session.take(1))[0].payload).toString()).toBe("second");
+      await Promise.all([session.close(), markerSession.close()]);
+    } finally {
+      await redis.plain.del(recent);
+    }
+  });
 });
 
 describe("a simple delivery settled through another instance while the holder does not listen", () => {
@@ -141,7 +177,7 @@ describe("a simple delivery settled through another instance while the holder do
     // below can cut, losing that item of a simple queue for good: this test's flake.)
     const listener = own.plain.duplicate();
     started.push(() => listener.quit());
-    const announced = new Promise<void>((ok) => listener.on("message", (_channel: string, token: string) => token === first.leaseToken && ok()));
+    const announced = new Promise<void>((ok) => listener.on("message", (_channel: string, message: string) => message.startsWith(`${first.leaseToken} `) && ok()));
     await listener.subscribe(systemKeys("switchyard").released);
     await elsewhere.client.ack(first.leaseToken);
     await announced;
