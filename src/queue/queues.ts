@@ -77,6 +77,14 @@ const RECENT_RELEASES = 10_000;
 /** How often a failed record of simple deliveries settled here for streams elsewhere is tried again (see announceReleases). */
 const ANNOUNCE_RETRY_MS = 1000;
 
+/**
+ * How far the clock of an instance that settles a simple delivery for a stream
+ * elsewhere may read behind the holder's (both synced to Redis TIME, to within
+ * half a round trip and the drift between syncs): a settle up to this long
+ * before the delivery's pop still frees it (see releaseRecorded).
+ */
+export const SETTLE_CLOCK_SLACK_MS = 1000;
+
 /** A simple delivery settled here for a stream elsewhere, as the released channel carries it: its token, a space, when it was settled (ms). */
 function releasedMessage(token: string, settledMs: number): string {
   return `${token} ${settledMs}`;
@@ -792,15 +800,22 @@ export class Queues {
 
   /**
    * Frees a simple delivery found among the recent releases or announced,
-   * settled at `settledMs`, if a stream here holds it and took it no later: a
+   * settled at `settledMs`, if a stream here holds it and took it no later
+   * (give or take SETTLE_CLOCK_SLACK_MS, the two clocks' disagreement): a
    * settle made before the pop is not of this delivery (an ack of a token not yet
    * issued, or a token issued again after Redis lost the fence counter's
    * writes), and freeing its credit would let the stream hold more than it
    * asked for.
    */
   private releaseRecorded(token: string, settledMs: string | null): void {
+    const ref = this.heldSimple(token);
+    if (ref && settledMs !== null && Number(settledMs) + SETTLE_CLOCK_SLACK_MS >= (ref.poppedMs ?? -Infinity)) this.release(token);
+  }
+
+  /** The simple delivery a stream here holds under `token`, if any: the released channel and its records free no other. */
+  private heldSimple(token: string): LeaseRef | undefined {
     const ref = this.holders.get(token)?.held.get(token);
-    if (ref && settledMs !== null && Number(settledMs) >= (ref.poppedMs ?? -Infinity)) this.release(token);
+    return ref && tokenMode(ref) === "simple" ? ref : undefined;
   }
 
   /**
@@ -884,7 +899,9 @@ export class Queues {
    */
   private readonly onReleased = (message: string) => {
     const at = message.indexOf(" ");
-    if (at < 0) this.release(message);
+    if (at < 0) {
+      if (this.heldSimple(message)) this.release(message);
+    }
     else this.releaseRecorded(message.slice(0, at), message.slice(at + 1));
   };
 

@@ -21,10 +21,11 @@
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { QueueMode, type Delivery } from "../../src/gen/switchyard/v1/queue_pb.js";
 import type { LeaseSession } from "../../src/client/client.js";
-import { ManualClock } from "../../src/clock.js";
+import { ManualClock, SkewedClock } from "../../src/clock.js";
 import { createLogger } from "../../src/log.js";
 import { systemKeys } from "../../src/redis/keys.js";
 import { keysOf } from "../../src/queue/declaration.js";
+import { SETTLE_CLOCK_SLACK_MS } from "../../src/queue/queues.js";
 import type { LeaseStream } from "../../src/queue/lease-stream.js";
 import { tokenFormatter } from "../../src/queue/token.js";
 import { startLink, type Link } from "../helpers/link.js";
@@ -64,6 +65,49 @@ describe("a delivery settled through another instance", () => {
     });
   }
 
+  it("frees it when the settling instance's clock reads behind the holder's, by up to the slack", async () => {
+    const name = "{elsewhere-behind}";
+    const behind = await startSwitchyard(redis, { clock: new SkewedClock(clock, -SETTLE_CLOCK_SLACK_MS), config: { heartbeatIntervalMs: HEARTBEAT_MS } });
+    try {
+      await holder.client.createQueue({ name, mode: QueueMode.SIMPLE });
+      await holder.client.enqueue(name, ["first", "second", "third"]);
+      const session = holder.client.lease(name, 1);
+      const [first] = await session.take(1);
+      await behind.client.ack(first.leaseToken); // settled, by its clock, 1 s before the pop
+      const [second] = await session.take(1);
+      expect(Buffer.from(second.payload).toString()).toBe("second");
+      // A drop too (the record the heartbeat check reads is held to the same slack).
+      await behind.client.drop(second.leaseToken);
+      const [third] = await session.take(1);
+      expect(Buffer.from(third.payload).toString()).toBe("third");
+      await session.close();
+    } finally {
+      await behind.stop();
+    }
+  });
+
+  it("frees no reliable delivery for a message on the released channel, which names simple ones only", async () => {
+    const [name, marker] = ["{elsewhere-forged}", "{elsewhere-forged-marker}"];
+    await holder.client.createQueue({ name, mode: QueueMode.RELIABLE });
+    await holder.client.createQueue({ name: marker, mode: QueueMode.SIMPLE });
+    await holder.client.enqueue(name, ["first", "second"]);
+    await holder.client.enqueue(marker, ["first", "second"]);
+    const session = holder.client.lease(name, 1);
+    const [first] = await session.take(1);
+    const { released, recentlyReleased } = systemKeys("switchyard");
+    // Published on the node where instances announce (with their record), so the holder hears them in this order.
+    const node = redis.nodeFor(recentlyReleased);
+    for (const message of [first.leaseToken, `${first.leaseToken} ${clock.now()}`, `${first.leaseToken} `]) await node.publish(released, message);
+    // Announced after those: once the marker's credit is freed, the holder has heard them.
+    const markerSession = holder.client.lease(marker, 1);
+    const [m] = await markerSession.take(1);
+    await other.client.ack(m.leaseToken);
+    expect(Buffer.from((await markerSession.take(1))[0].payload).toString()).toBe("second");
+    const stream = [...(holder.app.queues as unknown as { streams: Set<LeaseStream> }).streams].find((s) => s.queue === name)!;
+    expect([...stream.held.keys()]).toEqual([first.leaseToken]);
+    await Promise.all([session.close(), markerSession.close()]);
+  });
+
   it("frees nothing for a record made before the delivery was popped (an ack of a token not yet issued)", async () => {
     const name = "{elsewhere-early}";
     await holder.client.createQueue({ name, mode: QueueMode.SIMPLE });
@@ -71,7 +115,7 @@ describe("a delivery settled through another instance", () => {
     // A simple queue's tokens are numbered by its fence counter (SPEC Q11): the next one can be named.
     const next = tokenFormatter(name)(Number((await redis.plain.get(keysOf(await holder.app.queues.registry.get(name)).fence)) ?? 0) + 1, "");
     await other.client.ack(next); // accepted (SPEC Q3), and recorded among the recent releases
-    await clock.advance(1);
+    await clock.advance(SETTLE_CLOCK_SLACK_MS + 1); // further than two instances' clocks may disagree
     const session = holder.client.lease(name, 1);
     const [first] = await session.take(1);
     expect(first.leaseToken).toBe(next);
@@ -99,12 +143,12 @@ describe("a delivery settled through another instance", () => {
       await redis.plain.set(recent, "not a sorted set");
       await other.client.ack(next);
       await expect.poll(() => unannounced.has(next)).toBe(true);
-      await clock.advance(1);
+      await clock.advance(SETTLE_CLOCK_SLACK_MS + 1);
       const session = holder.client.lease(name, 1);
       const [first] = await session.take(1);
       expect(first.leaseToken).toBe(next);
       await redis.plain.del(recent);
-      await clock.advance(1000); // recorded and announced again, after the pop
+      await clock.advance(1000); // recorded and announced again (every second), after the pop
       await expect.poll(() => redis.plain.zrange(recent, 0, -1)).toEqual([next]);
       // The holder hears announcements in the order they were made: once a later one has freed the marker's credit, it has heard that one.
       const markerSession = holder.client.lease(marker, 1);
