@@ -13,17 +13,20 @@ import { FramedCommand, type BulkStrings } from "./bulk-strings.js";
 
 const scriptDir = new URL("./scripts/", import.meta.url);
 const load = (name: string) => readFileSync(new URL(`${name}.lua`, scriptDir), "utf8");
-/** A queue script: lib.lua's shared functions, then the script (after its shebang line, which must stay first). */
-function withLib(name: string): string {
+/** A script after the shared functions of `parts` (lib.lua's by default), behind its shebang line, which must stay first. */
+function withLib(name: string, parts = ["lib"]): string {
   const text = load(name);
   const shebang = text.startsWith("#!") ? text.slice(0, text.indexOf("\n") + 1) : "";
-  return `${shebang}${load("lib")}\n${text.slice(shebang.length)}`;
+  return `${shebang}${parts.map((part) => `${load(part)}\n`).join("")}${text.slice(shebang.length)}`;
 }
 
-/** Sent as EVAL by pushItems rather than registered (see there). */
-const pushLua = load("push");
+/**
+ * Sent as EVAL by pushItems rather than registered (see there), so its text goes with every push that has
+ * a ttl: push-values.lua alone, not all of lib.lua, and without the files' header comments (`--[[ … ]]`).
+ */
+const pushLua = withLib("push", ["push-values"]).replace(/--\[\[[\s\S]*?\]\]\n/g, "");
 /** Sent by pushAndLease as a FramedCommand, not registered (see there). */
-const pushLeaseLua = withLib("push-lease");
+const pushLeaseLua = withLib("push-lease", ["lib", "push-values"]);
 const pushLeaseSha = createHash("sha1").update(pushLeaseLua).digest("hex");
 
 const definitions = {
