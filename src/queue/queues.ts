@@ -291,6 +291,8 @@ export class Queues {
   private announceTimer?: Timer;
   /** An announcement failed and none has gone through since (warned once). */
   private announceFailing = false;
+  /** Queues whose streams here failed their heartbeat check of held items, none having gone through since (warned once each). */
+  private readonly checksFailing = new Set<string>();
 
   constructor(
     readonly registry: QueueRegistry,
@@ -513,6 +515,7 @@ export class Queues {
 
   private onQueueDeleted(name: string): void {
     this.closeDispatcher(name);
+    this.checksFailing.delete(name);
     const gone = new SwitchyardError("not_found", `queue "${name}" was deleted`, { reason: "QUEUE_NOT_FOUND", metadata: { queue: name } });
     for (const stream of this.streams) if (stream.queue === name) stream.sink.fail(gone);
   }
@@ -772,15 +775,29 @@ export class Queues {
         stream.lastSendMs = now;
         stream.sink.heartbeat(now);
       }
-      await this.forgetSettledElsewhere(stream).catch((err: unknown) => this.log.warn("lease check failed", { err }));
+      await this.forgetSettledElsewhere(stream).then(
+        (checked) => {
+          if (checked && this.checksFailing.delete(stream.config.name)) this.log.info("lease checks go through again", { queue: stream.config.name });
+        },
+        (err: unknown) => {
+          // Once per queue until one goes through: each stream checks every heartbeat, and a cause (a key
+          // another client overwrote, Redis down) fails them all alike. The message alone: a script's
+          // error carries its arguments, the whole Lua text after a NOSCRIPT.
+          const fields = { queue: stream.config.name, reason: err instanceof Error ? err.message : String(err) };
+          if (this.checksFailing.has(stream.config.name)) this.log.debug("lease check failed", fields);
+          else this.log.warn("lease check failed; warned once for this queue until a check goes through", fields);
+          this.checksFailing.add(stream.config.name);
+        },
+      );
       this.scheduleHeartbeat(stream);
     });
   }
 
-  private async forgetSettledElsewhere(stream: LeaseStream): Promise<void> {
+  /** Checks the items `stream` holds (see scheduleHeartbeat); false if it holds none to check. */
+  private async forgetSettledElsewhere(stream: LeaseStream): Promise<boolean> {
     if (stream.config.mode === "simple") return this.forgetReleasedSimple(stream);
     const held = [...stream.held].filter(([, ref]) => ref.owner);
-    if (held.length === 0) return;
+    if (held.length === 0) return false;
     const now = this.clock.now();
     // Claims still within the min_idle the worker was told are extended (keepAnnouncedMinIdle).
     const action = (token: string) => (now - (stream.claimedMs?.get(token) ?? -Infinity) < stream.announcedMinIdleMs ? "extend" : "check");
@@ -788,14 +805,16 @@ export class Queues {
     held.forEach(([token], i) => {
       if (results[i].code !== "done") this.release(token, stream);
     });
+    return true;
   }
 
   /** Frees the credit of simple deliveries the stream holds that were settled elsewhere and recorded, the announcement missed (see releaseSimple). */
-  private async forgetReleasedSimple(stream: LeaseStream): Promise<void> {
+  private async forgetReleasedSimple(stream: LeaseStream): Promise<boolean> {
     const tokens = [...stream.held.keys()];
-    if (tokens.length === 0) return;
+    if (tokens.length === 0) return false;
     const recorded = await this.redis.client.zmscore(systemKeys(this.options.namespace).recentlyReleased, ...tokens);
     tokens.forEach((token, i) => this.releaseRecorded(token, recorded[i]));
+    return true;
   }
 
   /**
@@ -1016,6 +1035,8 @@ export class Queues {
     stream.closed = true;
     stream.heartbeat?.cancel();
     this.streams.delete(stream);
+    // Its queue's failing checks are warned of again should they fail after a new stream opens.
+    if (this.checksFailing.has(stream.queue) && ![...this.streams].some((s) => s.queue === stream.queue)) this.checksFailing.delete(stream.queue);
     this.dispatcherOf(stream)?.remove(stream);
     const held = [...stream.held.values()];
     // On their way back before they stop counting as held: the pump's reconcile must never see them as nobody's.

@@ -289,6 +289,95 @@ describe("a simple delivery settled through another instance while the holder do
 });
 
 describe("a recent-releases key another client overwrote", () => {
+  // Each stream checks what it holds every heartbeat: a cause that fails them all alike (this key, a queue
+  // key of another type, Redis down) used to log a warning per stream per heartbeat.
+  describe("the heartbeat checks it fails", () => {
+    const lines: string[] = [];
+    let watcher: TestSwitchyard;
+    const said = (level: string, msg: string) =>
+      lines.map((l) => JSON.parse(l) as { level: string; msg: string }).filter((l) => l.level === level && l.msg.startsWith(msg)).length;
+    const counts = () => ({ warn: said("warn", "lease check failed"), debug: said("debug", "lease check failed"), info: said("info", "lease checks go through again") });
+    /** Advances `beats` heartbeats, each failing the checks of `holding` streams. */
+    const failingBeats = async (beats: number, holding: number) => {
+      const before = counts().warn + counts().debug;
+      for (let beat = 1; beat <= beats; beat++) {
+        await clock.advance(HEARTBEAT_MS);
+        await expect.poll(() => counts().warn + counts().debug - before).toBe(holding * beat);
+      }
+    };
+    beforeAll(async () => {
+      watcher = await startSwitchyard(redis, { clock, config: { heartbeatIntervalMs: HEARTBEAT_MS }, log: createLogger("debug", (l) => void lines.push(l)) });
+    });
+    afterAll(() => watcher?.stop());
+
+    it("warn once for the queue, not per heartbeat or stream, and say when they go through again (simple)", async () => {
+      lines.length = 0;
+      const recent = systemKeys("switchyard").recentlyReleased;
+      const name = "{elsewhere-check-simple}";
+      try {
+        await watcher.client.createQueue({ name, mode: QueueMode.SIMPLE });
+        await watcher.client.enqueue(name, ["first", "second"]);
+        const sessions = [watcher.client.lease(name, 1), watcher.client.lease(name, 1)];
+        for (const session of sessions) await session.take(1); // held: each heartbeat reads the recent releases for it
+        // A third stream holds nothing, so its heartbeats check nothing and say nothing.
+        sessions.push(watcher.client.lease(name, 1));
+        await expect.poll(async () => (await watcher.client.getQueueStats(name)).leaseStreams).toBe(3);
+        await redis.plain.set(recent, "not a sorted set");
+        await failingBeats(3, 2);
+        expect(counts()).toEqual({ warn: 1, debug: 5, info: 0 });
+        expect(lines.find((l) => l.includes("lease check failed"))).toContain("WRONGTYPE");
+        await redis.plain.del(recent);
+        await clock.advance(HEARTBEAT_MS);
+        await expect.poll(() => counts().info).toBe(1);
+        expect(counts()).toEqual({ warn: 1, debug: 5, info: 1 });
+        for (const session of sessions) await session.close();
+      } finally {
+        await redis.plain.del(recent);
+      }
+    });
+
+    it("still free what was settled elsewhere once they go through, and warn afresh for a queue whose streams had all closed (reliable)", async () => {
+      lines.length = 0;
+      const name = "{elsewhere-check-reliable}";
+      await watcher.client.createQueue({ name, mode: QueueMode.RELIABLE });
+      const { leases } = keysOf(await watcher.app.queues.registry.get(name));
+      const breakLeases = async () => {
+        await redis.plain.rename(leases, `${leases}.kept`); // the same slot
+        await redis.plain.set(leases, "not a hash");
+      };
+      const mendLeases = () => redis.plain.rename(`${leases}.kept`, leases);
+      await watcher.client.enqueue(name, ["a", "b", "c"]);
+      const [one, two] = [watcher.client.lease(name, 1), watcher.client.lease(name, 1)];
+      const [a] = await one.take(1);
+      await two.take(1);
+      await breakLeases();
+      await failingBeats(3, 2);
+      expect(counts()).toEqual({ warn: 1, debug: 5, info: 0 });
+      await mendLeases();
+      await clock.advance(HEARTBEAT_MS);
+      await expect.poll(() => counts().info).toBe(1);
+      // The checks answered: nothing was let go meanwhile, and an ack through another instance frees its credit.
+      await other.client.ack(a.leaseToken);
+      await clock.advance(HEARTBEAT_MS);
+      const [c] = await one.take(1);
+      expect(Buffer.from(c.payload).toString()).toBe("c");
+      // Failing again, then every stream gone before a check went through: the next failure is warned of.
+      await breakLeases();
+      await failingBeats(1, 2);
+      expect(counts().warn).toBe(2);
+      await mendLeases();
+      await Promise.all([one.close(), two.close()]);
+      await watcher.client.enqueue(name, ["d"]);
+      const three = watcher.client.lease(name, 1);
+      await three.take(1);
+      await breakLeases();
+      await failingBeats(2, 1);
+      expect(counts()).toEqual({ warn: 3, debug: 7, info: 1 });
+      await mendLeases();
+      await three.close();
+    });
+  });
+
   it("warns once while the record fails, tries again each second, and records once the key is fit again", async () => {
     const lines: string[] = [];
     const settling = await startSwitchyard(redis, { clock, config: { heartbeatIntervalMs: HEARTBEAT_MS }, log: createLogger("info", (l) => void lines.push(l)) });
