@@ -23,9 +23,27 @@ export interface Logger {
 /** Field names whose values never reach a log line, at the top level or one object down. */
 const REDACTED = ["authorization", "password", "payload", "replies"];
 
-const serializeError = pino.stdSerializers.err;
+/**
+ * An error as pino serializes it, but a Redis command's arguments left out: ioredis puts the failed
+ * command on its errors (`command: { name, args }`), and the args are items' payloads (a push), or a
+ * script's whole text (an EVAL after NOSCRIPT). Its causes are serialized the same way.
+ */
+function serializeError(err: Error): Record<string, unknown> {
+  return withoutCommandArgs(pino.stdSerializers.err(err)) as Record<string, unknown>;
+}
 
-/** Errors at the top level of the fields keep their type, message and stack (pino's own serializer does `err`). */
+/** `value` with every `command.args` (objects down to a few levels) replaced by their count; copies, never changes, what it is given. */
+function withoutCommandArgs(value: unknown, depth = 0): unknown {
+  if (typeof value !== "object" || value === null || Array.isArray(value) || depth > 4) return value;
+  const copy: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(value)) {
+    const args = k === "command" && typeof v === "object" && v !== null ? (v as { args?: unknown }).args : undefined;
+    copy[k] = Array.isArray(args) ? { ...v, args: `${args.length} not logged` } : withoutCommandArgs(v, depth + 1);
+  }
+  return copy;
+}
+
+/** Errors at the top level of the fields keep their type, message and stack (`err` included: see serializers). */
 function errorsToObjects(fields: Record<string, unknown>): Record<string, unknown> {
   for (const [k, v] of Object.entries(fields)) if (v instanceof Error && k !== "err") fields[k] = serializeError(v);
   return fields;
@@ -53,6 +71,7 @@ export function createLogger(level: LogLevel, write?: (line: string) => void): L
       base: undefined,
       timestamp: pino.stdTimeFunctions.isoTime,
       formatters: { level: (label) => ({ level: label }), log: errorsToObjects },
+      serializers: { err: serializeError },
       redact: { paths: [...REDACTED, ...REDACTED.map((k) => `*.${k}`)], censor: "[redacted]" },
     },
     destination,
