@@ -51,9 +51,9 @@ export async function runDeployed(
   redis: BenchRedis,
   sizes: DeployedSizes,
   want: (g: DeployedGroup) => boolean,
-  options: { serverNodeArgs?: string[]; pythonPath?: string; warmup: boolean },
+  options: { serverNodeArgs?: string[]; agentNodeArgs?: string[]; pythonPath?: string; warmup: boolean },
 ): Promise<void> {
-  const d = await Deployed.start(redis, { serverNodeArgs: options.serverNodeArgs, pythonPath: options.pythonPath });
+  const d = await Deployed.start(redis, { serverNodeArgs: options.serverNodeArgs, agentNodeArgs: options.agentNodeArgs, pythonPath: options.pythonPath });
   const rec = (metric: string) => async (value: number | Promise<number>) => rounds.record(metric, await value);
   try {
     if (options.warmup) {

@@ -6,6 +6,7 @@
  *   node dist-bench/run.js [--rows deployed|in-process|enqueue,consume,latency,python,stream,1,2,5…]
  *                          [--rounds 3] [--scale 1] [--quick] [--out FILE]
  *                          [--server child] [--server-node-args "--cpu-prof --cpu-prof-dir=DIR"]
+ *                          [--agent-node-args "--trace-gc-nvp"] (the deployed rows' producers and workers)
  *                          [--only switchyard] [--redis-stats] [--profile-ticks FILE]
  *
  * The deployed-shape rows (deployed-rows.ts: enqueue, consume, latency,
@@ -127,7 +128,8 @@ async function main(): Promise<void> {
       try {
         const want = (g: DeployedGroup) => rowsWanted.has(g) && (g !== "python" || python !== undefined);
         const serverNodeArgs = (arg("server-node-args") ?? "").split(" ").filter(Boolean);
-        await runDeployed(rounds, redis, DEPLOYED, want, { serverNodeArgs, pythonPath: python, warmup: !ONLY });
+        const agentNodeArgs = (arg("agent-node-args") ?? "").split(" ").filter(Boolean);
+        await runDeployed(rounds, redis, DEPLOYED, want, { serverNodeArgs, agentNodeArgs, pythonPath: python, warmup: !ONLY });
       } finally {
         if (python) rmSync(python, { recursive: true, force: true });
       }

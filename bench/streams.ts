@@ -6,7 +6,7 @@
  * CLIENT LIST less the benchmark's own.
  */
 import { spawn, type ChildProcess } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { appendFileSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -66,7 +66,10 @@ export function startServer(redisUrl: string, nodeArgs: string[], env: Record<st
   return within(
     new Promise((ok, fail) => {
       let out = "";
+      // BENCH_SERVER_STDOUT=FILE keeps what the child prints (say, V8's --trace-gc-nvp lines; gc-summary.mjs).
+      const keep = process.env.BENCH_SERVER_STDOUT;
       child.stdout!.on("data", (chunk: Buffer) => {
+        if (keep) appendFileSync(keep, chunk);
         out += chunk.toString();
         const m = /switchyard listening on (\S+)/.exec(out);
         if (m) ok({ child, address: m[1] });

@@ -7,6 +7,9 @@
  * rows:
  *   node dist-bench/run.js --rows latency --rounds 1 --only switchyard \
  *     --server-node-args "--import ./bench/diagnostics/alloc-profile.mjs"
+ * With ALLOC_PROFILE_SURVIVORS=1 the objects a scavenge collected are left out:
+ * what remains outlived a young-generation GC (promoted, or still alive at the
+ * end), the objects that make scavenges slow and feed mark-compacts.
  */
 import { Session } from "node:inspector";
 import { writeFileSync } from "node:fs";
@@ -17,7 +20,7 @@ const session = new Session();
 session.connect();
 const post = (method, params = {}) => new Promise((ok, fail) => session.post(method, params, (err, r) => (err ? fail(err) : ok(r))));
 await post("HeapProfiler.enable");
-await post("HeapProfiler.startSampling", { samplingInterval: 8192, includeObjectsCollectedByMajorGC: true, includeObjectsCollectedByMinorGC: true });
+await post("HeapProfiler.startSampling", { samplingInterval: 8192, includeObjectsCollectedByMajorGC: true, includeObjectsCollectedByMinorGC: process.env.ALLOC_PROFILE_SURVIVORS !== "1" });
 
 let written = false;
 function write() {
