@@ -102,6 +102,30 @@ describe("long handlers (issue 14)", () => {
     expect((await a.client.getQueueStats(Q)).completedTotal).toBe(1n);
   });
 
+  it("a handler may take extend and signal out of its context and use them on their own", async () => {
+    const Q = "{taken-apart}";
+    const clock = a.clock as ManualClock;
+    await declareLong(Q);
+    await a.client.enqueue(Q, ["render"]);
+    let parts: Pick<HandlerContext, "attempt" | "signal" | "extend"> | undefined;
+    let finish!: () => void;
+    const finished = new Promise<void>((ok) => (finish = ok));
+    const worker = runWorker({
+      client: a.client, queue: Q, concurrency: 1, clock,
+      handler: (_d, { attempt, signal, extend }) => ((parts = { attempt, signal, extend }), finished),
+    });
+    await expect.poll(() => parts).toBeDefined();
+    const { attempt, signal, extend } = parts!;
+    expect([attempt, signal.aborted]).toEqual([1, false]);
+    await clock.advance(1000);
+    const expires = await extend();
+    expect(expires.getTime()).toBe(clock.now() + MIN_IDLE_MS);
+    finish();
+    await expect.poll(() => worker.processed).toBe(1);
+    await worker.stop();
+    expect((await a.client.getQueueStats(Q)).completedTotal).toBe(1n);
+  });
+
   it("a running handler keeps its lease when UpdateQueue lowers min_idle; a delivery nobody extends is still recovered", async () => {
     const clock = a.clock as ManualClock;
     const [Q, IDLE] = ["{lowered}", "{lowered-idle}"];
