@@ -219,50 +219,52 @@ interface Job {
   context?: HandlerContext;
 }
 
+/** Where a handler's context keeps what its `signal` getter needs; not enumerable, so spreads and JSON leave it out. */
+const signalState = Symbol("signalState");
+interface SignalState {
+  readonly job: Job;
+  signal?: AbortSignal;
+}
+
 /**
- * A handler's context; `onLost` is told when an extend finds the lease no
- * longer held. A class, not an object literal with a getter: with the literal
- * (whose getter V8 defines afresh on each object), every scavenge kept each
- * context, its job and its delivery until the next mark-compact, and the
- * worker promoted about 0.9 MB per scavenge at 500 items/s (bench/README.md,
- * 4 December).
+ * Every context's own `signal`: one getter, shared. An object literal's own
+ * `get signal()` made every scavenge of a worker keep each context, its job
+ * and its delivery until the next mark-compact (at 500 items/s the worker
+ * promoted about 0.9 MB per scavenge; bench/README.md, 4 December). The
+ * signal is made when a handler first asks for it.
  */
-class JobContext implements HandlerContext {
-  readonly attempt: number;
-  readonly deliveryCount: number;
-  readonly lastError: string;
-  readonly #job: Job;
-  readonly #onLost: () => void;
-  #signal?: AbortSignal;
+const signalProperty: PropertyDescriptor = {
+  enumerable: true,
+  get(this: { [signalState]: SignalState }) {
+    const state = this[signalState];
+    return (state.signal ??= AbortSignal.any([state.job.s.abort.signal, state.job.abort.signal]));
+  },
+};
 
-  constructor(job: Job, onLost: () => void) {
-    this.#job = job;
-    this.#onLost = onLost;
-    this.attempt = this.deliveryCount = job.d.deliveryCount;
-    this.lastError = job.d.lastError;
-    // A handler may take extend out of its context (`{ extend }`) and call it on its own.
-    this.extend = this.extend.bind(this);
-  }
-
-  get signal(): AbortSignal {
-    return (this.#signal ??= AbortSignal.any([this.#job.s.abort.signal, this.#job.abort.signal]));
-  }
-
-  async extend(): Promise<Date> {
-    const job = this.#job;
-    const r = await job.s.extend(job.d.leaseToken);
-    if (!r) throw new Error("the lease stream ended: the item went back to the queue");
-    if (r.code !== 0) {
-      const err = new SettleError(r);
-      if (LOST_LEASE.has(r.reason)) {
-        job.lost = true;
-        job.abort.abort(err);
-        this.#onLost();
+/** A handler's context; `onLost` is told when an extend finds the lease no longer held. */
+function contextOf(job: Job, onLost: () => void): HandlerContext {
+  const { s, d } = job;
+  const context = {
+    attempt: d.deliveryCount,
+    deliveryCount: d.deliveryCount,
+    lastError: d.lastError,
+    async extend() {
+      const r = await s.extend(d.leaseToken);
+      if (!r) throw new Error("the lease stream ended: the item went back to the queue");
+      if (r.code !== 0) {
+        const err = new SettleError(r);
+        if (LOST_LEASE.has(r.reason)) {
+          job.lost = true;
+          job.abort.abort(err);
+          onLost();
+        }
+        throw err;
       }
-      throw err;
-    }
-    return new Date(r.expireTime ? timestampMs(r.expireTime) : 0);
-  }
+      return new Date(r.expireTime ? timestampMs(r.expireTime) : 0);
+    },
+  };
+  Object.defineProperty(context, signalState, { value: { job } satisfies SignalState });
+  return Object.defineProperty(context, "signal", signalProperty) as typeof context & { readonly signal: AbortSignal };
 }
 
 /** Starts a worker; see {@link WorkerOptions}. */
@@ -325,7 +327,7 @@ export function runWorker(options: WorkerOptions): Worker {
    * Extends the job's lease every third of min_idle until it is done; each
    * extension waits for the server's answer (a ManualClock's advance waits for
    * it too). A refused extension ends them: the item is no longer this worker's
-   * (a lost lease also fires the handler's signal, see JobContext).
+   * (a lost lease also fires the handler's signal, see contextOf).
    */
   const keepExtending = (job: Job) => {
     const s = job.s;
@@ -433,7 +435,7 @@ export function runWorker(options: WorkerOptions): Worker {
     const size = d.payload.length;
     payloadBytes = payloadBytes === undefined ? size : payloadBytes + (size - payloadBytes) * 0.2;
     const job: Job = { s, d, abort: new AbortController(), lost: false, done: false };
-    job.context = new JobContext(job, refreshCredit);
+    job.context = contextOf(job, refreshCredit);
     // Once stopping, what can go back waits to (on a server that takes no release, it still runs: it cannot go back).
     if (running.size < options.concurrency && waiting.length === 0 && !(stopping && s.releases)) {
       start(job);

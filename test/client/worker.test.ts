@@ -102,20 +102,25 @@ describe("long handlers (issue 14)", () => {
     expect((await a.client.getQueueStats(Q)).completedTotal).toBe(1n);
   });
 
-  it("a handler may take extend and signal out of its context and use them on their own", async () => {
+  it("a handler's context copies, spreads and comes apart like a plain object: signal and extend work on their own", async () => {
     const Q = "{taken-apart}";
     const clock = a.clock as ManualClock;
     await declareLong(Q);
     await a.client.enqueue(Q, ["render"]);
-    let parts: Pick<HandlerContext, "attempt" | "signal" | "extend"> | undefined;
+    let ctx: HandlerContext | undefined;
     let finish!: () => void;
     const finished = new Promise<void>((ok) => (finish = ok));
-    const worker = runWorker({
-      client: a.client, queue: Q, concurrency: 1, clock,
-      handler: (_d, { attempt, signal, extend }) => ((parts = { attempt, signal, extend }), finished),
-    });
-    await expect.poll(() => parts).toBeDefined();
-    const { attempt, signal, extend } = parts!;
+    const worker = runWorker({ client: a.client, queue: Q, concurrency: 1, clock, handler: (_d, c) => ((ctx = c), finished) });
+    await expect.poll(() => ctx).toBeDefined();
+    const c = ctx!;
+    // Own enumerable fields, as an object literal's: a spread or Object.assign keeps the signal.
+    expect(Object.keys(c).sort()).toEqual(["attempt", "deliveryCount", "extend", "lastError", "signal"]);
+    const copy = { ...c };
+    expect(copy.signal).toBeInstanceOf(AbortSignal);
+    expect(copy.signal).toBe(c.signal);
+    expect(new Proxy(c, {}).signal).toBe(c.signal);
+    expect(JSON.parse(JSON.stringify(c))).toEqual({ attempt: 1, deliveryCount: 1, lastError: "", signal: {} });
+    const { attempt, signal, extend } = c;
     expect([attempt, signal.aborted]).toEqual([1, false]);
     await clock.advance(1000);
     const expires = await extend();
