@@ -11,7 +11,7 @@
  * item. Times are monoUs() (CLOCK_MONOTONIC), comparable across processes.
  */
 import type { AgentRequest, AgentReply, ConsumeArgs, Consumed, PacedArgs, ProduceArgs, Progress, EchoArgs } from "./agents.js";
-import { jsonItem, monoUs, pool, sleep, type JsonItem } from "./lib.js";
+import { deferred, jsonItem, monoUs, pool, sleep, type JsonItem } from "./lib.js";
 
 const system = process.argv[2];
 const send = (msg: AgentReply | { progress: Progress }) => process.send!(msg);
@@ -247,7 +247,11 @@ async function rawPush(path: string, args: ProduceArgs): Promise<number> {
   }
 }
 
-/** Sends `count` items at `rate`/s, open loop: a late timer sends what it owes at once; rate 0: one after the other, each awaited. */
+/**
+ * Sends `count` items at `rate`/s, open loop: a late timer sends what it owes at once; rate 0: one after the other,
+ * each awaited. Like a producer that fires and forgets, it keeps no answer (an id list, a BullMQ Job) once it has
+ * come: only how many are still out, and the first failure.
+ */
 async function paced(args: PacedArgs, sendOne: (i: number) => Promise<unknown>): Promise<void> {
   if (args.rate === 0) {
     for (let i = 0; i < args.count; i++) await sendOne(i);
@@ -255,13 +259,25 @@ async function paced(args: PacedArgs, sendOne: (i: number) => Promise<unknown>):
   }
   const gap = 1000 / args.rate;
   const t0 = performance.now();
-  const inflight: Promise<unknown>[] = [];
+  const allAnswered = deferred();
+  let out = 0;
+  let sending = true;
+  let failure: { err: unknown } | undefined;
+  const answered = () => {
+    if (--out === 0 && !sending) allAnswered.resolve();
+  };
   for (let i = 0; i < args.count; i++) {
     const wait = t0 + i * gap - performance.now();
     if (wait >= 1) await sleep(wait);
-    inflight.push(sendOne(i));
+    out++;
+    sendOne(i).then(answered, (err: unknown) => {
+      failure ??= { err };
+      answered();
+    });
   }
-  await Promise.all(inflight);
+  sending = false;
+  if (out > 0) await allAnswered.promise;
+  if (failure) throw failure.err;
 }
 
 /** A producer or worker of the plain grpc-js relay (echo.ts): the latency rows' floor, with no Redis. */
