@@ -1,8 +1,19 @@
 /** Small helpers shared by the benchmark rows: timing, statistics, bounded waits. */
+import { readFileSync } from "node:fs";
 import { performance } from "node:perf_hooks";
 
 export const now = () => performance.now();
 export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+/**
+ * CPU a process (`/proc/PID/stat`) or thread (`/proc/PID/task/TID/stat`) has used so far, in ms of
+ * user and of system time (USER_HZ = 100), and its minor page faults: for the diagnostics.
+ */
+export function procStat(path: string): { userMs: number; systemMs: number; cpuMs: number; faults: number } {
+  const f = readFileSync(path, "utf8").split(") ")[1].split(" ");
+  const userMs = Number(f[11]) * 10, systemMs = Number(f[12]) * 10;
+  return { userMs, systemMs, cpuMs: userMs + systemMs, faults: Number(f[7]) };
+}
 
 /** A payload of exactly `bytes` bytes; when `seq` is given it starts with it (zero-padded, 10 digits). */
 export function payload(bytes = 100, seq?: number): Buffer {

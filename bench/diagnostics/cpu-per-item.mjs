@@ -10,7 +10,7 @@
 // Switchyard (producer, server, Redis), BullMQ add and a raw ioredis LPUSH (producer, Redis), and
 // the plain grpc-js echo's stream message (client, echo server), CPU µs per call of each.
 // SERVER_NODE_ARGS="--cpu-prof --cpu-prof-dir=DIR" profiles the server child; AGENT_NODE_ARGS the worker processes.
-import { readFileSync } from "node:fs";
+import { procStat } from "../../dist-bench/lib.js";
 import { Deployed } from "../../dist-bench/deployed.js";
 import { startBenchRedis } from "../../dist-bench/env.js";
 
@@ -19,11 +19,10 @@ const args = process.argv.slice(2).filter((a, i, all) => !a.startsWith("--") && 
 const sysOnly = process.argv.includes("--sys");
 const serial = process.argv.includes("--serial");
 const c = Number(args[0] ?? 1), n = Number(args[1] ?? 5000);
-/** CPU ms a process has used so far. */
+/** CPU ms a process has used so far (system time alone with --sys). */
 const cpuMs = (pid) => {
-  const f = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1].split(" ");
-  const ticks = sysOnly ? Number(f[12]) : Number(f[11]) + Number(f[12]);
-  return ticks * 10; // USER_HZ = 100
+  const stat = procStat(`/proc/${pid}/stat`);
+  return sysOnly ? stat.systemMs : stat.cpuMs;
 };
 const redis = await startBenchRedis();
 const d = await Deployed.start(redis, { workers: 1, serverNodeArgs: process.env.SERVER_NODE_ARGS?.split(" ").filter(Boolean), agentNodeArgs: process.env.AGENT_NODE_ARGS?.split(" ").filter(Boolean) });

@@ -8,27 +8,22 @@
 //   e.g. node bench/diagnostics/cpu-series.mjs 5000 500 switchyard,switchyard,idle,switchyard
 // SERVER_NODE_ARGS passes node arguments to the server child; with BENCH_SERVER_STDOUT=FILE (and, say,
 // SERVER_NODE_ARGS="--trace-opt --trace-deopt") a line "=== run X" / "=== idle" marks each step in FILE.
-import { appendFileSync, readFileSync, readdirSync } from "node:fs";
+import { appendFileSync, readdirSync } from "node:fs";
 import { Deployed } from "../../dist-bench/deployed.js";
 import { startBenchRedis } from "../../dist-bench/env.js";
-import { percentile, sleep } from "../../dist-bench/lib.js";
+import { percentile, procStat, sleep } from "../../dist-bench/lib.js";
 
 const [items = 5000, rate = 500] = process.argv.slice(2, 4).map(Number);
 const sequence = (process.argv[4] ?? "switchyard").split(",");
 
-/** CPU ms (user + system) and minor faults of a process or thread, from its stat file. */
-const stat = (path) => {
-  const f = readFileSync(path, "utf8").split(") ")[1].split(" ");
-  return { cpu: (Number(f[11]) + Number(f[12])) * 10, faults: Number(f[7]) };
-};
 /** The process's main thread and its other threads, CPU ms. */
 const threads = (pid) => {
   let main = 0, other = 0;
   for (const t of readdirSync(`/proc/${pid}/task`)) {
     try {
-      const { cpu } = stat(`/proc/${pid}/task/${t}/stat`);
-      if (Number(t) === pid) main += cpu;
-      else other += cpu;
+      const { cpuMs } = procStat(`/proc/${pid}/task/${t}/stat`);
+      if (Number(t) === pid) main += cpuMs;
+      else other += cpuMs;
     } catch {} // a thread that ended meanwhile
   }
   return { main, other };
@@ -47,13 +42,13 @@ try {
     }
     const agents = system === "relay" ? await d.echoPids().then((e) => ({ relay: e.server })) : { worker: d.workerPids[system][0], producer: d.producerPids[system] };
     const pids = { ...(system === "switchyard" && { server: d.serverPid }), ...agents, redis: redis.server.process.pid };
-    const read = () => ({ procs: Object.fromEntries(Object.entries(pids).map(([role, pid]) => [role, stat(`/proc/${pid}/stat`)])), server: pids.server && threads(pids.server) });
+    const read = () => ({ procs: Object.fromEntries(Object.entries(pids).map(([role, pid]) => [role, procStat(`/proc/${pid}/stat`)])), server: pids.server && threads(pids.server) });
     let before = read();
     const seconds = [];
     const every = setInterval(() => {
       const now = read();
       const split = now.server ? `server main ${now.server.main - before.server.main} other ${now.server.other - before.server.other} | ` : "";
-      seconds.push(split + Object.keys(pids).map((role) => `${role} ${now.procs[role].cpu - before.procs[role].cpu} ms pf ${now.procs[role].faults - before.procs[role].faults}`).join(" | "));
+      seconds.push(split + Object.keys(pids).map((role) => `${role} ${now.procs[role].cpuMs - before.procs[role].cpuMs} ms pf ${now.procs[role].faults - before.procs[role].faults}`).join(" | "));
       before = now;
     }, 1000);
     const lat = await d.latencySamples(system, rate, items, 0, 10).finally(() => clearInterval(every));

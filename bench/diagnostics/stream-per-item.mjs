@@ -1,7 +1,7 @@
 // Diagnostic: Redis commands and each process's CPU per item while one Switchyard worker process consumes a prefilled
 // STREAM queue (consumer group) at concurrency C, deployed shape. The prefill's XADDs are left out.
 //   node bench/diagnostics/stream-per-item.mjs [C] [ITEMS]   (after npm run bench built dist-bench/)
-import { readFileSync } from "node:fs";
+import { procStat } from "../../dist-bench/lib.js";
 import { Deployed } from "../../dist-bench/deployed.js";
 import { startBenchRedis } from "../../dist-bench/env.js";
 
@@ -9,10 +9,7 @@ const c = Number(process.argv[2] ?? 10), n = Number(process.argv[3] ?? 20000);
 const redis = await startBenchRedis();
 const d = await Deployed.start(redis, { workers: 1, serverNodeArgs: process.env.SERVER_NODE_ARGS?.split(" ").filter(Boolean), agentNodeArgs: process.env.AGENT_NODE_ARGS?.split(" ").filter(Boolean) });
 /** CPU ms (user + system) a process has used so far. */
-const cpuMs = (pid) => {
-  const f = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1].split(" ");
-  return (Number(f[11]) + Number(f[12])) * 10;
-};
+const cpuMs = (pid) => procStat(`/proc/${pid}/stat`).cpuMs;
 const stats = async () => {
   const text = await redis.plain.info("commandstats");
   return [...text.matchAll(/cmdstat_(\S+):calls=(\d+),usec=(\d+)/g)].map((m) => ({ cmd: m[1], calls: Number(m[2]), usec: Number(m[3]) }));
