@@ -41,7 +41,7 @@ import { join } from "node:path";
 
 /** A running Switchyard instance. */
 export interface App {
-  /** host:port the gRPC server is bound to. */
+  /** host:port the gRPC server is bound to, or the unix:PATH it listens on. */
   readonly address: string;
   readonly queues: Queues;
   readonly scheduler: Scheduler;
@@ -170,7 +170,7 @@ export async function startApp(config: Config, parts: AppParts = {}): Promise<Ap
       config, queues, { store, logs, scheduler, clock }, log, [observeCalls(metrics, log), security], audit, buffers,
     );
     const port = await bind(server, config.grpcAddress, serverCredentials(config.tls));
-    const address = `${hostOf(config.grpcAddress)}:${port}`;
+    const address = config.grpcAddress.startsWith("unix:") ? config.grpcAddress : `${hostOf(config.grpcAddress)}:${port}`;
     // The web API reaches this server over a private unix socket (plain, whatever TLS the port uses;
     // calls still need their tokens), so it passes the same interceptors as every other call.
     let web: { api: WebApi; socketDir: string } | undefined;

@@ -14,7 +14,7 @@ const MINUTE = 60 * SECOND;
 
 /** Switchyard's settings. */
 export interface Config {
-  /** host:port the gRPC server listens on. */
+  /** host:port the gRPC server listens on, or unix:PATH for a unix socket. */
   readonly grpcAddress: string;
   /** host:port of the side HTTP port (/metrics, /healthz, /readyz); "" when turned off. */
   readonly httpAddress: string;
@@ -217,12 +217,28 @@ function redisTarget(env: NodeJS.ProcessEnv): RedisTarget {
   };
 }
 
-function httpAddress(text: string): string {
-  if (text === "off") return "";
-  if (!/^(\[[0-9a-fA-F:.]+\]|[^:\s]+):\d{1,5}$/.test(text)) {
-    throw invalid(`SWITCHYARD_HTTP_ADDRESS="${text}" must be host:port (port 0 picks one) or off`);
+/**
+ * A listening address of `variable`: host:port (an IPv6 host in brackets; port 0 picks one) or, where
+ * `unix` is allowed, unix:PATH (grpc-js's form for a unix socket: unix:relative/path, unix:/abs/path or
+ * unix:///abs/path). Refused here, naming the variable, rather than at bind time with a resolver's error.
+ */
+function listenAddress(variable: string, text: string, unix = false): string {
+  if (unix && text.startsWith("unix:")) {
+    const rest = text.slice("unix:".length);
+    const path = rest.startsWith("///") ? rest.slice(2) : rest;
+    if (path !== "" && path !== "/" && !path.startsWith("//") && !/\s/.test(path)) return text;
+  }
+  const m = /^(\[[0-9a-fA-F:.]+\]|[^:\s[\]]+):(\d{1,5})$/.exec(text);
+  if (!m || Number(m[2]) > 65_535) {
+    const forms = unix ? "host:port (port 0 picks one; an IPv6 host as [::1]:50051) or unix:/path/to/socket" : "host:port (port 0 picks one; an IPv6 host as [::1]:9090) or off";
+    throw invalid(`${variable}="${text}" must be ${forms}`);
   }
   return text;
+}
+
+/** SWITCHYARD_HTTP_ADDRESS: a listening address, or "" for off. */
+function httpOff(text: string): string {
+  return text === "off" ? "" : listenAddress("SWITCHYARD_HTTP_ADDRESS", text);
 }
 
 function onOff(name: string, text: string | undefined): boolean {
@@ -261,8 +277,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     throw invalid(`SWITCHYARD_MAX_ITEM_BYTES=${maxItemBytes} is below SWITCHYARD_MAX_PAYLOAD_BYTES=${maxPayloadBytes}; a stored item holds its payload`);
   }
   return Object.freeze({
-    grpcAddress: env.SWITCHYARD_GRPC_ADDRESS ?? defaults.grpcAddress,
-    httpAddress: httpAddress(env.SWITCHYARD_HTTP_ADDRESS ?? defaults.httpAddress),
+    grpcAddress: listenAddress("SWITCHYARD_GRPC_ADDRESS", env.SWITCHYARD_GRPC_ADDRESS ?? defaults.grpcAddress, true),
+    httpAddress: httpOff(env.SWITCHYARD_HTTP_ADDRESS ?? defaults.httpAddress),
     dashboard: env.SWITCHYARD_DASHBOARD === undefined ? true : onOff("SWITCHYARD_DASHBOARD", env.SWITCHYARD_DASHBOARD),
     otel: onOff("SWITCHYARD_OTEL", env.SWITCHYARD_OTEL),
     otelModule: env.SWITCHYARD_OTEL_MODULE || defaults.otelModule,

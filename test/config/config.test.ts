@@ -39,6 +39,37 @@ describe("loadConfig", () => {
   });
 });
 
+describe("listening addresses", () => {
+  it("take host:port (and unix:PATH for gRPC), and refuse anything else naming the variable, before a bind", () => {
+    expect(loadConfig({ SWITCHYARD_GRPC_ADDRESS: "0.0.0.0:50051", SWITCHYARD_HTTP_ADDRESS: "[::1]:0" })).toMatchObject({ grpcAddress: "0.0.0.0:50051", httpAddress: "[::1]:0" });
+    expect(loadConfig({ SWITCHYARD_HTTP_ADDRESS: "off" }).httpAddress).toBe("");
+    for (const unix of ["unix:/run/sy.sock", "unix:///run/sy.sock", "unix:sy.sock"]) expect(loadConfig({ SWITCHYARD_GRPC_ADDRESS: unix }).grpcAddress).toBe(unix);
+    for (const bad of ["foo", ":50051", "127.0.0.1:65536", "127.0.0.1:99999", "::1:50051", "host:port", " 127.0.0.1:1", "unix:", "unix:///", "unix://host/sy.sock", "off"]) {
+      expect(() => loadConfig({ SWITCHYARD_GRPC_ADDRESS: bad }), bad).toThrow(`SWITCHYARD_GRPC_ADDRESS="${bad}" must be host:port`);
+    }
+    for (const bad of ["127.0.0.1:70000", "unix:/run/sy.sock", "localhost"]) {
+      expect(() => loadConfig({ SWITCHYARD_HTTP_ADDRESS: bad }), bad).toThrow(`SWITCHYARD_HTTP_ADDRESS="${bad}" must be host:port`);
+    }
+  });
+
+  it("serve gRPC on a unix socket, and name it as the address", async () => {
+    const redis = await startStandaloneRedis();
+    const socket = join(dir, "grpc.sock");
+    const sy = await startSwitchyard(redis, { env: { SWITCHYARD_GRPC_ADDRESS: `unix:${socket}`, SWITCHYARD_HTTP_ADDRESS: "off" } });
+    try {
+      expect(sy.address).toBe(`unix:${socket}`);
+      expect(existsSync(socket)).toBe(true);
+      await sy.client.createQueue({ name: "{unix}", mode: QueueMode.RELIABLE });
+      expect(await sy.client.enqueue("{unix}", ["hi"])).toHaveLength(1);
+      expect(await redis.plain.lrange("{unix}", 0, -1)).toHaveLength(1);
+      expect((await sy.client.getQueueStats("{unix}")).ready).toBe(1n);
+    } finally {
+      await sy.stop();
+      await redis.stop();
+    }
+  });
+});
+
 describe("hardening settings (issue 17)", () => {
   it("have documented defaults, and refuse values that would turn a bound off", () => {
     const c = loadConfig({});
