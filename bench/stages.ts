@@ -176,7 +176,7 @@ function latencyReport(times: Times, dumps: Map<number, Dump>, roleOf: (pid: num
     ["p.write", "s.read", "hop producer → server"],
     ["s.read", "s.push", "server: read → push sent"],
     ["s.push", "s.pushed", "(push round trip, beside the lease)"],
-    ["s.push", "s.lease", "server: push sent → lease sent (wake-up)"],
+    ["s.push", "s.lease", "server: push → lease sent (write, or wake-up)"],
     ["s.lease", "s.leased", "lease script round trip"],
     ["s.leased", "s.deliver", "server: lease back → delivery written"],
     ["s.deliver", "w.read", "hop server → worker"],
