@@ -53,7 +53,8 @@ USER node
 VOLUME ["/data"]
 # 50051 gRPC; 9090 the side HTTP port: /metrics, /healthz, /readyz, the dashboard (/dashboard/) and its API (/api/).
 EXPOSE 50051 9090
-# grpc.health.v1 Check on the port of SWITCHYARD_GRPC_ADDRESS; SERVING only while Redis is reachable.
+# grpc.health.v1 Check where SWITCHYARD_GRPC_ADDRESS listens (0.0.0.0 as loopback; a unix: socket too);
+# SERVING only while Redis is reachable.
 HEALTHCHECK --interval=15s --timeout=5s --start-period=15s --retries=3 \
-  CMD node scripts/health-probe.mjs "127.0.0.1:${SWITCHYARD_GRPC_ADDRESS##*:}"
+  CMD ["node", "scripts/health-probe.mjs"]
 CMD ["node", "dist/main.js"]

@@ -1,9 +1,20 @@
 // Docker HEALTHCHECK: calls grpc.health.v1.Health/Check and exits 0 when the
 // answer is SERVING, 1 otherwise (error, timeout, NOT_SERVING).
-// Usage: node scripts/health-probe.mjs [host:port] [service]   (default 127.0.0.1:50051, "" = whole server)
+// Usage: node scripts/health-probe.mjs [address] [service]   ("" = the whole server)
+// The address defaults to where SWITCHYARD_GRPC_ADDRESS listens, seen from the same host: its unix:PATH
+// as it is, a wildcard host (0.0.0.0, [::]) as loopback, any other host:port as it is; unset, 127.0.0.1:50051.
 import * as grpc from "@grpc/grpc-js";
 
-const [address = "127.0.0.1:50051", service = ""] = process.argv.slice(2);
+function listening(address = "127.0.0.1:50051") {
+  if (address.startsWith("unix:")) return address;
+  const port = address.slice(address.lastIndexOf(":") + 1);
+  const host = address.slice(0, address.lastIndexOf(":"));
+  if (host === "0.0.0.0") return `127.0.0.1:${port}`;
+  if (host === "[::]") return `[::1]:${port}`;
+  return address;
+}
+
+const [address = listening(process.env.SWITCHYARD_GRPC_ADDRESS || undefined), service = ""] = process.argv.slice(2);
 const SERVING = 1;
 
 // The two messages are tiny, so they are encoded by hand rather than pulling in generated code.
