@@ -29,6 +29,7 @@ import { DeliveryBuffers } from "./grpc/delivery-buffers.js";
 import { observeCalls } from "./grpc/observe.js";
 import { PromMetrics } from "./metrics/registry.js";
 import { startSideServer, type SideServer } from "./metrics/http.js";
+import { freeSocketPath, listenFailed } from "./listen.js";
 import { Readiness } from "./redis/readiness.js";
 import { webApi, type WebApi } from "./web/gateway.js";
 import { DashboardAssets } from "./web/assets.js";
@@ -107,7 +108,9 @@ export async function startApp(config: Config, parts: AppParts = {}): Promise<Ap
   try {
     if (config.httpAddress) {
       const ready = () => readiness.check();
-      side = await startSideServer(config.httpAddress, { metrics, hosts: config.httpHosts, live: () => phase !== "shut down", ready }, log);
+      side = await startSideServer(config.httpAddress, { metrics, hosts: config.httpHosts, live: () => phase !== "shut down", ready }, log).catch((err: unknown) => {
+        throw listenFailed("SWITCHYARD_HTTP_ADDRESS", config.httpAddress, err);
+      });
     }
     let clock = parts.clock;
     let clockResync: Timer | undefined;
@@ -169,7 +172,12 @@ export async function startApp(config: Config, parts: AppParts = {}): Promise<Ap
     const { server, health } = createGrpcServer(
       config, queues, { store, logs, scheduler, clock }, log, [observeCalls(metrics, log), security], audit, buffers,
     );
-    const port = await bind(server, config.grpcAddress, serverCredentials(config.tls));
+    if ((await freeSocketPath("SWITCHYARD_GRPC_ADDRESS", config.grpcAddress)).removedStale) {
+      log.info("removed a stale socket that no instance answered on", { address: config.grpcAddress });
+    }
+    const port = await bind(server, config.grpcAddress, serverCredentials(config.tls)).catch((err: unknown) => {
+      throw listenFailed("SWITCHYARD_GRPC_ADDRESS", config.grpcAddress, err);
+    });
     const address = config.grpcAddress.startsWith("unix:") ? config.grpcAddress : `${hostOf(config.grpcAddress)}:${port}`;
     // The web API reaches this server over a private unix socket (plain, whatever TLS the port uses;
     // calls still need their tokens), so it passes the same interceptors as every other call.

@@ -4,6 +4,7 @@
  */
 import { readFileSync } from "node:fs";
 import { invalid } from "./errors.js";
+import { listenAddress } from "./listen.js";
 import type { LogLevel } from "./log.js";
 import type { RedisSecurity, RedisTarget } from "./redis/connection.js";
 import { securitySettings, type AuthSettings, type TlsSettings } from "./auth/settings.js";
@@ -215,25 +216,6 @@ function redisTarget(env: NodeJS.ProcessEnv): RedisTarget {
     dataDir: env.SWITCHYARD_DATA_DIR ?? defaults.dataDir,
     binary: env.SWITCHYARD_REDIS_SERVER_BIN ?? defaults.redisServerBin,
   };
-}
-
-/**
- * A listening address of `variable`: host:port (an IPv6 host in brackets; port 0 picks one) or, where
- * `unix` is allowed, unix:PATH (grpc-js's form for a unix socket: unix:relative/path, unix:/abs/path or
- * unix:///abs/path). Refused here, naming the variable, rather than at bind time with a resolver's error.
- */
-function listenAddress(variable: string, text: string, unix = false): string {
-  if (unix && text.startsWith("unix:")) {
-    const rest = text.slice("unix:".length);
-    const path = rest.startsWith("///") ? rest.slice(2) : rest;
-    if (path !== "" && path !== "/" && !path.startsWith("//") && !/\s/.test(path)) return text;
-  }
-  const m = /^(\[[0-9a-fA-F:.]+\]|[^:\s[\]]+):(\d{1,5})$/.exec(text);
-  if (!m || Number(m[2]) > 65_535) {
-    const forms = unix ? "host:port (port 0 picks one; an IPv6 host as [::1]:50051) or unix:/path/to/socket" : "host:port (port 0 picks one; an IPv6 host as [::1]:9090) or off";
-    throw invalid(`${variable}="${text}" must be ${forms}`);
-  }
-  return text;
 }
 
 /** SWITCHYARD_HTTP_ADDRESS: a listening address, or "" for off. */

@@ -1,5 +1,7 @@
 /** Configuration from the environment, the config file, and the embedded Redis. */
+import { spawnSync } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync, existsSync } from "node:fs";
+import { createServer, type AddressInfo, type Server } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -43,13 +45,25 @@ describe("listening addresses", () => {
   it("take host:port (and unix:PATH for gRPC), and refuse anything else naming the variable, before a bind", () => {
     expect(loadConfig({ SWITCHYARD_GRPC_ADDRESS: "0.0.0.0:50051", SWITCHYARD_HTTP_ADDRESS: "[::1]:0" })).toMatchObject({ grpcAddress: "0.0.0.0:50051", httpAddress: "[::1]:0" });
     expect(loadConfig({ SWITCHYARD_HTTP_ADDRESS: "off" }).httpAddress).toBe("");
+    const good = ["localhost:0", "my-host.example:50051", "10.0.0.1:65535", "[::]:0", "[::ffff:127.0.0.1]:1", "[fe80::1%eth0]:0"];
+    for (const address of good) expect(loadConfig({ SWITCHYARD_GRPC_ADDRESS: address }).grpcAddress).toBe(address);
     for (const unix of ["unix:/run/sy.sock", "unix:///run/sy.sock", "unix:sy.sock"]) expect(loadConfig({ SWITCHYARD_GRPC_ADDRESS: unix }).grpcAddress).toBe(unix);
-    for (const bad of ["foo", ":50051", "127.0.0.1:65536", "127.0.0.1:99999", "::1:50051", "host:port", " 127.0.0.1:1", "unix:", "unix:///", "unix://host/sy.sock", "off"]) {
-      expect(() => loadConfig({ SWITCHYARD_GRPC_ADDRESS: bad }), bad).toThrow(`SWITCHYARD_GRPC_ADDRESS="${bad}" must be host:port`);
+    const bad = [
+      "foo", ":50051", "127.0.0.1:65536", "127.0.0.1:99999", "::1:50051", "host:port", " 127.0.0.1:1", "unix:", "unix:///", "unix://host/sy.sock", "off",
+      // hosts the resolver would read another way, or not at all
+      "1.2.3:0", "0x10:0", "0:0", "999.999.999.999:0", "a@b:0", "a/b:0", "hôst:0", "[1.2.3.4]:0", "[]:0",
+    ];
+    for (const value of bad) {
+      expect(() => loadConfig({ SWITCHYARD_GRPC_ADDRESS: value }), value).toThrow(`SWITCHYARD_GRPC_ADDRESS="${value}" must be host:port`);
     }
-    for (const bad of ["127.0.0.1:70000", "unix:/run/sy.sock", "localhost"]) {
-      expect(() => loadConfig({ SWITCHYARD_HTTP_ADDRESS: bad }), bad).toThrow(`SWITCHYARD_HTTP_ADDRESS="${bad}" must be host:port`);
+    for (const value of ["127.0.0.1:70000", "unix:/run/sy.sock", "localhost", "1.2.3:0"]) {
+      expect(() => loadConfig({ SWITCHYARD_HTTP_ADDRESS: value }), value).toThrow(`SWITCHYARD_HTTP_ADDRESS="${value}" must be host:port`);
     }
+    // A unix socket path is bound whole only up to 107 bytes; a long value is shown cut short.
+    const long = `unix:/${"d".repeat(101)}.sock`;
+    expect(loadConfig({ SWITCHYARD_GRPC_ADDRESS: long }).grpcAddress).toBe(long);
+    expect(() => loadConfig({ SWITCHYARD_GRPC_ADDRESS: `unix:/${"d".repeat(102)}.sock` })).toThrow(/socket path of 108 bytes; a unix socket path may have at most 107/);
+    expect(() => loadConfig({ SWITCHYARD_GRPC_ADDRESS: "x".repeat(5000) })).toThrow(`SWITCHYARD_GRPC_ADDRESS="${"x".repeat(120)}…" must be`);
   });
 
   it("serve gRPC on a unix socket, and name it as the address", async () => {
@@ -67,8 +81,56 @@ describe("listening addresses", () => {
       await sy.stop();
       await redis.stop();
     }
+    expect(existsSync(socket)).toBe(false);
+  });
+
+  it("take over a socket a killed instance left, and refuse a bind that cannot be made in one line naming the variable", async () => {
+    const redis = await startStandaloneRedis();
+    const start = (env: Record<string, string>) => startSwitchyard(redis, { env: { SWITCHYARD_HTTP_ADDRESS: "off", ...env } });
+    const held: Server[] = [];
+    try {
+      // A socket file no one answers on: what a process killed while listening leaves.
+      const stale = join(dir, "stale.sock");
+      spawnSync(process.execPath, ["-e", `require("net").createServer().listen(${JSON.stringify(stale)}, () => process.kill(process.pid, "SIGKILL"))`]);
+      expect(existsSync(stale)).toBe(true);
+      const sy = await start({ SWITCHYARD_GRPC_ADDRESS: `unix:${stale}` });
+      await sy.client.createQueue({ name: "{stale}", mode: QueueMode.RELIABLE });
+      await sy.stop();
+
+      // A socket another process listens on is left to it.
+      const busy = join(dir, "busy.sock");
+      held.push(await listening(createServer(), busy));
+      await expect(start({ SWITCHYARD_GRPC_ADDRESS: `unix:${busy}` })).rejects.toThrow(`SWITCHYARD_GRPC_ADDRESS="unix:${busy}" names ${busy}, where another process listens already`);
+      expect(existsSync(busy)).toBe(true);
+
+      const file = join(dir, "regular.file");
+      writeFileSync(file, "not a socket");
+      await expect(start({ SWITCHYARD_GRPC_ADDRESS: `unix:${file}` })).rejects.toThrow(`names ${file}, which exists and is not a socket`);
+      await expect(start({ SWITCHYARD_GRPC_ADDRESS: `unix:${join(dir, "missing", "s.sock")}` })).rejects.toThrow(`names a socket in ${join(dir, "missing")}, which does not exist`);
+
+      // A TCP port in use, for gRPC and for the side HTTP port.
+      const tcp = await listening(createServer(), 0, "127.0.0.1");
+      held.push(tcp);
+      const port = (tcp.address() as AddressInfo).port;
+      await expect(start({ SWITCHYARD_GRPC_ADDRESS: `127.0.0.1:${port}` })).rejects.toThrow(
+        new RegExp(`^SWITCHYARD_GRPC_ADDRESS="127.0.0.1:${port}" could not be listened on: listen EADDRINUSE`),
+      );
+      await expect(start({ SWITCHYARD_GRPC_ADDRESS: "127.0.0.1:0", SWITCHYARD_HTTP_ADDRESS: `127.0.0.1:${port}` })).rejects.toThrow(
+        new RegExp(`^SWITCHYARD_HTTP_ADDRESS="127.0.0.1:${port}" could not be listened on: listen EADDRINUSE`),
+      );
+    } finally {
+      for (const server of held) server.close();
+      await redis.stop();
+    }
   });
 });
+
+function listening(server: Server, ...at: [string] | [number, string]): Promise<Server> {
+  return new Promise((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(...(at as [number, string]), () => resolve(server));
+  });
+}
 
 describe("hardening settings (issue 17)", () => {
   it("have documented defaults, and refuse values that would turn a bound off", () => {
