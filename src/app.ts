@@ -29,7 +29,7 @@ import { DeliveryBuffers } from "./grpc/delivery-buffers.js";
 import { observeCalls } from "./grpc/observe.js";
 import { PromMetrics } from "./metrics/registry.js";
 import { startSideServer, type SideServer } from "./metrics/http.js";
-import { freeSocketPath, listenFailed } from "./listen.js";
+import { freeSocketPath, listenFailed, socketPath } from "./listen.js";
 import { Readiness } from "./redis/readiness.js";
 import { webApi, type WebApi } from "./web/gateway.js";
 import { DashboardAssets } from "./web/assets.js";
@@ -178,7 +178,7 @@ export async function startApp(config: Config, parts: AppParts = {}): Promise<Ap
     const port = await bind(server, config.grpcAddress, serverCredentials(config.tls)).catch((err: unknown) => {
       throw listenFailed("SWITCHYARD_GRPC_ADDRESS", config.grpcAddress, err);
     });
-    const address = config.grpcAddress.startsWith("unix:") ? config.grpcAddress : `${hostOf(config.grpcAddress)}:${port}`;
+    const address = socketPath(config.grpcAddress) !== undefined ? config.grpcAddress : `${hostOf(config.grpcAddress)}:${port}`;
     // The web API reaches this server over a private unix socket (plain, whatever TLS the port uses;
     // calls still need their tokens), so it passes the same interceptors as every other call.
     let web: { api: WebApi; socketDir: string } | undefined;
