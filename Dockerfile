@@ -54,7 +54,7 @@ VOLUME ["/data"]
 # 50051 gRPC; 9090 the side HTTP port: /metrics, /healthz, /readyz, the dashboard (/dashboard/) and its API (/api/).
 EXPOSE 50051 9090
 # grpc.health.v1 Check where SWITCHYARD_GRPC_ADDRESS listens (0.0.0.0 as loopback; a unix: socket too);
-# SERVING only while Redis is reachable.
+# SERVING only while Redis is reachable. With TLS on the gRPC port it asks /readyz on SWITCHYARD_HTTP_ADDRESS.
 HEALTHCHECK --interval=15s --timeout=5s --start-period=15s --retries=3 \
   CMD ["node", "scripts/health-probe.mjs"]
 CMD ["node", "dist/main.js"]

@@ -1,11 +1,18 @@
-// Docker HEALTHCHECK: calls grpc.health.v1.Health/Check and exits 0 when the
-// answer is SERVING, 1 otherwise (error, timeout, NOT_SERVING).
+// Docker HEALTHCHECK: exits 0 when the server says it serves, 1 otherwise (error, timeout, not serving).
 // Usage: node scripts/health-probe.mjs [address] [service]   ("" = the whole server)
-// The address defaults to where SWITCHYARD_GRPC_ADDRESS listens, seen from the same host: its unix:PATH
-// as it is, a wildcard host (0.0.0.0, [::]) as loopback, any other host:port as it is; unset, 127.0.0.1:50051.
+// Plaintext gRPC port: calls grpc.health.v1.Health/Check where SWITCHYARD_GRPC_ADDRESS listens, seen
+// from the same host: its unix:PATH as it is, a wildcard host (0.0.0.0, [::]) as loopback, any other
+// host:port as it is; unset, 127.0.0.1:50051.
+// TLS on the gRPC port (SWITCHYARD_TLS_CERT): a probe has no certificate to present, nor a name the
+// server's certificate carries, so it asks GET /readyz on SWITCHYARD_HTTP_ADDRESS (plain HTTP, the same
+// answer: both come from one readiness state) instead, and says so if that port is off.
 import * as grpc from "@grpc/grpc-js";
+import { request } from "node:http";
 
-function listening(address = "127.0.0.1:50051") {
+const SERVING = 1;
+const TIMEOUT_MS = 3000;
+
+function listening(address) {
   if (address.startsWith("unix:")) return address;
   const port = address.slice(address.lastIndexOf(":") + 1);
   const host = address.slice(0, address.lastIndexOf(":"));
@@ -14,8 +21,10 @@ function listening(address = "127.0.0.1:50051") {
   return address;
 }
 
-const [address = listening(process.env.SWITCHYARD_GRPC_ADDRESS || undefined), service = ""] = process.argv.slice(2);
-const SERVING = 1;
+function fail(where, why) {
+  process.stderr.write(`health probe ${where}: ${why}\n`);
+  process.exit(1);
+}
 
 // The two messages are tiny, so they are encoded by hand rather than pulling in generated code.
 // HealthCheckRequest { string service = 1; }
@@ -35,18 +44,45 @@ function decodeStatus(buf) {
   return buf.length >= 2 && buf[0] === 0x08 ? buf[1] : 0;
 }
 
-const client = new grpc.Client(address, grpc.credentials.createInsecure());
-client.makeUnaryRequest(
-  "/grpc.health.v1.Health/Check",
-  encodeRequest,
-  (buf) => buf,
-  service,
-  { deadline: Date.now() + 3000 },
-  (err, response) => {
-    client.close();
-    const status = err ? -1 : decodeStatus(response);
-    if (status === SERVING) process.exit(0);
-    process.stderr.write(`health probe ${address}: ${err ? err.message : `status ${status}, not SERVING`}\n`);
-    process.exit(1);
-  },
-);
+function probeGrpc(address, service) {
+  const client = new grpc.Client(address, grpc.credentials.createInsecure());
+  client.makeUnaryRequest(
+    "/grpc.health.v1.Health/Check",
+    encodeRequest,
+    (buf) => buf,
+    service,
+    { deadline: Date.now() + TIMEOUT_MS },
+    (err, response) => {
+      client.close();
+      const status = err ? -1 : decodeStatus(response);
+      if (status === SERVING) process.exit(0);
+      fail(address, err ? err.message : `status ${status}, not SERVING`);
+    },
+  );
+}
+
+function probeReadyz(address) {
+  const where = `http://${address}/readyz`;
+  const colon = address.lastIndexOf(":");
+  const host = address.slice(0, colon).replace(/^\[(.*)\]$/, "$1");
+  const req = request({ host, port: Number(address.slice(colon + 1)), path: "/readyz", timeout: TIMEOUT_MS }, (res) => {
+    res.resume();
+    if (res.statusCode === 200) process.exit(0);
+    fail(where, `HTTP ${res.statusCode}, not ready`);
+  });
+  req.on("timeout", () => req.destroy(new Error(`no answer in ${TIMEOUT_MS} ms`)));
+  req.on("error", (err) => fail(where, err.message));
+  req.end();
+}
+
+const [given, service = ""] = process.argv.slice(2);
+const env = process.env;
+if (given || !env.SWITCHYARD_TLS_CERT) probeGrpc(given || listening(env.SWITCHYARD_GRPC_ADDRESS || "127.0.0.1:50051"), service);
+else if ((env.SWITCHYARD_HTTP_ADDRESS ?? "127.0.0.1:9090") === "off" || service) {
+  fail(
+    env.SWITCHYARD_GRPC_ADDRESS || "127.0.0.1:50051",
+    service
+      ? "the gRPC port has TLS (SWITCHYARD_TLS_CERT), so the probe asks GET /readyz, which answers for the whole server: give no service name"
+      : "the gRPC port has TLS (SWITCHYARD_TLS_CERT), so the probe asks GET /readyz on the side HTTP port, and SWITCHYARD_HTTP_ADDRESS is off: set it (e.g. 127.0.0.1:9090)",
+  );
+} else probeReadyz(listening(env.SWITCHYARD_HTTP_ADDRESS || "127.0.0.1:9090"));
