@@ -1,5 +1,5 @@
 // Docker HEALTHCHECK: exits 0 when the server says it serves, 1 otherwise (error, timeout, not serving).
-// Usage: node scripts/health-probe.mjs [address] [service]   ("" = the whole server)
+// Usage: node scripts/health-probe.mjs [address] [service]   ("" = the whole server; both for a plaintext port only)
 // Plaintext gRPC port: calls grpc.health.v1.Health/Check where SWITCHYARD_GRPC_ADDRESS listens, seen
 // from the same host: its unix:PATH as it is, a wildcard host (0.0.0.0, [::]) as loopback, any other
 // host:port as it is; unset, 127.0.0.1:50051.
@@ -65,10 +65,17 @@ function probeReadyz(address) {
   const where = `http://${address}/readyz`;
   const colon = address.lastIndexOf(":");
   const host = address.slice(0, colon).replace(/^\[(.*)\]$/, "$1");
-  const req = request({ host, port: Number(address.slice(colon + 1)), path: "/readyz", timeout: TIMEOUT_MS }, (res) => {
-    res.resume();
+  // Host: localhost, which the side port serves whatever name it listens on (a named host is
+  // served only when listed in SWITCHYARD_HTTP_HOSTS: its guard against DNS rebinding).
+  const headers = { host: "localhost" };
+  // `timeout` below is the socket's idle time; this bounds the whole exchange.
+  setTimeout(() => fail(where, `no answer in ${TIMEOUT_MS} ms`), TIMEOUT_MS).unref();
+  const req = request({ host, port: Number(address.slice(colon + 1)), path: "/readyz", headers, timeout: TIMEOUT_MS }, (res) => {
     if (res.statusCode === 200) process.exit(0);
-    fail(where, `HTTP ${res.statusCode}, not ready`);
+    let body = "";
+    res.setEncoding("utf8");
+    res.on("data", (chunk) => (body = (body + chunk).slice(0, 300)));
+    res.on("end", () => fail(where, `HTTP ${res.statusCode}, not ready${body.trim() ? `: ${body.trim().replace(/\s+/g, " ")}` : ""}`));
   });
   req.on("timeout", () => req.destroy(new Error(`no answer in ${TIMEOUT_MS} ms`)));
   req.on("error", (err) => fail(where, err.message));
@@ -77,12 +84,11 @@ function probeReadyz(address) {
 
 const [given, service = ""] = process.argv.slice(2);
 const env = process.env;
-if (given || !env.SWITCHYARD_TLS_CERT) probeGrpc(given || listening(env.SWITCHYARD_GRPC_ADDRESS || "127.0.0.1:50051"), service);
-else if ((env.SWITCHYARD_HTTP_ADDRESS ?? "127.0.0.1:9090") === "off" || service) {
-  fail(
-    env.SWITCHYARD_GRPC_ADDRESS || "127.0.0.1:50051",
-    service
-      ? "the gRPC port has TLS (SWITCHYARD_TLS_CERT), so the probe asks GET /readyz, which answers for the whole server: give no service name"
-      : "the gRPC port has TLS (SWITCHYARD_TLS_CERT), so the probe asks GET /readyz on the side HTTP port, and SWITCHYARD_HTTP_ADDRESS is off: set it (e.g. 127.0.0.1:9090)",
-  );
+const grpcAddress = env.SWITCHYARD_GRPC_ADDRESS || "127.0.0.1:50051";
+if (!env.SWITCHYARD_TLS_CERT) probeGrpc(given || listening(grpcAddress), service);
+else if (given || service) {
+  // A plaintext Check cannot reach a TLS port.
+  fail(given || grpcAddress, "the gRPC port has TLS (SWITCHYARD_TLS_CERT), so the probe asks GET /readyz on SWITCHYARD_HTTP_ADDRESS, which answers for the whole server: give no address or service name");
+} else if ((env.SWITCHYARD_HTTP_ADDRESS ?? "127.0.0.1:9090") === "off") {
+  fail(grpcAddress, "the gRPC port has TLS (SWITCHYARD_TLS_CERT), so the probe asks GET /readyz on the side HTTP port, and SWITCHYARD_HTTP_ADDRESS is off: set it (e.g. 127.0.0.1:9090)");
 } else probeReadyz(listening(env.SWITCHYARD_HTTP_ADDRESS || "127.0.0.1:9090"));

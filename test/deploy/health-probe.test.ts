@@ -4,7 +4,8 @@
  * with TLS on that port it asks /readyz on SWITCHYARD_HTTP_ADDRESS instead.
  */
 import { execFile } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -12,10 +13,17 @@ import { certificates, SERVER_EXT, type Certs } from "../helpers/certs.js";
 import { startRedis, type TestRedis } from "../helpers/redis.js";
 import { startSwitchyard } from "../helpers/switchyard.js";
 
-const probe = (env: Record<string, string>): Promise<{ code: number; stderr: string }> =>
+/** A name other than localhost that /etc/hosts gives 127.0.0.1 (the machine's own name, often), if any: no resolver is asked. */
+const loopbackAlias = readFileSync("/etc/hosts", "utf8")
+  .split("\n")
+  .map((line) => line.replace(/#.*/, "").trim().split(/\s+/))
+  .find(([ip, ...names]) => ip === "127.0.0.1" && names.some((n) => n !== "localhost"))
+  ?.find((n, i) => i > 0 && n !== "localhost");
+
+const probe = (env: Record<string, string>, args: string[] = []): Promise<{ code: number; stderr: string }> =>
   new Promise((resolve) => {
     const { SWITCHYARD_GRPC_ADDRESS: _, SWITCHYARD_HTTP_ADDRESS: __, SWITCHYARD_TLS_CERT: ___, ...rest } = process.env;
-    execFile(process.execPath, ["scripts/health-probe.mjs"], { env: { ...rest, ...env } }, (err, _stdout, stderr) =>
+    execFile(process.execPath, ["scripts/health-probe.mjs", ...args], { env: { ...rest, ...env } }, (err, _stdout, stderr) =>
       resolve({ code: err ? Number(err.code) : 0, stderr }),
     );
   });
@@ -81,5 +89,49 @@ describe("health probe", () => {
     const off = await probe({ ...env, SWITCHYARD_HTTP_ADDRESS: "off" });
     expect(off.code).toBe(1);
     expect(off.stderr).toContain("SWITCHYARD_HTTP_ADDRESS is off: set it");
+  });
+
+  it.skipIf(!loopbackAlias)("asks /readyz as localhost, so a named host the side port does not list (SWITCHYARD_HTTP_HOSTS) is no 403", async () => {
+    const tls = { SWITCHYARD_TLS_CERT: certs.file("server.crt"), SWITCHYARD_TLS_KEY: certs.file("server.key") };
+    const sy = await startSwitchyard(redis, { clock: "redis", env: { ...tls, SWITCHYARD_HTTP_ADDRESS: "127.0.0.1:0" } });
+    try {
+      const port = sy.app.httpAddress.slice(sy.app.httpAddress.lastIndexOf(":") + 1);
+      const named = `http://${loopbackAlias}:${port}/readyz`;
+      expect((await fetch(named)).status).toBe(403); // the guard: a name it does not list
+      expect(await probe({ ...tls, SWITCHYARD_GRPC_ADDRESS: sy.address, SWITCHYARD_HTTP_ADDRESS: `${loopbackAlias}:${port}` })).toEqual({ code: 0, stderr: "" });
+    } finally {
+      await sy.stop();
+    }
+  });
+
+  it("gives up after 3 s on a side port that answers a byte at a time, well inside Docker's 5 s", async () => {
+    // A hostile or wedged peer: a status line, then one header byte every 100 ms, forever.
+    const timers: NodeJS.Timeout[] = [];
+    const trickle = createServer((socket) => {
+      socket.on("error", () => undefined);
+      socket.write("HTTP/1.1 200 OK\r\n");
+      timers.push(setInterval(() => socket.write("X"), 100));
+    });
+    await new Promise<void>((ok) => trickle.listen(0, "127.0.0.1", ok));
+    const { port } = trickle.address() as { port: number };
+    try {
+      const started = Date.now();
+      const r = await probe({ SWITCHYARD_TLS_CERT: certs.file("server.crt"), SWITCHYARD_HTTP_ADDRESS: `127.0.0.1:${port}` });
+      expect(r.code).toBe(1);
+      expect(r.stderr).toContain(`health probe http://127.0.0.1:${port}/readyz: no answer in 3000 ms`);
+      expect(Date.now() - started).toBeLessThan(5000);
+    } finally {
+      timers.forEach(clearInterval);
+      trickle.close();
+    }
+  });
+
+  it("refuses an address or a service name when the gRPC port has TLS, saying why", async () => {
+    const env = { SWITCHYARD_TLS_CERT: certs.file("server.crt") };
+    for (const args of [["127.0.0.1:1"], ["", "switchyard.v1.QueueService"]]) {
+      const r = await probe(env, args);
+      expect(r.code).toBe(1);
+      expect(r.stderr).toContain("give no address or service name");
+    }
   });
 });
