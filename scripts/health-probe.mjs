@@ -85,10 +85,11 @@ function probeReadyz(address) {
 const [given, service = ""] = process.argv.slice(2);
 const env = process.env;
 const grpcAddress = env.SWITCHYARD_GRPC_ADDRESS || "127.0.0.1:50051";
+const httpAddress = env.SWITCHYARD_HTTP_ADDRESS || "127.0.0.1:9090";
 if (!env.SWITCHYARD_TLS_CERT) probeGrpc(given || listening(grpcAddress), service);
 else if (given || service) {
   // A plaintext Check cannot reach a TLS port.
   fail(given || grpcAddress, "the gRPC port has TLS (SWITCHYARD_TLS_CERT), so the probe asks GET /readyz on SWITCHYARD_HTTP_ADDRESS, which answers for the whole server: give no address or service name");
-} else if ((env.SWITCHYARD_HTTP_ADDRESS ?? "127.0.0.1:9090") === "off") {
+} else if (httpAddress === "off") {
   fail(grpcAddress, "the gRPC port has TLS (SWITCHYARD_TLS_CERT), so the probe asks GET /readyz on the side HTTP port, and SWITCHYARD_HTTP_ADDRESS is off: set it (e.g. 127.0.0.1:9090)");
-} else probeReadyz(listening(env.SWITCHYARD_HTTP_ADDRESS || "127.0.0.1:9090"));
+} else probeReadyz(listening(httpAddress));

@@ -20,6 +20,9 @@ const loopbackAlias = readFileSync("/etc/hosts", "utf8")
   .find(([ip, ...names]) => ip === "127.0.0.1" && names.some((n) => n !== "localhost"))
   ?.find((n, i) => i > 0 && n !== "localhost");
 
+/** TLS on the gRPC port, with the certificate the tests make. */
+const tlsEnv = () => ({ SWITCHYARD_TLS_CERT: certs.file("server.crt"), SWITCHYARD_TLS_KEY: certs.file("server.key") });
+
 const probe = (env: Record<string, string>, args: string[] = []): Promise<{ code: number; stderr: string }> =>
   new Promise((resolve) => {
     const { SWITCHYARD_GRPC_ADDRESS: _, SWITCHYARD_HTTP_ADDRESS: __, SWITCHYARD_TLS_CERT: ___, ...rest } = process.env;
@@ -70,7 +73,7 @@ describe("health probe", () => {
   });
 
   it("asks /readyz on the side HTTP port when the gRPC port has TLS, and says so when that port is off", async () => {
-    const tls = { SWITCHYARD_TLS_CERT: certs.file("server.crt"), SWITCHYARD_TLS_KEY: certs.file("server.key") };
+    const tls = tlsEnv();
     const sy = await startSwitchyard(redis, { clock: "redis", env: { ...tls, SWITCHYARD_HTTP_ADDRESS: "0.0.0.0:0" } });
     const http = sy.app.httpAddress;
     const port = http.slice(http.lastIndexOf(":") + 1);
@@ -92,7 +95,7 @@ describe("health probe", () => {
   });
 
   it.skipIf(!loopbackAlias)("asks /readyz as localhost, so a named host the side port does not list (SWITCHYARD_HTTP_HOSTS) is no 403", async () => {
-    const tls = { SWITCHYARD_TLS_CERT: certs.file("server.crt"), SWITCHYARD_TLS_KEY: certs.file("server.key") };
+    const tls = tlsEnv();
     const sy = await startSwitchyard(redis, { clock: "redis", env: { ...tls, SWITCHYARD_HTTP_ADDRESS: "127.0.0.1:0" } });
     try {
       const port = sy.app.httpAddress.slice(sy.app.httpAddress.lastIndexOf(":") + 1);
@@ -116,7 +119,7 @@ describe("health probe", () => {
     const { port } = trickle.address() as { port: number };
     try {
       const started = Date.now();
-      const r = await probe({ SWITCHYARD_TLS_CERT: certs.file("server.crt"), SWITCHYARD_HTTP_ADDRESS: `127.0.0.1:${port}` });
+      const r = await probe({ ...tlsEnv(), SWITCHYARD_HTTP_ADDRESS: `127.0.0.1:${port}` });
       expect(r.code).toBe(1);
       expect(r.stderr).toContain(`health probe http://127.0.0.1:${port}/readyz: no answer in 3000 ms`);
       expect(Date.now() - started).toBeLessThan(5000);
@@ -127,7 +130,7 @@ describe("health probe", () => {
   });
 
   it("refuses an address or a service name when the gRPC port has TLS, saying why", async () => {
-    const env = { SWITCHYARD_TLS_CERT: certs.file("server.crt") };
+    const env = tlsEnv();
     for (const args of [["127.0.0.1:1"], ["", "switchyard.v1.QueueService"]]) {
       const r = await probe(env, args);
       expect(r.code).toBe(1);
