@@ -15,6 +15,7 @@ import { digitCount } from "../wire/digits.js";
 const CR = 13;
 const LF = 10;
 const DOLLAR = 36;
+const STAR = 42;
 
 /**
  * Values framed as RESP bulk strings, one after another in `buffer` from
@@ -36,12 +37,20 @@ export class BulkStrings {
     return this.buffer.subarray(this.start);
   }
 
-  /** `head` and the values in one buffer, written into the room in front of them if it is free and large enough. */
-  behind(head: Buffer): Buffer | undefined {
-    if (this.roomTaken || head.length > this.start) return undefined;
+  /**
+   * The command "*<count>\r\n", `rest` (its name and leading arguments) and
+   * the values in one buffer, written into the room in front of them if it is
+   * free and large enough.
+   */
+  behind(count: number, rest: Buffer): Buffer | undefined {
+    const size = 1 + digitCount(count, 10) + 2 + rest.length;
+    if (this.roomTaken || size > this.start) return undefined;
     this.roomTaken = true;
-    head.copy(this.buffer, this.start - head.length);
-    return this.buffer.subarray(this.start - head.length);
+    const w = new ProtoWriter(this.buffer);
+    w.pos = this.start - size;
+    writeCount(w, count);
+    w.raw(rest);
+    return this.buffer.subarray(this.start - size);
   }
 
   /** The values one by one, as views of the buffer (for the rare caller that sends them otherwise). */
@@ -78,15 +87,8 @@ export class BulkStrings {
 
   /** Writes the frame's head for a value of `size` bytes; the value follows, then end(). */
   static begin(w: ProtoWriter, size: number): void {
-    const { buf } = w;
-    buf[w.pos++] = DOLLAR;
-    let pos = (w.pos += digitCount(size, 10));
-    do {
-      buf[--pos] = 48 + (size % 10);
-      size = (size / 10) | 0;
-    } while (size > 0);
-    buf[w.pos++] = CR;
-    buf[w.pos++] = LF;
+    w.buf[w.pos++] = DOLLAR;
+    writeNumber(w, size);
   }
 
   /** Closes the frame of the value just written. */
@@ -111,10 +113,10 @@ export class FramedCommand extends Command {
     super(name, strings);
     let count = 1 + strings.length;
     for (const v of values) count += v.count;
-    let text = `*${count}\r\n$${name.length}\r\n${name}\r\n`;
-    for (const s of strings) text += `$${Buffer.byteLength(s)}\r\n${s}\r\n`;
-    const head = Buffer.from(text);
-    this.frame = (values.length === 1 ? values[0].behind(head) : undefined) ?? Buffer.concat([head, ...values.map((v) => v.bytes)]);
+    const rest = name === "lpush" && strings.length === 1 ? lpushRest(strings[0]) : commandRest(name, strings);
+    this.frame =
+      (values.length === 1 ? values[0].behind(count, rest) : undefined) ??
+      Buffer.concat([Buffer.from(`*${count}\r\n`), rest, ...values.map((v) => v.bytes)]);
   }
 
   /** Room the head of an LPUSH onto `key` takes, whatever the number of values. */
@@ -126,4 +128,47 @@ export class FramedCommand extends Command {
   override toWritable(): Buffer {
     return this.frame;
   }
+}
+
+/** A command's head after its count: its name and leading arguments framed. */
+function commandRest(name: string, args: readonly string[]): Buffer {
+  let text = `$${name.length}\r\n${name}\r\n`;
+  for (const s of args) text += `$${Buffer.byteLength(s)}\r\n${s}\r\n`;
+  return Buffer.from(text);
+}
+
+/**
+ * commandRest("lpush", [key]) per key, kept: every push onto a queue has the
+ * same, and building it was most of what a one-item push cost to frame. The
+ * keys are queue names; past MAX_KEPT_HEADS the cache starts over.
+ */
+const lpushRests = new Map<string, Buffer>();
+const MAX_KEPT_HEADS = 4096;
+
+function lpushRest(key: string): Buffer {
+  let rest = lpushRests.get(key);
+  if (!rest) {
+    if (lpushRests.size >= MAX_KEPT_HEADS) lpushRests.clear();
+    rest = commandRest("lpush", [key]);
+    lpushRests.set(key, rest);
+  }
+  return rest;
+}
+
+/** "*<count>\r\n": a command's count of arguments. */
+function writeCount(w: ProtoWriter, count: number): void {
+  w.buf[w.pos++] = STAR;
+  writeNumber(w, count);
+}
+
+/** `n` (≥ 0) in decimal, then CRLF. */
+function writeNumber(w: ProtoWriter, n: number): void {
+  const { buf } = w;
+  let pos = (w.pos += digitCount(n, 10));
+  do {
+    buf[--pos] = 48 + (n % 10);
+    n = (n / 10) | 0;
+  } while (n > 0);
+  buf[w.pos++] = CR;
+  buf[w.pos++] = LF;
 }

@@ -53,4 +53,13 @@ describe("FramedCommand", () => {
     const cramped = withRoom(values, 5);
     expect(new FramedCommand("lpush", [key], [cramped]).toWritable().equals(expected)).toBe(true);
   });
+
+  it("frames each queue's LPUSH head right past the heads it keeps (4,096), and again for a key it kept before", () => {
+    const values = [Buffer.from("v")];
+    for (const n of [...Array.from({ length: 5000 }, (_, i) => i), 0, 4999, 17]) {
+      const key = `{q-${n}}`;
+      const room = withRoom(values, FramedCommand.lpushRoom(key));
+      expect(new FramedCommand("lpush", [key], [room]).toWritable().equals(ioredis("lpush", [key, ...values]))).toBe(true);
+    }
+  });
 });
