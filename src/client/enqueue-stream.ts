@@ -40,8 +40,16 @@ export class EnqueueStream {
   private nextId = 1;
   private unsupported = false;
   private closed = false;
+  /**
+   * Armed while anything is unanswered, for the oldest request's deadline or
+   * earlier (a request answered since is not disarmed for: when it fires, it
+   * arms again for the oldest left). A serial caller arms none per request.
+   */
   private deadlineTimer?: NodeJS.Timeout;
+  /** Armed once nothing is unanswered; when it fires, the stream ends if idle since `idleSince` for `idleMs`, or it arms again. */
   private idleTimer?: NodeJS.Timeout;
+  /** When the stream last had nothing unanswered (undefined while something is). */
+  private idleSince?: number;
 
   constructor(
     /** Opens a new EnqueueStream call. */
@@ -80,9 +88,8 @@ export class EnqueueStream {
     this.nextId = this.nextId >= 0xffffffff ? 1 : this.nextId + 1;
     const stream = (this.stream ??= this.start());
     this.pending.set(id, p);
+    this.idleSince = undefined;
     if (this.pending.size === 1) this.armDeadline();
-    clearTimeout(this.idleTimer);
-    this.idleTimer = undefined;
     stream.write(new PreEncoded(bytes));
   }
 
@@ -108,9 +115,11 @@ export class EnqueueStream {
     if (stream !== this.stream) return;
     this.stream = undefined;
     clearTimeout(this.idleTimer);
+    this.idleTimer = undefined;
     const unanswered = [...this.pending.values()];
     this.pending = new Map();
     clearTimeout(this.deadlineTimer);
+    this.deadlineTimer = undefined;
     if (status.code === grpc.status.UNIMPLEMENTED && !this.closed) {
       this.unsupported = true;
       for (const p of unanswered) this.unary(p.request).then(p.ok, p.fail);
@@ -122,33 +131,42 @@ export class EnqueueStream {
     }
   }
 
-  /** Fails requests older than the timeout; runs again for the oldest left. */
+  /** Fails requests older than the timeout when the oldest's time comes; armed unless it is already (see deadlineTimer). */
   private armDeadline(): void {
-    clearTimeout(this.deadlineTimer);
     const oldest = this.pending.values().next().value;
-    if (!oldest || this.timeoutMs === Infinity) return;
+    if (this.deadlineTimer || !oldest || this.timeoutMs === Infinity) return;
     this.deadlineTimer = setTimeout(() => {
+      this.deadlineTimer = undefined;
       const now = Date.now();
+      let failed = false;
       for (const [id, p] of this.pending) {
         if (now - p.sentMs < this.timeoutMs) break;
         this.pending.delete(id);
+        failed = true;
         p.fail(serviceError(grpc.status.DEADLINE_EXCEEDED, `no answer to Enqueue within ${this.timeoutMs} ms`));
       }
       if (this.pending.size > 0) this.armDeadline();
-      else this.armIdle();
+      else if (failed) this.armIdle();
     }, Math.max(0, oldest.sentMs + this.timeoutMs - Date.now()));
     this.deadlineTimer.unref();
   }
 
   /** Half-closes the stream after `idleMs` with nothing unanswered. */
   private armIdle(): void {
-    clearTimeout(this.idleTimer);
+    this.idleSince = Date.now();
+    if (!this.idleTimer) this.armIdleCheck(this.idleMs);
+  }
+
+  private armIdleCheck(ms: number): void {
     this.idleTimer = setTimeout(() => {
-      if (this.pending.size > 0 || !this.stream) return;
+      this.idleTimer = undefined;
+      if (this.idleSince === undefined || !this.stream) return; // busy again: its next idle arms anew
+      const left = this.idleSince + this.idleMs - Date.now();
+      if (left > 0) return this.armIdleCheck(left);
       // Nothing is unanswered, so its end needs no handling: the next request opens a new stream.
       this.stream.end();
       this.stream = undefined;
-    }, this.idleMs);
+    }, ms);
     this.idleTimer.unref();
   }
 }
