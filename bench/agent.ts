@@ -313,12 +313,12 @@ async function relayRole(): Promise<Role> {
 }
 
 /** A plain grpc-js echo: the cost of one hop with nothing behind it (echo.ts). */
-async function echoOps(): Promise<Record<string, (args: EchoArgs) => Promise<unknown>>> {
+async function echoOps(): Promise<Record<string, (args: EchoArgs & { redisPath?: string }) => Promise<unknown>>> {
   const echo = await import("./echo.js");
   let server: Awaited<ReturnType<typeof echo.serveEcho>> | undefined;
   return {
-    async serve() {
-      server = await echo.serveEcho();
+    async serve(args) {
+      server = await echo.serveEcho(args.redisPath);
       return server.address;
     },
     async call(args) {

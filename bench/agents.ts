@@ -5,6 +5,7 @@
 import { fork, type ChildProcess } from "node:child_process";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
+import type { EchoKind } from "./echo.js";
 import { leftovers, within } from "./lib.js";
 
 /** A system an agent runs. */
@@ -60,7 +61,7 @@ export interface PacedArgs {
 
 export interface EchoArgs {
   address: string;
-  kind: "unary" | "stream";
+  kind: EchoKind;
   calls: number;
   bytes: number;
 }

@@ -69,6 +69,7 @@ export async function runDeployed(
       if (want("enqueue")) {
         await d.rawEnqueue(1000, 1, 1);
         await d.echo("stream", 1000, sizes.echoBytes);
+        await d.echo("push", 1000, sizes.echoBytes);
         await d.echo("unary", 500, sizes.echoBytes);
       }
       if (want("latency")) await d.latency("relay", 500, 500, 0, sizes.latencyConcurrency);
@@ -88,6 +89,7 @@ export async function runDeployed(
           ["raw ioredis LPUSH serial", () => rec("d.serial.raw")(d.rawEnqueue(sizes.serial, 1, 1))],
           ["grpc-js echo, unary", () => rec("d.echo.unary")(d.echo("unary", sizes.echoCalls, sizes.echoBytes))],
           ["grpc-js echo, stream", () => rec("d.echo.stream")(d.echo("stream", sizes.echoCalls, sizes.echoBytes))],
+          ["grpc-js echo, stream, LPUSH each", () => rec("d.echo.push")(d.echo("push", sizes.echoCalls, sizes.echoBytes))],
         ]);
       } finally {
         await uncoalesced.stop();
@@ -178,6 +180,15 @@ export function deployedTable(r: Rounds, sizes: DeployedSizes): string | undefin
     rows.push([
       "… limit of the extra hop: plain grpc-js echo, serial (stream message / unary call); raw ioredis LPUSH, serial; bound = 1 / (1/echo + 1/LPUSH)",
       `echo ${fmtRate(e)} / ${fmtRate(u)}; LPUSH ${fmtRate(raw)}; bound ${fmtRate(bound)}`, fmtRate(b), `bound ${fmtRatio(bound / b)}`, "report", "—",
+    ]);
+  }
+  if (r.has("d.echo.push")) {
+    // The same chain measured: a serial enqueue's hop and Redis with nothing of Switchyard's between them.
+    const p = r.med("d.echo.push");
+    const b = r.med("d.serial.bull");
+    rows.push([
+      "… the same limit measured: a plain grpc-js server that LPUSHes each stream message (ioredis) before answering it, serial",
+      fmtRate(p), fmtRate(b), fmtRatio(p / b), "report", "—",
     ]);
   }
   rate("enqueue, 1 item per call, 100 calls in flight", "d.inflight.sy", "d.inflight.bull");

@@ -21,6 +21,7 @@ import { Queue } from "bullmq";
 import { QueueMode } from "../dist/gen/switchyard/v1/queue_pb.js";
 import { SwitchyardClient } from "../dist/client/client.js";
 import { Agent, type Consumed } from "./agents.js";
+import type { EchoKind } from "./echo.js";
 import { deleteKeys, type BenchRedis } from "./env.js";
 import { BULL_OPTS, fresh, syQueue } from "./throughput.js";
 import { startServer } from "./streams.js";
@@ -315,12 +316,12 @@ export class Deployed {
   private serveEcho(): Promise<{ server: Agent; address: string }> {
     return (this.echoServer ??= (async () => {
       const server = await Agent.start("echo", this.options.serverNodeArgs ?? [], { ...process.env, ...this.options.serverEnv });
-      return { server, address: await server.request<string>("serve") };
+      return { server, address: await server.request<string>("serve", { redisPath: this.redis.socketPath }) };
     })());
   }
 
   /** Serial round trips of `bytes` through a plain grpc-js echo (server and client processes); resolves to calls per second. */
-  async echo(kind: "unary" | "stream", calls: number, bytes: number): Promise<number> {
+  async echo(kind: EchoKind, calls: number, bytes: number): Promise<number> {
     const [{ address }, client] = await Promise.all([this.serveEcho(), (this.echoClient ??= Agent.start("echo"))]);
     return client.request<number>("call", { address, kind, calls, bytes });
   }

@@ -5,12 +5,18 @@
  * Redis only). Messages are raw bytes, no protobuf: the service is defined
  * by hand with identity serializers.
  *
+ * With a Redis socket it also has EchoPush, the floor under a serial enqueue
+ * measured as a chain rather than added up: each message is LPUSHed (plain
+ * ioredis) onto a list before it is answered, the hop and Redis with nothing
+ * of Switchyard's between them.
+ *
  * The same server is also a relay, the floor under the latency rows: a
  * producer's messages on one stream (each answered, as Enqueue is) go on to
  * the workers' streams (each acked, as a delivery is), across the same three
  * processes as Switchyard's producer, server and worker, with no Redis.
  */
 import * as grpc from "@grpc/grpc-js";
+import { Redis } from "ioredis";
 import { monoUs } from "./lib.js";
 
 const same = (b: Buffer) => b;
@@ -27,6 +33,7 @@ const method = (name: string, streaming: boolean) => ({
 const definition: grpc.ServiceDefinition = {
   echo: method("Echo", false),
   echoStream: method("EchoStream", true),
+  echoPush: method("EchoPush", true),
   publish: method("Publish", true),
   subscribe: method("Subscribe", true),
 };
@@ -37,9 +44,16 @@ const OK = Buffer.from("ok");
 /** The channel and server options Switchyard's own client and server use that bear on speed. */
 const options = { "grpc.enable_channelz": 0 };
 
-/** Starts an echo server on a free loopback port. */
-export async function serveEcho(): Promise<{ address: string; close(): Promise<void> }> {
+/** An echo round trip: a unary call, a message on a stream, or a message on a stream that pushes it onto Redis. */
+export type EchoKind = "unary" | "stream" | "push";
+
+/** The list EchoPush pushes onto. */
+const PUSHED = "bench:echo-pushed";
+
+/** Starts an echo server on a free loopback port; with `redisPath`, EchoPush pushes onto that Redis. */
+export async function serveEcho(redisPath?: string): Promise<{ address: string; close(): Promise<void> }> {
   const server = new grpc.Server(options);
+  const redis = redisPath ? new Redis({ path: redisPath }) : undefined;
   const subscribers: grpc.ServerDuplexStream<Buffer, Buffer>[] = [];
   let next = 0;
   server.addService(definition, {
@@ -64,16 +78,33 @@ export async function serveEcho(): Promise<{ address: string; close(): Promise<v
       call.on("data", (b: Buffer) => call.write(b));
       call.on("end", () => call.end());
     },
+    echoPush: (call: grpc.ServerDuplexStream<Buffer, Buffer>) => {
+      if (!redis) return call.emit("error", { code: grpc.status.FAILED_PRECONDITION, details: "the echo server was started without Redis" });
+      call.on("data", (b: Buffer) => {
+        redis.lpush(PUSHED, b).then(
+          () => call.write(OK),
+          (err: Error) => call.emit("error", { code: grpc.status.UNAVAILABLE, details: err.message }),
+        );
+      });
+      call.on("end", () => call.end());
+    },
   });
   const port = await new Promise<number>((ok, fail) =>
     server.bindAsync("127.0.0.1:0", grpc.ServerCredentials.createInsecure(), (err, p) => (err ? fail(err) : ok(p))),
   );
-  return { address: `127.0.0.1:${port}`, close: () => new Promise((ok) => server.tryShutdown(() => ok())) };
+  return {
+    address: `127.0.0.1:${port}`,
+    close: async () => {
+      await new Promise<void>((ok) => server.tryShutdown(() => ok()));
+      redis?.disconnect();
+    },
+  };
 }
 
 interface EchoClient {
   echo(req: Buffer, cb: (err: grpc.ServiceError | null, res: Buffer) => void): void;
   echoStream(): grpc.ClientDuplexStream<Buffer, Buffer>;
+  echoPush(): grpc.ClientDuplexStream<Buffer, Buffer>;
   publish(): grpc.ClientDuplexStream<Buffer, Buffer>;
   subscribe(): grpc.ClientDuplexStream<Buffer, Buffer>;
   close(): void;
@@ -138,8 +169,12 @@ export async function connectRelay(address: string): Promise<RelayClient> {
   };
 }
 
-/** Makes `calls` echo round trips of `bytes` one after the other (await each); resolves to calls per second. */
-export async function callEcho(address: string, kind: "unary" | "stream", calls: number, bytes: number): Promise<number> {
+/**
+ * Makes `calls` echo round trips of `bytes` one after the other (await each): unary calls, messages on
+ * one stream, or messages on one EchoPush stream (each pushed onto Redis before it is answered);
+ * resolves to calls per second.
+ */
+export async function callEcho(address: string, kind: EchoKind, calls: number, bytes: number): Promise<number> {
   const client = await connectEcho(address);
   const payload = Buffer.alloc(bytes, 0x78);
   try {
@@ -150,7 +185,7 @@ export async function callEcho(address: string, kind: "unary" | "stream", calls:
       for (let i = 0; i < calls; i++) await one();
       return (calls / (monoUs() - t0)) * 1e6;
     }
-    const stream = client.echoStream();
+    const stream = kind === "push" ? client.echoPush() : client.echoStream();
     let answer: (() => void) | undefined;
     stream.on("data", () => answer?.());
     const one = () => new Promise<void>((ok) => ((answer = ok), stream.write(payload)));
