@@ -163,7 +163,10 @@ export class EnqueueStream {
       if (this.idleSince === undefined || !this.stream) return; // busy again: its next idle arms anew
       const left = this.idleSince + this.idleMs - Date.now();
       if (left > 0) return this.armIdleCheck(left);
-      // Nothing is unanswered, so its end needs no handling: the next request opens a new stream.
+      // Nothing is unanswered, so its end needs no handling: the next request opens a new stream;
+      // nor is any deadline left to watch (a dropped client holds no timer until an old one's time).
+      clearTimeout(this.deadlineTimer);
+      this.deadlineTimer = undefined;
       this.stream.end();
       this.stream = undefined;
     }, ms);

@@ -76,6 +76,9 @@ it("half-closes the stream idleMs after the last answer, not after the first, an
     expect(opened[0].ends).toBe(0);
     await vi.advanceTimersByTimeAsync(1); // t = 2100: 1000 ms idle
     expect(opened[0].ends).toBe(1);
+    // Nothing is left armed: a client dropped now without close() holds no timer (the server's share the fake clock, so look at the stream's own).
+    const timers = stream as unknown as { deadlineTimer?: unknown; idleTimer?: unknown };
+    expect([timers.deadlineTimer, timers.idleTimer]).toEqual([undefined, undefined]);
     vi.useRealTimers();
     expect((await opened[0].status).code).toBe(grpc.status.OK);
     // The next request opens a stream of its own; the items all landed, in order.
