@@ -8,7 +8,8 @@
 //   node bench/diagnostics/cpu-per-item.mjs [C] [ITEMS] [--sys] [--latency RATE]   (after npm run bench built dist-bench/)
 // With --serial: serial enqueue instead (one producer process awaiting each single-item call):
 // Switchyard (producer, server, Redis), BullMQ add and a raw ioredis LPUSH (producer, Redis), and
-// the plain grpc-js echo's stream message (client, echo server), CPU µs per call of each.
+// the plain grpc-js echo's stream message (client, echo server), alone and LPUSHed before it is
+// answered (client, echo server, Redis: the chain a serial enqueue crosses, bare), CPU µs per call of each.
 // SERVER_NODE_ARGS="--cpu-prof --cpu-prof-dir=DIR" profiles the server child; AGENT_NODE_ARGS the worker processes.
 import { procStat } from "../../dist-bench/lib.js";
 import { Deployed } from "../../dist-bench/deployed.js";
@@ -34,6 +35,7 @@ try {
       ["bullmq", { producer: d.producerPids.bullmq, redis: redis.server.process.pid }, () => d.enqueue("bullmq", n, 1, 1)],
       ["raw LPUSH", { producer: d.producerPids.bullmq, redis: redis.server.process.pid }, () => d.rawEnqueue(n, 1, 1)],
       ["echo (stream message)", { echoServer: echo.server, echoClient: echo.client }, () => d.echo("stream", n, 100)],
+      ["echo, LPUSH each (stream message)", { echoServer: echo.server, echoClient: echo.client, redis: redis.server.process.pid }, () => d.echo("push", n, 100)],
     ];
     for (const [name, pids, go] of runs) {
       await go(); // warm-up
