@@ -139,8 +139,9 @@ function commandRest(name: string, args: readonly string[]): Buffer {
 
 /**
  * commandRest("lpush", [key]) per key, kept: every push onto a queue has the
- * same, and building it was most of what a one-item push cost to frame. The
- * keys are queue names; past MAX_KEPT_HEADS the cache starts over.
+ * same, so it is framed once rather than for every push (a template string
+ * and its encoding, each time). The keys are queue names; past
+ * MAX_KEPT_HEADS the cache starts over.
  */
 const lpushRests = new Map<string, Buffer>();
 const MAX_KEPT_HEADS = 4096;
