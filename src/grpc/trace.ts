@@ -80,6 +80,10 @@ class TracedItems implements NewItems {
   get hasOptions(): boolean {
     return this.items.hasOptions;
   }
+
+  release(): void {
+    this.items.release?.();
+  }
 }
 
 /** Adds `trace` to the headers of every item without a traceparent of its own. */

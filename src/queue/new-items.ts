@@ -33,6 +33,12 @@ export interface NewItems {
   options(i: number): ItemOptions | undefined;
   /** Whether any item has options (most enqueues have none, and skip looking). */
   readonly hasOptions: boolean;
+  /**
+   * Every payload has been copied out (the items are encoded as stored): bytes
+   * held only to read them may go, though the call that carried them is still
+   * open. No payload is read after it.
+   */
+  release?(): void;
 }
 
 /** What an item may say beyond its payload and headers. */
@@ -44,6 +50,8 @@ export interface ItemOptions {
 }
 
 const NO_HEADERS: Readonly<Record<string, string>> = Object.freeze({});
+/** What a PackedItems holds once released. */
+const RELEASED = Buffer.alloc(0);
 
 /** An item's fields beyond payload and headers, as the wire gave them. */
 export interface PackedExtras {
@@ -112,10 +120,27 @@ export class PackedItems implements NewItems {
   private headerSets?: (Record<string, string> | undefined)[];
   /** Each item's other fields as given (protobuf messages), kept from the first item that has any. */
   private extraSets?: (PackedExtras | undefined)[];
-  private readonly source: Buffer;
+  private source: Buffer;
 
-  constructor(readonly bytes: Uint8Array) {
+  constructor(private bytes: Uint8Array) {
     this.source = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  }
+
+  /**
+   * Lets the request's bytes go: while its call waits for Redis, a pending
+   * Enqueue holds its items as stored (on their way to Redis) and no longer
+   * also as they came; the call's request still holds this object. (grpc-js
+   * 1.14's decoder still keeps the chunks that carried a unary call's one
+   * message until the call ends: a third copy before this, a second now.)
+   */
+  release(): void {
+    this.bytes = this.source = RELEASED;
+  }
+
+  /** The request's bytes, unless released (a payload read after release() is a bug, not an empty payload). */
+  private held(): Buffer {
+    if (this.source === RELEASED) throw new Error("PackedItems: a payload read after release()");
+    return this.source;
   }
 
   get count(): number {
@@ -141,7 +166,7 @@ export class PackedItems implements NewItems {
   }
 
   copyPayload(i: number, target: Uint8Array, pos: number): void {
-    if (this.starts[i] >= 0) this.source.copy(target, pos, this.starts[i], this.ends[i]);
+    if (this.starts[i] >= 0) this.held().copy(target, pos, this.starts[i], this.ends[i]);
   }
 
   headers(i: number): Readonly<Record<string, string>> {
@@ -150,7 +175,7 @@ export class PackedItems implements NewItems {
 
   /** Item i's payload as a view of the bytes (a new empty array for none). */
   payload(i: number): Uint8Array {
-    return this.starts[i] < 0 ? new Uint8Array(0) : this.bytes.subarray(this.starts[i], this.ends[i]);
+    return this.starts[i] < 0 ? new Uint8Array(0) : (this.held(), this.bytes.subarray(this.starts[i], this.ends[i]));
   }
 
   /** Item i's own headers record; undefined when it had no header entries. */

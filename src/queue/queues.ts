@@ -579,10 +579,9 @@ export class Queues {
     const now = this.clock.now();
     const options = items.hasOptions ? scheduleOf(items, now) : undefined;
     const ids = ItemIds.next(items.count);
-    return {
-      config, ids, values: encodeItems(ids, items, now, FramedCommand.lpushRoom(config.name), this.options.maxItemBytes),
-      ttlMs: ttlMs || config.publishTtlMs, options,
-    };
+    const values = encodeItems(ids, items, now, FramedCommand.lpushRoom(config.name), this.options.maxItemBytes);
+    items.release?.();
+    return { config, ids, values, ttlMs: ttlMs || config.publishTtlMs, options };
   }
 
   private async write(p: PreparedEnqueue | PreparedAppend, wait?: ReplicaWait): Promise<ItemIds | ScheduledEnqueue> {
