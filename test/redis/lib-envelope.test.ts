@@ -175,8 +175,8 @@ describe("lib.lua read_item and with_history", () => {
     let histories = 0;
     for (let batch = 0; batch < 6; batch++) {
       const values = Array.from({ length: 1000 }, () => value(next));
-      const now = await redis.plain.evalBuffer(lib + harness("with_history(v, kept, count, err, fence)"), 0, ...values) as unknown[][];
-      const before = await redis.plain.evalBuffer(REFERENCE + harness("with_history(v, count, err, fence)"), 0, ...values) as unknown[][];
+      const now = await redis.plain.callBuffer("eval", lib + harness("with_history(v, kept, count, err, fence)"), 0, ...values) as unknown[][];
+      const before = await redis.plain.callBuffer("eval", REFERENCE + harness("with_history(v, count, err, fence)"), 0, ...values) as unknown[][];
       const read = (row: unknown[]) => {
         const [d, e, kept, rewritten] = row.map((x) => (Buffer.isBuffer(x) ? x.toString("hex") : x));
         return { d: Buffer.from(d as string, "hex").toString(), e, kept, rewritten };
