@@ -175,7 +175,9 @@ export class PackedItems implements NewItems {
 
   /** Item i's payload as a view of the bytes (a new empty array for none). */
   payload(i: number): Uint8Array {
-    return this.starts[i] < 0 ? new Uint8Array(0) : (this.held(), this.bytes.subarray(this.starts[i], this.ends[i]));
+    if (this.starts[i] < 0) return new Uint8Array(0);
+    this.held();
+    return this.bytes.subarray(this.starts[i], this.ends[i]);
   }
 
   /** Item i's own headers record; undefined when it had no header entries. */
