@@ -188,7 +188,9 @@ function checkRetryPolicy(name: string, given: Partial<RetryPolicy> | undefined)
 export function validateQueueSpec(spec: QueueSpec, nowMs: number, namespace = "switchyard"): QueueConfig {
   checkKeyName("queue name", spec.name, "name");
   if (internalKey(spec.name, "fence") === undefined) {
-    throw invalid(`queue name "${spec.name}" has a "}" but no hash tag; name it with a hash tag such as {${spec.name.replace(/[{}]/g, "")}}`, field("name"));
+    // Redis reads no hash tag in a name whose first "{" closes at once ("x{}{y}"), and hashes it whole.
+    const tag = spec.name.replace(/[{}]/g, "") || "jobs";
+    throw invalid(`queue name "${spec.name}" has a "}" but no hash tag; name it with a hash tag such as {${tag}}`, field("name"));
   }
   const mode = spec.mode;
   if (mode !== "simple" && mode !== "reliable" && mode !== "stream") throw invalid(`queue "${spec.name}": mode must be SIMPLE, RELIABLE or STREAM`, field("mode"));

@@ -2,8 +2,6 @@
  * Every Redis key Switchyard uses is built here. A queue's own keys all derive
  * from its name, so a hash tag in the name keeps them in one cluster slot.
  */
-import calculateSlot from "cluster-key-slot";
-
 /** Keys Switchyard keeps for itself, all under one hash tag so they share a slot. */
 export interface SystemKeys {
   /** Hash: queue name → declaration (JSON). */
@@ -152,9 +150,24 @@ export function allKeys(keys: QueueKeys): string[] {
   ].filter((k) => k !== "");
 }
 
-/** The cluster hash slot of `key` (honours `{hash tags}`). */
+/**
+ * The cluster hash slot of `key`, as Redis computes it (keyHashSlot): the
+ * CRC16 of its hash tag, or of the whole key when it has none, mod 16384. A
+ * key whose first "{" is closed at once ("x{}{y}") has no hash tag: Redis
+ * hashes it whole, where cluster-key-slot 1.1.2 goes on to hash "{y".
+ */
 export function slotOf(key: string): number {
-  return calculateSlot(key);
+  return crc16(Buffer.from(hashTag(key) ?? key)) & 0x3fff;
+}
+
+/** CRC16-CCITT (XMODEM: polynomial 0x1021, initial 0), the checksum Redis Cluster hashes keys with. */
+function crc16(bytes: Uint8Array): number {
+  let crc = 0;
+  for (const byte of bytes) {
+    crc ^= byte << 8;
+    for (let bit = 0; bit < 8; bit++) crc = crc & 0x8000 ? ((crc << 1) ^ 0x1021) & 0xffff : (crc << 1) & 0xffff;
+  }
+  return crc;
 }
 
 /** The hash tag of `key` as Redis Cluster reads it, or undefined when it has none. */

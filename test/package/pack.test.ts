@@ -36,7 +36,7 @@ let app: string;
 /**
  * An empty project with the tarball installed by `npm ci --offline` from a lockfile that
  * names local tarballs: npm then needs no registry, and nests what the real install nests
- * (ioredis pins another cluster-key-slot than Switchyard does).
+ * (ioredis nests a cluster-key-slot of its own).
  */
 async function installInEmptyProject(): Promise<string> {
   const lock = JSON.parse(readFileSync(join(root, "package-lock.json"), "utf8")) as { packages: Record<string, LockEntry> };
