@@ -94,7 +94,8 @@ function bearer(token: string): grpc.Interceptor {
 
 /** Reply items sent with an ack (SPEC Q9). */
 export interface Reply {
-  queue: string;
+  /** Where the replies go; left out, the queue's standing route (its declaration's `replyQueue`). */
+  queue?: string;
   items: ItemInput[];
   ttlMs?: number;
 }

@@ -43,7 +43,7 @@ import {
 import type { Logger } from "../log.js";
 import type { Clock } from "../clock.js";
 import type { Delivery, LeaseStream } from "../queue/lease-stream.js";
-import { ScheduledEnqueue, type NewItem, type Queues, type SettleOptions, type WorkerSettle } from "../queue/queues.js";
+import { ScheduledEnqueue, type AckReply, type NewItem, type Queues, type SettleOptions, type WorkerSettle } from "../queue/queues.js";
 import { applyUpdate } from "../queue/declaration.js";
 import { checkSelection } from "../queue/admin.js";
 import { MalformedMessage, PreEncoded } from "./adapter.js";
@@ -54,6 +54,7 @@ import { extrasSchedule } from "../queue/new-items.js";
 import { durationMs, modeMessage, msDuration, msTimestamp, queueMessage, queueSpec } from "./convert.js";
 import { assertWellFormed, callLogger, toStatus, unary, type SwitchyardStatus } from "./status.js";
 import { traceOf } from "./trace.js";
+import { callerOf, refusal } from "./auth-interceptor.js";
 import { enqueueStreamHandler, runEnqueue } from "./enqueue-stream.js";
 import type { DeliveryBuffers } from "./delivery-buffers.js";
 
@@ -93,9 +94,18 @@ function newItems(items: EnqueueItem[]): NewItem[] {
   });
 }
 
-function replyOf(req: AckRequest) {
+/**
+ * An ack's replies. Their route needs enqueue as a named reply_queue does in
+ * the access table (SPEC Q9, S6), also when it is the queue's standing one,
+ * which only the ack finds: a lease scope alone must not write elsewhere.
+ */
+function replyOf(req: AckRequest, method: string, metadata: grpc.Metadata): AckReply | undefined {
   if (req.replies.length === 0) return undefined;
-  return { queue: req.replyQueue || undefined, items: newItems(req.replies), ttlMs: durationMs("reply_ttl", req.replyTtl) ?? 0 };
+  const mayEnqueue = (queue: string) => {
+    const err = refusal(method, callerOf(metadata), [{ scope: "queue:enqueue", queue }]);
+    if (err) throw err;
+  };
+  return { queue: req.replyQueue || undefined, items: newItems(req.replies), ttlMs: durationMs("reply_ttl", req.replyTtl) ?? 0, mayEnqueue };
 }
 
 /** An EnqueueResponse for what an enqueue answered. */
@@ -156,7 +166,7 @@ function leaseHandler(queues: Queues, baseLog: Logger, settings: LeaseSettings) 
       write({ case: "settleResult", value: { leaseToken: token, code: status.code, message: status.details, reason: status.reason } });
     const settle = async (s: LeaseStream, token: string, action: WorkerSettle, opts: SettleOptions = {}, ack?: AckRequest) => {
       try {
-        if (ack) await queues.ack(token, replyOf(ack), s);
+        if (ack) await queues.ack(token, replyOf(ack, "Lease", call.metadata), s);
         else {
           const outcome = await queues.settle(token, action, opts, s);
           if (action === "extend") {
@@ -376,8 +386,8 @@ export function queueServiceHandlers(queues: Queues, log: Logger, lease: LeaseSe
     ),
     enqueueStream: enqueueStreamHandler(queues, log),
     lease: leaseHandler(queues, log, lease),
-    ack: unary(log, "Ack", async (req: AckRequest) =>
-      create(AckResponseSchema, { replyIds: await queues.ack(req.leaseToken, replyOf(req)) }),
+    ack: unary(log, "Ack", async (req: AckRequest, call) =>
+      create(AckResponseSchema, { replyIds: await queues.ack(req.leaseToken, replyOf(req, "Ack", call.metadata)) }),
     ),
     retry: unary(log, "Retry", async (req: RetryRequest) => {
       const outcome = await queues.settle(req.leaseToken, "retry", retryOptions(req));

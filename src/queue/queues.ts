@@ -52,6 +52,15 @@ export interface QueueOptions extends DispatchOptions {
 export type WorkerSettle = "ack" | "retry" | "drop" | "extend" | "check";
 
 /** What a retry or drop may say. */
+/** An ack's replies: enqueued onto `queue`, or the queue's standing reply route (Queue.reply_queue). */
+export interface AckReply {
+  queue?: string;
+  items: NewItem[];
+  ttlMs: number;
+  /** Throws when the caller may not enqueue onto the route the replies take (the access table sees only a named one). */
+  mayEnqueue?: (queue: string) => void;
+}
+
 export interface SettleOptions {
   /** Why the delivery failed (retry, drop); cut to MAX_REASON_CHARS. */
   reason?: string;
@@ -1223,9 +1232,10 @@ export class Queues {
    * Acknowledges a delivery. Replies are enqueued after the lease is checked
    * and before the ack, so a crash in between repeats the replies rather than
    * losing them (at least once). Without a reply queue, replies go to the
-   * queue's standing reply route (Queue.reply_queue).
+   * queue's standing reply route (Queue.reply_queue); `reply.mayEnqueue`
+   * refuses (throws) a route the caller may not enqueue onto, before anything is written.
    */
-  async ack(token: string, reply?: { queue?: string; items: NewItem[]; ttlMs: number }, fromStream?: LeaseStream): Promise<string[]> {
+  async ack(token: string, reply?: AckReply, fromStream?: LeaseStream): Promise<string[]> {
     if (!reply || reply.items.length === 0) {
       await this.settle(token, "ack", {}, fromStream);
       return [];
@@ -1237,6 +1247,7 @@ export class Queues {
     if (simple) this.releaseSimple(token, fromStream);
     const route = reply.queue || (await this.registry.get(ref.queue)).replyQueue;
     if (!route) throw invalid("reply_queue is required with replies (the queue declares no reply_queue)", "reply_queue");
+    reply.mayEnqueue?.(route);
     const prepared = await this.prepare(route, reply.items, reply.ttlMs);
     await this.settle(token, "check", {}, fromStream);
     const written = await this.write(prepared);

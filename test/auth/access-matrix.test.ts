@@ -5,7 +5,7 @@
  * the right status; with the right scope it succeeds. Real gRPC, real Redis.
  */
 import { randomBytes } from "node:crypto";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import * as grpc from "@grpc/grpc-js";
 import { create } from "@bufbuild/protobuf";
 import { SwitchyardClient } from "../../src/client/client.js";
@@ -207,6 +207,9 @@ function tokenTable(): { name: string; scopes: string[] }[] {
   table.push({ name: "thumbnails worker", scopes: [`queue:lease:${Q}`] });
   table.push({ name: "thumbnails worker with replies", scopes: [`queue:lease:${Q}`, `queue:enqueue:${Q}.replies`] });
   table.push({ name: "cache producer", scopes: [`queue:enqueue:${OTHER}`] });
+  // A worker of {routed}, whose declaration routes replies to {thumbnails}.replies.
+  table.push({ name: "routed worker", scopes: ["queue:lease:{routed}", "queue:enqueue:{routed}*"] });
+  table.push({ name: "routed worker with replies", scopes: ["queue:lease:{routed}", `queue:enqueue:${Q}.replies`] });
   return table;
 }
 
@@ -343,6 +346,40 @@ describe("queue patterns", () => {
     const ok = await withHeld((t) => outcome(as("thumbnails worker with replies").ack(t, reply)));
     expect(ok.code, ok.details).toBe(grpc.status.OK);
     expect(await redis.plain.llen(`${Q}.replies`)).toBe(1);
+  });
+
+  it("replies on the queue's standing reply route need enqueue on that route too, by Ack and on a Lease stream", async () => {
+    const routed = "{routed}";
+    const replies = `${Q}.replies`;
+    await admin.createQueue({ name: routed, mode: QueueMode.RELIABLE, replyQueue: replies });
+    await admin.enqueue(routed, ["a", "b"]); // the first worker's two, given back when its stream closes, are the second's
+    const before = await redis.plain.llen(replies);
+    for (const [name, allowed] of [["routed worker", false], ["routed worker with replies", true]] as const) {
+      const worker = as(name);
+      const session = worker.lease(routed, 2);
+      const results: { leaseToken: string; code: number; message: string }[] = [];
+      session.onSettleResult((r) => results.push(r));
+      const [byAck, onStream] = await session.take(2);
+      const unary = await outcome(worker.ack(byAck.leaseToken, { items: ["by Ack"] }));
+      session.ack(onStream.leaseToken, { items: ["on the stream"] });
+      if (allowed) {
+        expect(unary, name).toEqual({ code: grpc.status.OK, details: "" });
+        await vi.waitFor(async () => expect(await redis.plain.llen(`${routed}.processing`)).toBe(0));
+        expect(results).toEqual([]);
+      } else {
+        expect(unary.code, name).toBe(grpc.status.PERMISSION_DENIED);
+        expect(unary.details).toBe(`Ack on queue "${replies}" needs scope queue:enqueue:${replies} (or a pattern that matches "${replies}"); caller "${name}" does not have it`);
+        await vi.waitFor(() => expect(results).toHaveLength(1));
+        expect(results[0]).toMatchObject({ leaseToken: onStream.leaseToken, code: grpc.status.PERMISSION_DENIED });
+        expect(results[0].message).toContain(`queue:enqueue:${replies}`);
+        // Neither delivery was settled, nor a reply written: both are still held.
+        expect(await redis.plain.llen(`${routed}.processing`)).toBe(2);
+        expect(await redis.plain.llen(replies)).toBe(before);
+      }
+      await session.close();
+    }
+    expect(await redis.plain.lrange(replies, 0, 1)).toEqual(expect.arrayContaining([expect.stringContaining("by Ack"), expect.stringContaining("on the stream")]));
+    expect(await redis.plain.llen(replies)).toBe(before + 2);
   });
 
   it("on a Lease stream, a settle for another queue's delivery ends the stream with PERMISSION_DENIED and changes nothing there", async () => {
