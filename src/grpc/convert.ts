@@ -34,14 +34,17 @@ export function msTimestamp(ms: number | undefined): Timestamp | undefined {
   return ms ? timestampFromMs(ms) : undefined;
 }
 
+/** proto3's 0 as unset; NaN stays, for the declaration's check to refuse (`|| undefined` would make it the default). */
+const setNumber = (x: number) => (x === 0 ? undefined : x);
+
 /** A caller's retry policy as a domain one (unset fields take the defaults). */
 function retryPolicy(p: RetryPolicy | undefined): QueueSpec["retryPolicy"] {
   if (!p) return undefined;
   return {
     initialMs: durationMs("retry_policy.initial_backoff", p.initialBackoff),
-    multiplier: p.multiplier || undefined,
+    multiplier: setNumber(p.multiplier),
     maxMs: durationMs("retry_policy.max_backoff", p.maxBackoff),
-    jitter: p.jitter || undefined,
+    jitter: setNumber(p.jitter),
   };
 }
 

@@ -92,6 +92,17 @@ describe("UpdateQueue", () => {
     expect(await refusal(a.client.updateQueue({ name: Q, retryPolicy: { jitter: 2 } }, ["retry_policy.jitter"]))).toMatchObject({
       code: grpc.status.INVALID_ARGUMENT, details: expect.stringContaining("jitter must be between 0 and 1"),
     });
+    // NaN is no number to wait by: refused, not taken as unset (the default) nor as 0.
+    for (const [path, policy] of [["retry_policy.jitter", { jitter: NaN }], ["retry_policy.multiplier", { multiplier: NaN }]] as const) {
+      const wanted = path === "retry_policy.jitter" ? "jitter must be between 0 and 1" : "multiplier must be between 1 and 100";
+      expect(await refusal(a.client.updateQueue({ name: Q, retryPolicy: policy }, [path]))).toMatchObject({
+        code: grpc.status.INVALID_ARGUMENT, details: expect.stringContaining(wanted),
+      });
+      expect(await refusal(a.client.createQueue({ name: "{nan}", mode: QueueMode.RELIABLE, retryPolicy: policy }))).toMatchObject({
+        code: grpc.status.INVALID_ARGUMENT, details: expect.stringContaining(wanted),
+      });
+    }
+    expect((await refusal(a.client.getQueue("{nan}"))).code).toBe(grpc.status.NOT_FOUND);
     for (const path of ["mode", "processing_list", "dead_letter_list", "recovery_set"]) {
       expect(await refusal(a.client.updateQueue({ name: Q, mode: QueueMode.SIMPLE, processingList: "{fixed}.p2", deadLetterList: "{fixed}.d2", recoverySet: "{fixed}.c2" }, [path]))).toMatchObject({
         code: grpc.status.FAILED_PRECONDITION, reason: "IMMUTABLE_FIELD", details: expect.stringContaining(`${path} cannot change while the queue is declared`),
