@@ -102,7 +102,7 @@ describe("UpdateQueue", () => {
         code: grpc.status.INVALID_ARGUMENT, details: expect.stringContaining(wanted),
       });
     }
-    expect((await refusal(a.client.getQueue("{nan}"))).code).toBe(grpc.status.NOT_FOUND);
+    expect(await refusal(a.client.getQueue("{nan}"))).toMatchObject({ code: grpc.status.NOT_FOUND });
     for (const path of ["mode", "processing_list", "dead_letter_list", "recovery_set"]) {
       expect(await refusal(a.client.updateQueue({ name: Q, mode: QueueMode.SIMPLE, processingList: "{fixed}.p2", deadLetterList: "{fixed}.d2", recoverySet: "{fixed}.c2" }, [path]))).toMatchObject({
         code: grpc.status.FAILED_PRECONDITION, reason: "IMMUTABLE_FIELD", details: expect.stringContaining(`${path} cannot change while the queue is declared`),
