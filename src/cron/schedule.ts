@@ -39,6 +39,8 @@ const NICKNAMES: Record<string, string> = {
 
 const UNITS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
 const MIN_INTERVAL_MS = 1000;
+/** The longest interval, 10 years (as an Enqueue's delay): its fire times stay far inside a Timestamp's range (year 9999). */
+const MAX_INTERVAL_MS = 10 * 365 * 86_400_000;
 
 /** Parses "@every 90s", "@every 1h30m", "@every 6000s" into ms. */
 function parseEvery(text: string): number {
@@ -54,6 +56,7 @@ function parseEvery(text: string): number {
     throw invalidSchedule(`invalid cron expression: "@every ${body}": write a duration such as 30s, 5m, 1h30m or 6000s`);
   }
   if (total < MIN_INTERVAL_MS) throw invalidSchedule(`invalid cron expression: "@every ${body}": the interval must be at least 1s`);
+  if (!(total <= MAX_INTERVAL_MS)) throw invalidSchedule(`invalid cron expression: "@every ${body}": the interval must be at most 10 years (87600h)`);
   return Math.round(total);
 }
 

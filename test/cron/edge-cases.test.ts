@@ -19,6 +19,18 @@ describe("cron edge cases", () => {
     });
   });
 
+  it("refuses an interval over 10 years on create and update, and stores nothing: its fire times would leave a Timestamp's range", async () => {
+    const tooLong = "invalid cron expression: \"@every 99999999999h\": the interval must be at most 10 years (87600h)";
+    await expect(t.sy.client.createJob({ name: "aeons", target: "HelloWorld", schedule: "@every 99999999999h" })).rejects.toMatchObject({ code: 3, details: tooLong });
+    const job = await t.sy.client.createJob({ name: "decade", target: "HelloWorld", schedule: "@every 87600h" });
+    expect(job.schedule).toBe("@every 87600h");
+    await expect(t.sy.client.updateJob({ id: job.id, schedule: "@every 87600h1s" }, ["schedule"])).rejects.toMatchObject({
+      code: 3, details: expect.stringContaining("the interval must be at most 10 years"),
+    });
+    expect((await t.sy.client.getJob(job.id)).schedule).toBe("@every 87600h");
+    expect((await t.sy.client.listJobs()).jobs.map((j) => j.name)).not.toContain("aeons");
+  });
+
   it("fails a LogClean run whose retentionDays is not a number of days", async () => {
     const job = await t.sy.client.createJob({ name: "bad clean", target: "LogClean", schedule: "0 0 * * * *", params: '{"retentionDays":"soon"}' });
     await t.sy.client.runOnce(job.id);
