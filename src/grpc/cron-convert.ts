@@ -40,6 +40,7 @@ export function jobFields(job: Job | undefined): JobFields {
   if (!job) throw invalid("job is required", "job");
   const policy = job.executePolicy === ExecutePolicy.UNSPECIFIED ? 2 : job.executePolicy;
   if (policy < 1 || policy > 3) throw invalid("execute_policy must be CONCURRENT, SINGLETON or ABANDON", "job.execute_policy");
+  if (job.misfirePolicy < 0 || job.misfirePolicy > 2) throw invalid("misfire_policy must be SKIP or RUN_ONCE", "job.misfire_policy");
   return {
     name: job.name,
     group: job.group,

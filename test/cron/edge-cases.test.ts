@@ -1,6 +1,6 @@
 /** Edge cases found in review: duplicate ids, time zones of interval jobs, bad retention, concurrent changes. */
 import { describe, expect, it } from "vitest";
-import { JobRunStatus, JobStatus } from "../../src/gen/switchyard/v1/cron_pb.js";
+import { type ExecutePolicy, JobRunStatus, JobStatus, type MisfirePolicy } from "../../src/gen/switchyard/v1/cron_pb.js";
 import { useSwitchyard } from "../helpers/switchyard.js";
 
 const t = useSwitchyard();
@@ -29,6 +29,13 @@ describe("cron edge cases", () => {
     });
     expect((await t.sy.client.getJob(job.id)).schedule).toBe("@every 87600h");
     expect((await t.sy.client.listJobs()).jobs.map((j) => j.name)).not.toContain("aeons");
+  });
+
+  it("refuses a misfire policy or an execute policy the proto does not define, as it refuses the other", async () => {
+    const base = { name: "odd", target: "HelloWorld", schedule: "0 0 * * * *" };
+    await expect(t.sy.client.createJob({ ...base, misfirePolicy: 9 as MisfirePolicy })).rejects.toMatchObject({ code: 3, details: "misfire_policy must be SKIP or RUN_ONCE" });
+    await expect(t.sy.client.createJob({ ...base, executePolicy: 9 as ExecutePolicy })).rejects.toMatchObject({ code: 3, details: "execute_policy must be CONCURRENT, SINGLETON or ABANDON" });
+    expect((await t.sy.client.listJobs()).jobs.map((j) => j.name)).not.toContain("odd");
   });
 
   it("fails a LogClean run whose retentionDays is not a number of days", async () => {
