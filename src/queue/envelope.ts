@@ -3,11 +3,9 @@
  * envelope (id, headers, enqueue time); any other value is a raw payload, as a
  * plain `LPUSH` from any Redis client writes it (SPEC Q1).
  */
-import { create, fromBinary } from "@bufbuild/protobuf";
-import { type Envelope, EnvelopeSchema, type ItemHistory, ItemHistorySchema } from "../gen/switchyard/v1/queue_pb.js";
 import { SwitchyardError } from "../errors.js";
 import { BulkStrings } from "../redis/bulk-strings.js";
-import { RECURSION_LIMIT, Reader, readHeader } from "../wire/proto-reader.js";
+import { setHeader } from "../wire/proto-reader.js";
 import { lenFieldSize, measureStringMap, ProtoWriter, varintFieldSize } from "../wire/proto-writer.js";
 import { ItemIds } from "./item-ids.js";
 import { itemsOf, type NewItems } from "./new-items.js";
@@ -141,66 +139,172 @@ export interface StoredItem extends Item {
 }
 
 /**
- * Reads a stored value: an envelope when it is one (the magic bytes, then an
- * Envelope with an id or a history), otherwise a raw payload.
+ * Reads a stored value: an envelope when it is one, otherwise a raw payload.
+ * A value is an envelope exactly when lib.lua's read_item reads it as one, so
+ * that a retry, a return or the watchdog, which rewrite it with its history,
+ * leave the item a worker sees as it was: the magic bytes, then well-formed
+ * fields (numbers 1 to 2^29 - 1, no groups, Envelope's own fields 1 to 5 with
+ * their own wire types), and an id (the last id field not empty) or a history.
+ * A header entry or a history malformed inside is read as none (the Lua keeps
+ * the one and drops the other); text that is not UTF-8 is read with U+FFFD.
  */
 export function decodeItem(value: Buffer): StoredItem {
-  if (value.length >= MAGIC.length && value.subarray(0, MAGIC.length).equals(MAGIC)) {
-    const bytes = value.subarray(MAGIC.length);
-    let env: Envelope | undefined;
-    try {
-      env = fromBinary(EnvelopeSchema, bytes);
-    } catch {
-      // A dead-lettered stream entry's fields are its headers byte for byte (lib.lua entry_envelope), and a raw
-      // XADD producer's need not be UTF-8: read those as a worker received them, else the item is raw.
-      env = readEnvelopeLeniently(bytes);
-    }
-    // Switchyard's envelopes always carry an id or a history; without either, the magic bytes were a coincidence.
-    if (env?.id || env?.history) {
-      return {
-        id: env.id, payload: env.payload, headers: env.headers, enqueueTimeMs: Number(env.enqueueTimeMs),
-        deliveries: env.history?.deliveries ?? 0, lastError: env.history?.lastError ?? "",
-      };
-    }
+  if (value.length >= MAGIC.length && value[0] === 0x53 && value[1] === 0x59 && value[2] === 0x45 && value[3] === 0x31) {
+    const item = readEnvelope(value);
+    if (item) return item;
   }
   return { id: "", payload: value, headers: {}, enqueueTimeMs: 0, deliveries: 0, lastError: "" };
 }
 
+/** Protobuf's largest field number. */
+const MAX_FIELD = 0x1fffffff;
+/** The wire type of each field of Envelope (1 id, 2 payload, 3 a header, 4 enqueue time, 5 history), of a header entry (1 key, 2 value), and of ItemHistory (1 deliveries, 2 last error, 3 last fence). */
+const ENVELOPE_WIRE = [-1, 2, 2, 2, 0, 2];
+const ENTRY_WIRE = [-1, 2, 2];
+const HISTORY_WIRE = [-1, 0, 2, 0];
+const EMPTY = Buffer.alloc(0);
+
 /**
- * fromBinary(EnvelopeSchema, bytes), but a header key or value that is not
- * UTF-8 is read with U+FFFD for its bad bytes (as stream/entries.ts gives it to
- * a worker) rather than refused; undefined where fromBinary fails otherwise
- * too (not an envelope after all: a raw value that starts with the magic bytes).
+ * One field of a message, as lib.lua's next_field reads it: its number, wire
+ * type and payload [data, end) and, for a varint, its value (a double, as Lua
+ * has it). next() returns false when the message ends, and throws
+ * {@link MALFORMED} where next_field answers nil.
  */
-function readEnvelopeLeniently(bytes: Uint8Array): Envelope | undefined {
-  try {
-    const env = create(EnvelopeSchema);
-    const r = new Reader(bytes);
-    while (r.pos < r.len) {
-      const [no, wireType] = r.tag();
-      if (no === 1) env.id = r.string(true);
-      else if (no === 2) env.payload = r.bytes();
-      else if (no === 3) readHeader(r, env.headers, 1, false);
-      else if (no === 4) env.enqueueTimeMs = r.int64() as bigint;
-      else if (no === 5) env.history = readHistory(r, env.history);
-      else r.skip(wireType, no, RECURSION_LIMIT - 1);
+class FieldReader {
+  field = 0;
+  wire = 0;
+  data = 0;
+  end = 0;
+  value = 0;
+
+  constructor(
+    private readonly b: Buffer,
+    private pos: number,
+    private readonly limit: number,
+    /** Per field number, the wire type the field must have (a field beyond it may have any). */
+    private readonly wires: readonly number[],
+  ) {}
+
+  next(): boolean {
+    if (this.pos >= this.limit) return false;
+    const tag = this.varint(this.pos);
+    const wire = tag % 8;
+    const field = (tag - wire) / 8;
+    if (field === 0 || field > MAX_FIELD) throw MALFORMED;
+    this.data = this.end;
+    if (wire === 0) this.value = this.varint(this.data);
+    else if (wire === 2) {
+      const len = this.varint(this.data);
+      this.data = this.end;
+      this.end += len;
+    } else if (wire === 1) this.end = this.data + 8;
+    else if (wire === 5) this.end = this.data + 4;
+    else throw MALFORMED;
+    if (this.end > this.limit) throw MALFORMED;
+    if (field < this.wires.length && wire !== this.wires[field]) throw MALFORMED;
+    this.field = field;
+    this.wire = wire;
+    this.pos = this.end;
+    return true;
+  }
+
+  /** The varint at `pos` (at most 10 bytes); sets `end` after it. */
+  private varint(pos: number): number {
+    let value = 0;
+    let scale = 1;
+    for (let i = 0; i < 10 && pos < this.limit; i++) {
+      const byte = this.b[pos++];
+      value += (byte & 0x7f) * scale;
+      if (byte < 0x80) {
+        this.end = pos;
+        return value;
+      }
+      scale *= 128;
     }
-    return env;
-  } catch {
-    return undefined;
+    throw MALFORMED;
   }
 }
 
-/** An Envelope's history (ItemHistory: 1 deliveries, 2 last_error, 3 last_fence), merged into `into` as fromBinary merges. */
-function readHistory(r: Reader, into: ItemHistory | undefined): ItemHistory {
-  const h = into ?? create(ItemHistorySchema);
-  const end = r.messageEnd();
-  while (r.pos < end) {
-    const [no, wireType] = r.tag();
-    if (no === 1) h.deliveries = r.uint32();
-    else if (no === 2) h.lastError = r.string(true);
-    else if (no === 3) h.lastFence = r.uint64() as bigint;
-    else r.skip(wireType, no, RECURSION_LIMIT - 2);
+const MALFORMED = new Error("malformed protobuf");
+
+/** The StoredItem of an envelope `v` ("SYE1" and an Envelope), or undefined when lib.lua would read it as a raw payload. */
+function readEnvelope(v: Buffer): StoredItem | undefined {
+  const r = new FieldReader(v, MAGIC.length, v.length, ENVELOPE_WIRE);
+  let idStart = 0;
+  let idEnd = 0;
+  let payload: Uint8Array = EMPTY;
+  const headers: Record<string, string> = {};
+  let enqueueTimeMs = 0;
+  let history = false;
+  let deliveries = 0;
+  let lastError = "";
+  try {
+    while (r.next()) {
+      switch (r.field) {
+        case 1:
+          idStart = r.data;
+          idEnd = r.end;
+          break;
+        case 2:
+          payload = v.subarray(r.data, r.end);
+          break;
+        case 3:
+          readEntry(v, r.data, r.end, headers);
+          break;
+        case 4:
+          enqueueTimeMs = r.end - r.data <= 7 ? r.value : int64(v, r.data, r.end);
+          break;
+        case 5: {
+          history = true;
+          const h = readHistory(v, r.data, r.end, deliveries, lastError);
+          if (h) [deliveries, lastError] = h;
+          break;
+        }
+      }
+    }
+  } catch (err) {
+    if (err === MALFORMED) return undefined;
+    throw err;
   }
-  return h;
+  if (idEnd === idStart && !history) return undefined;
+  return { id: v.toString("utf8", idStart, idEnd), payload, headers, enqueueTimeMs, deliveries, lastError };
+}
+
+/** A header entry in [from, to) of `v` into `headers` (a later key wins); left out when malformed inside. */
+function readEntry(v: Buffer, from: number, to: number, headers: Record<string, string>): void {
+  const r = new FieldReader(v, from, to, ENTRY_WIRE);
+  let key = "";
+  let value = "";
+  try {
+    while (r.next()) {
+      if (r.field === 1) key = v.toString("utf8", r.data, r.end);
+      else if (r.field === 2) value = v.toString("utf8", r.data, r.end);
+    }
+  } catch (err) {
+    if (err === MALFORMED) return;
+    throw err;
+  }
+  setHeader(headers, key, value);
+}
+
+/** An ItemHistory in [from, to) of `v` merged over `deliveries` and `lastError`, or undefined when malformed inside (lib.lua's read_history). */
+function readHistory(v: Buffer, from: number, to: number, deliveries: number, lastError: string): [number, string] | undefined {
+  const r = new FieldReader(v, from, to, HISTORY_WIRE);
+  try {
+    while (r.next()) {
+      if (r.field === 1) deliveries = r.value % 4294967296; // a uint32, as protobuf reads it
+      else if (r.field === 2) lastError = v.toString("utf8", r.data, r.end);
+    }
+  } catch (err) {
+    if (err === MALFORMED) return undefined;
+    throw err;
+  }
+  return [deliveries, lastError];
+}
+
+/** The int64 varint in [from, to) of `v` as a number (protobuf's int64: two's complement over 64 bits). */
+function int64(v: Buffer, from: number, to: number): number {
+  let n = 0n;
+  for (let i = to - 1; i >= from; i--) n = (n << 7n) | BigInt(v[i] & 0x7f);
+  return Number(BigInt.asIntN(64, n));
 }

@@ -128,6 +128,21 @@ describe("raw items", () => {
     await session.close();
   });
 
+  it("reliable: a raw value that starts like an envelope but is not one (a history field sent as a varint) keeps its bytes through a retry", async () => {
+    // "SYE1", an id field, then field 5 (Envelope's history) with wire type 0: not an Envelope, so a raw payload.
+    const lookalike = Buffer.concat([Buffer.from("SYE1"), Buffer.from([0x0a, 0x02]), Buffer.from("id"), Buffer.from([0x28, 0x01])]);
+    await redis.plain.lpush("{raw}", lookalike);
+    const session = sy.client.lease("{raw}", 1);
+    const [first] = await session.take(1);
+    expectRaw(first, lookalike, "{raw}");
+    await sy.client.retry(first.leaseToken);
+    const [second] = await session.take(1);
+    expect([second.id, Buffer.from(second.payload).equals(lookalike), second.deliveryCount]).toEqual(["", true, 2]);
+    await sy.client.ack(second.leaseToken);
+    expect(await redis.plain.llen("{raw}.processing")).toBe(0);
+    await session.close();
+  });
+
   it("simple queue: raw items are popped in push order with their exact bytes; acks are accepted", async () => {
     await pushRaw("raw.simple", payloads);
     const session = sy.client.lease("raw.simple", 1);

@@ -4,11 +4,14 @@
  * version they replaced (a table per field and a second read per put-back,
  * kept here verbatim as the oracle): the same deliveries, last error and kept
  * bytes, and the same rewritten value, for envelopes as Switchyard writes
- * them, with one or several histories, raw payloads, and mangled bytes.
+ * them, with one or several histories, raw payloads, and mangled bytes. (The
+ * oracle reads Envelope's and ItemHistory's fields with other wire types, field
+ * numbers past 2^29 - 1 and uint32 deliveries as the scripts now do, to agree
+ * with envelope.ts: test/redis/envelope-agreement.test.ts.)
  */
 import { readFileSync } from "node:fs";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { encodeItem } from "../../src/queue/envelope.js";
+import { decodeItem, encodeItem } from "../../src/queue/envelope.js";
 import { startStandaloneRedis, type StandaloneRedis } from "../helpers/redis.js";
 import { below, bytes, random, text } from "../helpers/random.js";
 
@@ -62,7 +65,7 @@ local function fields_of(s, from)
     elseif wire == 1 then pos = pos + 8
     elseif wire == 5 then pos = pos + 4
     else return nil end
-    if pos > n + 1 or field == 0 then return nil end
+    if pos > n + 1 or field == 0 or field > 536870911 then return nil end
     out[#out + 1] = { field, wire, start, pos - 1, data }
   end
   return out
@@ -71,18 +74,26 @@ local function read_item(value)
   if string.sub(value, 1, 4) ~= "SYE1" then return 0, "", nil end
   local fields = fields_of(value, 5)
   if not fields then return 0, "", nil end
+  local own = { 2, 2, 2, 0, 2 }
+  for _, f in ipairs(fields) do
+    if own[f[1]] and f[2] ~= own[f[1]] then return 0, "", nil end
+  end
   local kept, has_id, deliveries, err, history = {}, false, 0, "", false
   for _, f in ipairs(fields) do
     local field, wire, first, last, data = f[1], f[2], f[3], f[4], f[5]
-    if field == 5 and wire == 2 then
+    if field == 5 then
       history = true
       local h = string.sub(value, data, last)
-      for _, g in ipairs(fields_of(h, 1) or {}) do
-        if g[1] == 1 and g[2] == 0 then deliveries = read_varint(h, g[5]) or 0 end
-        if g[1] == 2 and g[2] == 2 then err = string.sub(h, g[5], g[4]) end
+      local hf = fields_of(h, 1) or {}
+      for _, g in ipairs(hf) do
+        if ({ 0, 2, 0 })[g[1]] and g[2] ~= ({ 0, 2, 0 })[g[1]] then hf = {} end
+      end
+      for _, g in ipairs(hf) do
+        if g[1] == 1 then deliveries = (read_varint(h, g[5]) or 0) % 4294967296 end
+        if g[1] == 2 then err = string.sub(h, g[5], g[4]) end
       end
     else
-      if field == 1 and wire == 2 and last >= data then has_id = true end
+      if field == 1 then has_id = last >= data end
       kept[#kept + 1] = string.sub(value, first, last)
     end
   end
@@ -159,6 +170,101 @@ function value(next: () => number): Buffer {
   return v;
 }
 
+/** A field with tag (field, wire) and a body that is well-formed for that wire type. */
+function anyField(next: () => number, field: number, wire: number): Buffer {
+  const tag = Buffer.from(protoVarint(field * 8 + wire));
+  if (wire === 0) return Buffer.concat([tag, Buffer.from(protoVarint(below(next, 3) === 0 ? 2 ** 50 + below(next, 1e6) : below(next, 1e6)))]);
+  if (wire === 1) return Buffer.concat([tag, Buffer.from(bytes(next, 0)), Buffer.alloc(8, 7)]);
+  if (wire === 5) return Buffer.concat([tag, Buffer.alloc(4, 9)]);
+  if (wire === 2) return Buffer.concat([tag, Buffer.from(protoVarint(3)), Buffer.from("abc")]);
+  return tag; // a group's start or end, or wire types 6 and 7: never well-formed
+}
+
+/** Bytes that are not UTF-8 (a lone continuation byte, a truncated sequence, an overlong form). */
+const notUtf8 = (next: () => number) => Buffer.from([[0x80], [0xe4, 0xb8], [0xc0, 0xaf], [0xff, 0x61]][below(next, 4)]);
+
+/**
+ * A value made to find where envelope.ts and lib.lua could read it apart: an
+ * envelope, or "SYE1" and a raw payload, with one to three of: Envelope's own
+ * fields with other wire types, groups, field numbers past 2^29 - 1, an empty
+ * id after a real one (or the reverse), text that is not UTF-8, header entries
+ * and histories malformed inside or with other wire types, deliveries past
+ * 2^32, an enqueue time of 8 to 10 bytes, a second payload.
+ */
+function hostile(next: () => number): Buffer {
+  let v = below(next, 4) === 0
+    ? Buffer.concat([Buffer.from("SYE1"), lenField(2, Buffer.from(bytes(next, 10)))])
+    : encodeItem(text(next, 10), bytes(next, 20), below(next, 2) ? { [text(next, 3)]: text(next, 3) } : {}, below(next, 2) ? 1_764_000_000_000 : 0);
+  for (let i = 1 + below(next, 3); i > 0; i--) {
+    const own = [0, 2, 2, 2, 0, 2];
+    let extra: Buffer;
+    switch (below(next, 12)) {
+      case 0: { // one of Envelope's fields with another wire type
+        const field = 1 + below(next, 5);
+        const wires = [0, 1, 2, 5, 3, 4].filter((w) => w !== own[field]);
+        extra = anyField(next, field, wires[below(next, wires.length)]);
+        break;
+      }
+      case 1: // a group, or wire type 6 or 7, on a field of its own
+        extra = anyField(next, 6 + below(next, 10), [3, 4, 6, 7][below(next, 4)]);
+        break;
+      case 2: // a field number past 2^29 - 1, some whose tag mod 2^32 names a field of Envelope
+        extra = anyField(next, [2 ** 29, 2 ** 29 + 1, 2 ** 32 / 8 + 1, 2 ** 32 / 8 + 5][below(next, 4)], [0, 2][below(next, 2)]);
+        break;
+      case 3: // an id field after the others: empty, or a real one
+        extra = lenField(1, below(next, 2) ? Buffer.alloc(0) : Buffer.from(text(next, 6) || "x"));
+        break;
+      case 4: // an id or a header that is not UTF-8
+        extra = below(next, 2)
+          ? lenField(1, Buffer.concat([Buffer.from("i"), notUtf8(next)]))
+          : lenField(3, Buffer.concat([lenField(1, notUtf8(next)), lenField(2, notUtf8(next))]));
+        break;
+      case 5: // a header entry malformed inside, with another wire type inside, or with a field of its own
+        extra = lenField(3, [Buffer.from(bytes(next, 6)), anyField(next, 1 + below(next, 2), [0, 1, 5][below(next, 3)]), Buffer.concat([lenField(1, Buffer.from("k")), anyField(next, 9, 0)])][below(next, 3)]);
+        break;
+      case 6: // a history malformed inside
+        extra = lenField(5, Buffer.concat([varintField(1, below(next, 9)), Buffer.from(bytes(next, 5))]));
+        break;
+      case 7: { // a history with one of its fields in another wire type
+        const field = 1 + below(next, 3);
+        const wires = [0, 1, 2, 5].filter((w) => w !== [0, 0, 2, 0][field]);
+        extra = lenField(5, Buffer.concat([varintField(1, 4), anyField(next, field, wires[below(next, wires.length)])]));
+        break;
+      }
+      case 8: // deliveries past 2^32
+        extra = lenField(5, varintField(1, 2 ** 32 + below(next, 50)));
+        break;
+      case 9: // an enqueue time of 8 to 10 bytes (10: a negative int64)
+        extra = Buffer.concat([Buffer.from([0x20]), Buffer.from([...Array.from({ length: 7 + below(next, 3) }, () => 0x80 | below(next, 128)), 1 + below(next, 127)])]);
+        break;
+      case 10: // a second payload
+        extra = lenField(2, Buffer.from(bytes(next, 6)));
+        break;
+      default: // a well-formed history
+        extra = lenField(5, Buffer.concat([varintField(1, below(next, 30)), lenField(2, Buffer.from(text(next, 8)))]));
+    }
+    v = below(next, 3) === 0 ? Buffer.concat([v.subarray(0, 4), extra, v.subarray(4)]) : Buffer.concat([v, extra]);
+  }
+  return v;
+}
+
+/** Per value: read_item's deliveries, last error and kept bytes, the value retried (with_history), and that without its history (a dead letter requeued). */
+const agreement = `
+local counts = { 1, 7, 127, 128, 16383, 16384, 2097151, 2097152, 2^40 + 3 }
+local errs = { "boom", "", "not settled within min_idle (1 s): recovered by the watchdog", "boom" }
+local out = {}
+for i = 1, #ARGV do
+  local count, err = counts[i % #counts + 1], errs[i % #errs + 1]
+  local v = ARGV[i]
+  local d, e, kept = read_item(v)
+  local retried = with_history(v, kept, count, err, 1000 + i)
+  out[#out + 1] = { tostring(d), e, kept or false, retried, without_history(retried) }
+end
+return out
+`;
+const COUNTS = [1, 7, 127, 128, 16383, 16384, 2097151, 2097152, 2 ** 40 + 3];
+const ERRS = ["boom", "", "not settled within min_idle (1 s): recovered by the watchdog", "boom"];
+
 describe("lib.lua read_item and with_history", () => {
   let redis: StandaloneRedis;
   const lib = readFileSync(new URL("../../src/redis/scripts/lib.lua", import.meta.url), "utf8");
@@ -192,5 +298,33 @@ describe("lib.lua read_item and with_history", () => {
     expect(envelopes).toBeGreaterThan(1500);
     expect(envelopes).toBeLessThan(5500);
     expect(histories).toBeGreaterThan(1000);
+  });
+
+  it("read 6,000 values, hostile ones among them, as envelope.ts reads them; a retry or a requeue leaves the item a worker sees as it was", async () => {
+    const next = random(20261205);
+    const seen = { envelopes: 0, raw: 0 };
+    for (let batch = 0; batch < 6; batch++) {
+      const values = Array.from({ length: 1000 }, (_, i) => (i % 2 ? hostile(next) : value(next)));
+      const rows = await redis.plain.callBuffer("eval", lib + agreement, 0, ...values) as [Buffer, Buffer, Buffer | null, Buffer, Buffer][];
+      values.forEach((v, i) => {
+        const [d, e, kept, retried, requeued] = rows[i];
+        const item = decodeItem(v);
+        const envelope = item.payload.length !== v.length; // a raw value is its own payload; an envelope's payload is shorter
+        const at = v.toString("hex");
+        expect(kept !== null, `${at}: read_item reads an envelope`).toBe(envelope);
+        seen[envelope ? "envelopes" : "raw"]++;
+        expect([Number(d.toString()), e.toString("utf8")], at).toEqual([item.deliveries, item.lastError]);
+        // Retried: the same item, with the history the retry wrote.
+        const { id, payload, headers, enqueueTimeMs } = item;
+        const count = COUNTS[(i + 1) % COUNTS.length];
+        expect(decodeItem(retried), at).toEqual({ id, payload, headers, enqueueTimeMs, deliveries: count % 2 ** 32, lastError: ERRS[(i + 1) % ERRS.length] });
+        // Requeued from the dead letters: as first stored (an item without an id: its payload, raw).
+        const fresh = decodeItem(requeued);
+        if (id !== "") expect(fresh, at).toEqual({ id, payload, headers, enqueueTimeMs, deliveries: 0, lastError: "" });
+        else expect(requeued, at).toEqual(Buffer.from(payload));
+      });
+    }
+    expect(seen.envelopes).toBeGreaterThan(2000);
+    expect(seen.raw).toBeGreaterThan(1000);
   });
 });

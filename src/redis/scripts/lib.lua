@@ -7,7 +7,11 @@
   history (field 5, ItemHistory: deliveries so far, last error, last fence);
   a raw payload becomes the payload of an envelope with no id. Values are
   read as envelopes exactly when envelope.ts reads them so: the magic bytes,
-  well-formed fields, and an id or a history.
+  well-formed fields (field numbers 1 to 2^29 - 1, no groups, and Envelope's
+  own fields 1 to 5 with their own wire types), and an id (the last id field
+  not empty) or a history. A history malformed inside (ItemHistory's fields
+  with other wire types too) counts as one and is read as none; deliveries are
+  read as a uint32 (mod 2^32), as protobuf reads them.
 
   Deliveries. The leases hash holds one record per live delivery, under the
   field "<fence>@<owner>" (owner: the instance that leased it):
@@ -111,9 +115,14 @@ local function next_field(s, pos, n, want_value)
   elseif wire == 1 then pos = pos + 8
   elseif wire == 5 then pos = pos + 4
   else return nil end
-  if pos > n + 1 or field == 0 then return nil end
+  if pos > n + 1 or field == 0 or field > 536870911 then return nil end
   return field, wire, data, pos, v
 end
+
+-- The wire type of each field of Envelope (1 id, 2 payload, 3 a header, 4 enqueue time, 5 history).
+local ENVELOPE_WIRE = { 2, 2, 2, 0, 2 }
+-- The same of ItemHistory (1 deliveries, 2 last error, 3 last fence).
+local HISTORY_WIRE = { 0, 2, 0 }
 
 -- The fields of a protobuf message `s` as { field, wire type, first, last, payload first }; nil when malformed.
 local function fields_of(s, from)
@@ -133,8 +142,10 @@ local function read_history(h, deliveries, err)
   while pos <= n do
     local field, wire, data, after, v = next_field(h, pos, n, true)
     if not field then return nil end
-    if field == 1 and wire == 0 then deliveries = v end
-    if field == 2 and wire == 2 then err = sub(h, data, after - 1) end
+    local own = HISTORY_WIRE[field]
+    if own and wire ~= own then return nil end
+    if field == 1 then deliveries = v % 4294967296 end
+    if field == 2 then err = sub(h, data, after - 1) end
     pos = after
   end
   return deliveries, err
@@ -158,15 +169,17 @@ local function read_item(value)
   while pos <= n do
     local field, wire, data, after = next_field(value, pos, n)
     if not field then return 0, "", nil end
-    if field == 5 and wire == 2 then
+    local own = ENVELOPE_WIRE[field]
+    if own and wire ~= own then return 0, "", nil end
+    if field == 5 then
       history = true
       local d, e = read_history(sub(value, data, after - 1), deliveries, err)
       if d then deliveries, err = d, e end
       pieces = pieces or {}
       pieces[#pieces + 1] = sub(value, kept_from, pos - 1)
       kept_from = after
-    elseif field == 1 and wire == 2 and after > data then
-      has_id = true
+    elseif field == 1 then
+      has_id = after > data -- the last id field is the id
     end
     pos = after
   end
@@ -201,14 +214,17 @@ local function without_history(value)
   local _, _, kept = read_item(value)
   if not kept then return value end
   local fields = fields_of(kept, 1)
+  local has_id = false
   for _, f in ipairs(fields) do
-    if f[1] == 1 and f[2] == 2 and f[4] >= f[5] then return "SYE1" .. kept end
+    if f[1] == 1 then has_id = f[4] >= f[5] end -- the last id field is the id
   end
-  -- No id: it was a raw payload.
+  if has_id then return "SYE1" .. kept end
+  -- No id: it was a raw payload (the last payload field is the payload).
+  local payload = ""
   for _, f in ipairs(fields) do
-    if f[1] == 2 and f[2] == 2 then return sub(kept, f[5], f[4]) end
+    if f[1] == 2 then payload = sub(kept, f[5], f[4]) end
   end
-  return ""
+  return payload
 end
 
 -- Splits a delivery record into its claim kind and value.
@@ -440,16 +456,21 @@ local function entry_fields(value)
   if not kept then return { "payload", value } end
   local out, payload = {}, ""
   for _, f in ipairs(fields_of(kept, 1) or {}) do
-    if f[1] == 2 and f[2] == 2 then
+    if f[1] == 2 then
       payload = sub(kept, f[5], f[4])
-    elseif f[1] == 3 and f[2] == 2 then
+    elseif f[1] == 3 then
+      -- A header entry (1 key, 2 value); one malformed inside is left out, as envelope.ts leaves it out.
       local entry, k, v = sub(kept, f[5], f[4]), "", ""
-      for _, g in ipairs(fields_of(entry, 1) or {}) do
-        if g[1] == 1 and g[2] == 2 then k = sub(entry, g[5], g[4]) end
-        if g[1] == 2 and g[2] == 2 then v = sub(entry, g[5], g[4]) end
+      local parts = fields_of(entry, 1)
+      for _, g in ipairs(parts or {}) do
+        if (g[1] == 1 or g[1] == 2) and g[2] ~= 2 then parts = nil break end
+        if g[1] == 1 then k = sub(entry, g[5], g[4]) end
+        if g[1] == 2 then v = sub(entry, g[5], g[4]) end
       end
-      out[#out + 1] = k
-      out[#out + 1] = v
+      if parts then
+        out[#out + 1] = k
+        out[#out + 1] = v
+      end
     end
   end
   table.insert(out, 1, payload)
