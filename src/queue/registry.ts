@@ -6,7 +6,7 @@
  * a key, however their declarations race.
  */
 import { randomBytes } from "node:crypto";
-import { SwitchyardError } from "../errors.js";
+import { invalid, SwitchyardError } from "../errors.js";
 import type { Clock, Timer } from "../clock.js";
 import type { Logger } from "../log.js";
 import { isConnectionError, type RedisConnection } from "../redis/connection.js";
@@ -324,6 +324,7 @@ export class QueueRegistry {
    * see put()) is told to the listeners as the delete's event would have told them.
    */
   private async load(name: string): Promise<QueueConfig> {
+    if (name === "") throw invalid("queue is required: the name of a declared queue", "queue");
     const since = this.seq;
     const { version: read, stored } = await readDeclaration(this.redis.client, this.keys, name);
     const newer = this.changedSince(name, since, read);

@@ -120,6 +120,17 @@ describe("undeclared queues", () => {
     expect(err.details).toContain('"{never-declared}"');
     expect(await session.ended).toMatchObject({ code: grpc.status.NOT_FOUND });
   });
+
+  it("no queue name at all is INVALID_ARGUMENT saying the queue is required: Enqueue, Lease, GetQueueStats", async () => {
+    const before = await snapshot();
+    const required = { code: grpc.status.INVALID_ARGUMENT, details: "queue is required: the name of a declared queue" };
+    expect(await failure(sy.client.enqueue("", ["x"]))).toMatchObject(required);
+    const session = sy.client.lease("", 1);
+    expect(await failure(session.opened)).toMatchObject(required);
+    expect(await session.ended).toMatchObject({ code: grpc.status.INVALID_ARGUMENT });
+    expect(await failure(sy.client.getQueueStats(""))).toMatchObject(required);
+    expect(await snapshot()).toBe(before);
+  });
 });
 
 describe("CreateQueue refusals are INVALID_ARGUMENT and store nothing", () => {
@@ -132,7 +143,7 @@ describe("CreateQueue refusals are INVALID_ARGUMENT and store nothing", () => {
     const name = queue.name ?? "";
     expect(await redis.plain.hexists(QUEUES_HASH, name)).toBe(0);
     expect(await redis.plain.exists(name || "\0", `${name}.processing`, `${name}.dead`, `${name}.fence`)).toBe(0);
-    expect((await failure(sy.client.getQueue(name))).code).toBe(grpc.status.NOT_FOUND);
+    expect((await failure(sy.client.getQueue(name))).code).toBe(name ? grpc.status.NOT_FOUND : grpc.status.INVALID_ARGUMENT);
     return err;
   }
 
