@@ -94,12 +94,20 @@ function checkTarget(target: string): void {
   }
 }
 
+/** The largest params a job may have: an item's default payload limit, which a `queue:` target's params become. */
+const MAX_PARAMS_BYTES = 1 << 20;
+
 /** Validates fields and fills defaults; returns them with the parsed schedule (normalised expression). */
 export function validateJobFields(fields: JobFields): { fields: JobFields; schedule: Schedule } {
   const name = fields.name.trim();
   if (!name) throw invalid("name is required", "job.name");
   if (name.length > 200) throw invalid("name is longer than 200 characters", "job.name");
+  if (/\p{Cc}/u.test(name)) throw invalid("name contains control characters; use printable text", "job.name");
   checkTarget(fields.target);
+  const paramsBytes = Buffer.byteLength(fields.params);
+  if (paramsBytes > MAX_PARAMS_BYTES) {
+    throw invalid(`params is ${paramsBytes} bytes; at most ${MAX_PARAMS_BYTES} (1 MiB): keep large data elsewhere and pass a reference`, "job.params");
+  }
   if (fields.params.trim()) {
     try {
       JSON.parse(fields.params);

@@ -38,6 +38,18 @@ describe("cron edge cases", () => {
     expect((await t.sy.client.listJobs()).jobs.map((j) => j.name)).not.toContain("odd");
   });
 
+  it("refuses params over 1 MiB and a name with control characters, and stores nothing", async () => {
+    const base = { name: "sized", target: "queue:{nowhere}", schedule: "0 0 * * * *" };
+    const big = JSON.stringify({ pad: "x".repeat(1 << 20) });
+    await expect(t.sy.client.createJob({ ...base, params: big })).rejects.toMatchObject({
+      code: 3, details: `params is ${big.length} bytes; at most 1048576 (1 MiB): keep large data elsewhere and pass a reference`,
+    });
+    await expect(t.sy.client.createJob({ ...base, name: "a\u0000b" })).rejects.toMatchObject({ code: 3, details: "name contains control characters; use printable text" });
+    const job = await t.sy.client.createJob({ ...base, params: JSON.stringify({ pad: "x".repeat((1 << 20) - 20) }) });
+    await expect(t.sy.client.updateJob({ id: job.id, params: big }, ["params"])).rejects.toMatchObject({ code: 3 });
+    expect((await t.sy.client.listJobs()).jobs.filter((j) => j.name.includes("\u0000"))).toEqual([]);
+  });
+
   it("fails a LogClean run whose retentionDays is not a number of days", async () => {
     const job = await t.sy.client.createJob({ name: "bad clean", target: "LogClean", schedule: "0 0 * * * *", params: '{"retentionDays":"soon"}' });
     await t.sy.client.runOnce(job.id);
