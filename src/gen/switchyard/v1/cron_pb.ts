@@ -973,16 +973,12 @@ export const JobRunStatusSchema: GenEnum<JobRunStatus> = /*@__PURE__*/
  * CronService defines cron and interval jobs and controls their scheduling.
  *
  * Every instance runs a scheduler that mounts every RUNNING job; each tick runs
- * once across all instances. Jobs move between three states:
- *
- *   UNPUBLISHED --SetJobStatus(RUNNING)/ResumeJob--> RUNNING
- *   RUNNING     --SetJobStatus(PAUSED)/PauseJob----> PAUSED
- *   PAUSED      --SetJobStatus(RUNNING)/ResumeJob--> RUNNING
- *   PAUSED      --SetJobStatus(UNPUBLISHED)--------> UNPUBLISHED
- *
- * Other moves are FAILED_PRECONDITION. CreateJob always stores UNPUBLISHED;
- * DeleteJob is a soft delete from any state; RunOnce runs whatever the state
- * and changes none.
+ * once across all instances. Jobs have three states: UNPUBLISHED, RUNNING and
+ * PAUSED. As in the seed's status API, any state may be set from any state
+ * (SetJobStatus; ResumeJob sets RUNNING, PauseJob PAUSED): RUNNING mounts the
+ * job in every scheduler, either other state unmounts it. CreateJob always
+ * stores UNPUBLISHED; DeleteJob is a soft delete from any state; RunOnce runs
+ * whatever the state and changes none.
  *
  * @generated from service switchyard.v1.CronService
  */
