@@ -12,6 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startEmbeddedRedis, type EmbeddedRedis } from "../../src/redis/embedded.js";
 import { validateQueueSpec } from "../../src/queue/declaration.js";
 import { hashTag, slotOf } from "../../src/redis/keys.js";
+import { freeBasePort } from "../helpers/cluster.js";
 import { below, random } from "../helpers/random.js";
 
 let dir: string;
@@ -20,8 +21,10 @@ let redis: Redis;
 
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), "sy-keyslot-"));
+  // A port of its own, with its cluster bus port (+10000) free: on port 0 the bus would take port 10000,
+  // which another cluster-enabled redis-server may hold.
   server = await startEmbeddedRedis({
-    dir, appendOnly: false, extraArgs: ["--cluster-enabled", "yes", "--cluster-config-file", join(dir, "nodes.conf")],
+    dir, appendOnly: false, port: await freeBasePort(1), extraArgs: ["--cluster-enabled", "yes", "--cluster-config-file", join(dir, "nodes.conf")],
   });
   redis = new Redis({ path: server.socketPath });
 });
