@@ -146,7 +146,8 @@ export interface StoredItem extends Item {
  * fields (numbers 1 to 2^29 - 1, no groups, Envelope's own fields 1 to 5 with
  * their own wire types), and an id (the last id field not empty) or a history.
  * A header entry or a history malformed inside is read as none (the Lua keeps
- * the one and drops the other); text that is not UTF-8 is read with U+FFFD.
+ * the one and drops the other); text that is not UTF-8 is read with U+FFFD;
+ * an enqueue time before 1970 or after 9999 is read as none (0).
  */
 export function decodeItem(value: Buffer): StoredItem {
   if (value.length >= MAGIC.length && value[0] === 0x53 && value[1] === 0x59 && value[2] === 0x45 && value[3] === 0x31) {
@@ -163,6 +164,8 @@ const ENVELOPE_WIRE = [-1, 2, 2, 2, 0, 2];
 const ENTRY_WIRE = [-1, 2, 2];
 const HISTORY_WIRE = [-1, 0, 2, 0];
 const EMPTY = Buffer.alloc(0);
+/** The last ms of year 9999, google.protobuf.Timestamp's last instant. */
+const MAX_TIME_MS = 253_402_300_799_999;
 
 /**
  * One field of a message, as lib.lua's next_field reads it: its number, wire
@@ -253,6 +256,8 @@ function readEnvelope(v: Buffer): StoredItem | undefined {
           break;
         case 4:
           enqueueTimeMs = r.end - r.data <= 7 ? r.value : int64(v, r.data, r.end);
+          // An outside writer's time that no Timestamp can carry (before 1970, after 9999) is none.
+          if (enqueueTimeMs < 0 || enqueueTimeMs > MAX_TIME_MS) enqueueTimeMs = 0;
           break;
         case 5: {
           history = true;

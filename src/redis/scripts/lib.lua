@@ -209,7 +209,13 @@ local function with_history(value, kept, deliveries, err, fence)
   return "SYE1" .. kept .. "*" .. varint(#d + #e + #f) .. d .. e .. f
 end
 
--- The item as first stored, without its history (a raw payload as it was pushed).
+--[[
+  The item as first stored, without its history: an envelope with an id as it
+  was; a raw payload as it was pushed (wrapped, it is one payload field and
+  nothing else, and read as raw again); any other envelope without an id (an
+  outside writer's, with headers or a time) keeps its fields and an empty
+  history, without which it would read as raw.
+]]
 local function without_history(value)
   local _, _, kept = read_item(value)
   if not kept then return value end
@@ -219,12 +225,13 @@ local function without_history(value)
     if f[1] == 1 then has_id = f[4] >= f[5] end -- the last id field is the id
   end
   if has_id then return "SYE1" .. kept end
-  -- No id: it was a raw payload (the last payload field is the payload).
-  local payload = ""
-  for _, f in ipairs(fields) do
-    if f[1] == 2 then payload = sub(kept, f[5], f[4]) end
+  if #fields == 0 then return "" end
+  if #fields == 1 and fields[1][1] == 2 then
+    local payload = sub(kept, fields[1][5], fields[1][4])
+    local _, _, inner = read_item(payload)
+    if not inner then return payload end
   end
-  return payload
+  return "SYE1" .. kept .. "*\0"
 end
 
 -- Splits a delivery record into its claim kind and value.
