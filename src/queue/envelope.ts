@@ -168,14 +168,12 @@ const EMPTY = Buffer.alloc(0);
 const MAX_TIME_MS = 253_402_300_799_999;
 
 /**
- * One field of a message, as lib.lua's next_field reads it: its number, wire
- * type and payload [data, end) and, for a varint, its value (a double, as Lua
- * has it). next() returns false when the message ends, and throws
+ * One field of a message, as lib.lua's next_field reads it: its number,
+ * payload [data, end) and, for a varint, its value (a double, as Lua has it). next() returns false when the message ends, and throws
  * {@link MALFORMED} where next_field answers nil.
  */
 class FieldReader {
   field = 0;
-  wire = 0;
   data = 0;
   end = 0;
   value = 0;
@@ -206,7 +204,6 @@ class FieldReader {
     if (this.end > this.limit) throw MALFORMED;
     if (field < this.wires.length && wire !== this.wires[field]) throw MALFORMED;
     this.field = field;
-    this.wire = wire;
     this.pos = this.end;
     return true;
   }
@@ -255,9 +252,9 @@ function readEnvelope(v: Buffer): StoredItem | undefined {
           readEntry(v, r.data, r.end, headers);
           break;
         case 4:
-          enqueueTimeMs = r.end - r.data <= 7 ? r.value : int64(v, r.data, r.end);
-          // An outside writer's time that no Timestamp can carry (before 1970, after 9999) is none.
-          if (enqueueTimeMs < 0 || enqueueTimeMs > MAX_TIME_MS) enqueueTimeMs = 0;
+          // An outside writer's time that no Timestamp can carry is none: past year 9999, or before 1970 (an
+          // int64 under 0 is a varint of 2^63 or more, past 9999 too). Exact where it counts (under 2^53).
+          enqueueTimeMs = r.value <= MAX_TIME_MS ? r.value : 0;
           break;
         case 5: {
           history = true;
@@ -305,11 +302,4 @@ function readHistory(v: Buffer, from: number, to: number, deliveries: number, la
     throw err;
   }
   return [deliveries, lastError];
-}
-
-/** The int64 varint in [from, to) of `v` as a number (protobuf's int64: two's complement over 64 bits). */
-function int64(v: Buffer, from: number, to: number): number {
-  let n = 0n;
-  for (let i = to - 1; i >= from; i--) n = (n << 7n) | BigInt(v[i] & 0x7f);
-  return Number(BigInt.asIntN(64, n));
 }

@@ -51,7 +51,6 @@ export interface QueueOptions extends DispatchOptions {
 /** The settles a worker asks for. */
 export type WorkerSettle = "ack" | "retry" | "drop" | "extend" | "check";
 
-/** What a retry or drop may say. */
 /** An ack's replies: enqueued onto `queue`, or the queue's standing reply route (Queue.reply_queue). */
 export interface AckReply {
   queue?: string;
@@ -61,6 +60,7 @@ export interface AckReply {
   mayEnqueue?: (queue: string) => void;
 }
 
+/** What a retry or drop may say. */
 export interface SettleOptions {
   /** Why the delivery failed (retry, drop); cut to MAX_REASON_CHARS. */
   reason?: string;

@@ -103,18 +103,15 @@ export const readDuration = (r: Reader, into: Duration | undefined, depth: numbe
 /** Reads a Timestamp (see readSecondsNanos). */
 export const readTimestamp = (r: Reader, into: Timestamp | undefined, depth: number): Timestamp => readSecondsNanos(r, into, depth, "google.protobuf.Timestamp");
 
-/**
- * Reads one map entry into `headers`: a missing key or value is "", a repeated key's last value wins.
- * Not `strict`: a key or value that is not UTF-8 is read with U+FFFD for its bad bytes, not refused.
- */
-export function readHeader(r: Reader, headers: Record<string, string>, depth: number, strict = true): void {
+/** Reads one map entry into `headers`: a missing key or value is "", a repeated key's last value wins. */
+export function readHeader(r: Reader, headers: Record<string, string>, depth: number): void {
   let key = "";
   let value = "";
   const end = r.messageEnd();
   while (r.pos < end) {
     const [no, wireType] = r.tag();
-    if (no === 1) key = r.string(strict);
-    else if (no === 2) value = r.string(strict);
+    if (no === 1) key = r.string(true);
+    else if (no === 2) value = r.string(true);
     else r.skip(wireType, no, RECURSION_LIMIT - depth - 1);
   }
   setHeader(headers, key, value);
