@@ -169,7 +169,8 @@ const MAX_TIME_MS = 253_402_300_799_999;
 
 /**
  * One field of a message, as lib.lua's next_field reads it: its number,
- * payload [data, end) and, for a varint, its value (a double, as Lua has it). next() returns false when the message ends, and throws
+ * payload [data, end) and, for a varint, its value (a double, as Lua has
+ * it). next() returns false when the message ends, and throws
  * {@link MALFORMED} where next_field answers nil.
  */
 class FieldReader {
