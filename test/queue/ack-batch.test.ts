@@ -8,6 +8,7 @@ import {
   LeaseRequestSchema,
   type LeaseResponse,
   QueueMode,
+  type QueueSchema,
   type SettleResult,
 } from "../../src/gen/switchyard/v1/queue_pb.js";
 import type { ManualClock } from "../../src/clock.js";
@@ -34,6 +35,16 @@ function rawLease(client: SwitchyardClient) {
     failure: () => failure,
     close: () => call.end(),
   };
+}
+
+/** Declares `queue`, enqueues `items` and opens a raw Lease stream on it with credit for them all; resolves once it holds them. */
+async function holding(queue: MessageInitShape<typeof QueueSchema>, items: string[]) {
+  await t.sy.client.createQueue(queue);
+  await t.sy.client.enqueue(queue.name!, items);
+  const lease = rawLease(t.sy.client);
+  lease.send({ case: "open", value: { queue: queue.name, credit: items.length } });
+  await expect.poll(() => lease.deliveries().length).toBe(items.length);
+  return lease;
 }
 
 describe("ack_batch", () => {
@@ -79,11 +90,7 @@ describe("ack_batch", () => {
   it("frees credit for a simple queue's tokens", async () => {
     const { sy } = t;
     const Q = "{batch-simple}";
-    await sy.client.createQueue({ name: Q, mode: QueueMode.SIMPLE });
-    await sy.client.enqueue(Q, ["a", "b"]);
-    const lease = rawLease(sy.client);
-    lease.send({ case: "open", value: { queue: Q, credit: 2 } });
-    await expect.poll(() => lease.deliveries().length).toBe(2);
+    const lease = await holding({ name: Q, mode: QueueMode.SIMPLE }, ["a", "b"]);
     lease.send({ case: "ackBatch", value: { leaseTokens: lease.deliveries().map((d) => d.leaseToken) } });
     await sy.client.enqueue(Q, ["c", "d"]);
     await expect.poll(() => lease.deliveries().length).toBe(4);
@@ -92,15 +99,50 @@ describe("ack_batch", () => {
   });
 });
 
+describe("ack_batch naming a token more than once", () => {
+  // Issue 12: a batch naming an acked token twice must not report a failure for it.
+  it("counts it once: acked once, one unit of credit back, a malformed one refused once", async () => {
+    const { sy, redis } = t;
+    const Q = "{batch-repeat}";
+    const lease = await holding({ name: Q, mode: QueueMode.RELIABLE, recoverySet: `${Q}.claims`, minIdle: durationFromMs(MIN_IDLE_MS) }, ["a", "b"]);
+    const [a, b] = lease.deliveries().map((d) => d.leaseToken);
+    lease.send({ case: "ackBatch", value: { leaseTokens: [a, b, a, "not-a-token", a, "not-a-token"] } });
+    await expect.poll(() => lease.of("settleResult").length).toBe(1);
+    expect(lease.of("settleResult")[0]).toMatchObject({ leaseToken: "not-a-token", code: 3, reason: "LEASE_TOKEN_INVALID" });
+    await expect.poll(() => redis.plain.llen(`${Q}.processing`)).toBe(0);
+    expect(await redis.plain.zcard(`${Q}.claims`)).toBe(0);
+    // Two tokens, two units of credit: of three items, one still waits once two came.
+    await sy.client.enqueue(Q, ["c", "d", "e"]);
+    await expect.poll(() => lease.deliveries().length).toBe(4);
+    await expect.poll(() => redis.plain.llen(Q)).toBe(1);
+    expect(lease.of("settleResult")).toHaveLength(1);
+    lease.close();
+  });
+
+  it("counts a simple queue's token once too", async () => {
+    const { sy, redis } = t;
+    const Q = "{batch-repeat-simple}";
+    const lease = await holding({ name: Q, mode: QueueMode.SIMPLE }, ["a", "b"]);
+    const [a] = lease.deliveries().map((d) => d.leaseToken);
+    lease.send({ case: "ackBatch", value: { leaseTokens: [a, a] } });
+    await sy.client.enqueue(Q, ["c", "d"]);
+    await expect.poll(() => lease.deliveries().length).toBe(3);
+    // A malformed token behind it: its refusal comes after anything the repeat would have answered.
+    lease.send({ case: "ackBatch", value: { leaseTokens: ["not-a-token"] } });
+    await expect.poll(() => lease.of("settleResult").length).toBe(1);
+    expect(lease.of("settleResult")[0]).toMatchObject({ leaseToken: "not-a-token", code: 3 });
+    // One unit of credit came back for the two: "d" still waits.
+    expect(lease.deliveries()).toHaveLength(3);
+    expect(await redis.plain.llen(Q)).toBe(1);
+    lease.close();
+  });
+});
+
 describe("ack_batch size", () => {
   it("ends the stream with INVALID_ARGUMENT when one batch carries more tokens than any stream may hold (SWITCHYARD_MAX_CREDIT)", async () => {
-    const { sy, redis } = t;
+    const { redis } = t;
     const Q = "{batch-huge}";
-    await sy.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
-    await sy.client.enqueue(Q, ["held"]);
-    const lease = rawLease(sy.client);
-    lease.send({ case: "open", value: { queue: Q, credit: 1 } });
-    await expect.poll(() => lease.deliveries().length).toBe(1);
+    const lease = await holding({ name: Q, mode: QueueMode.RELIABLE }, ["held"]);
     // 10,001 tokens: the real one and 10,000 made up, more than the highest credit (10,000) lets a stream hold.
     const leaseTokens = [lease.deliveries()[0].leaseToken, ...Array.from({ length: 10_000 }, (_, i) => `r.${i}.0000000000000000000000000000000000000000`)];
     lease.send({ case: "ackBatch", value: { leaseTokens } });
@@ -115,13 +157,9 @@ describe("ack_batch size", () => {
 
 describe("single acks (clients that do not batch)", () => {
   it("still settle one by one, with failures reported", async () => {
-    const { sy, redis } = t;
+    const { redis } = t;
     const Q = "{single}";
-    await sy.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
-    await sy.client.enqueue(Q, ["a", "b", "c"]);
-    const lease = rawLease(sy.client);
-    lease.send({ case: "open", value: { queue: Q, credit: 3 } });
-    await expect.poll(() => lease.deliveries().length).toBe(3);
+    const lease = await holding({ name: Q, mode: QueueMode.RELIABLE }, ["a", "b", "c"]);
     const [a, b, c] = lease.deliveries();
     for (const d of [a, b, c, a]) lease.send({ case: "ack", value: { leaseToken: d.leaseToken } });
     await expect.poll(() => lease.of("settleResult").length).toBe(1);

@@ -1248,11 +1248,12 @@ export const LeaseRequestSchema: GenMessage<LeaseRequest> = /*@__PURE__*/
  * they were leased: uncounted (their delivery count and last error as before),
  * at the front of the queue in their order, at once. For deliveries a worker
  * fetched ahead of its handlers (prefetch) and never started, when it stops or
- * the server drains. Each frees its unit of credit. A token this stream does
- * not hold (settled, recovered, or another stream's) comes back as a failed
- * SettleResult (FAILED_PRECONDITION, LEASE_NOT_HELD) and changes nothing; so
- * does every token on a SIMPLE queue, whose items left Redis when leased. A
- * malformed token comes back INVALID_ARGUMENT (LEASE_TOKEN_INVALID).
+ * the server drains. Each frees its unit of credit; a token named more than
+ * once counts once. A SIMPLE queue's item is pushed back byte for byte as it
+ * was popped. A token this stream does not hold (settled, recovered, or
+ * another stream's) comes back as a failed SettleResult (FAILED_PRECONDITION,
+ * LEASE_NOT_HELD) and changes nothing. A malformed token comes back
+ * INVALID_ARGUMENT (LEASE_TOKEN_INVALID).
  *
  * @generated from message switchyard.v1.LeaseRelease
  */
@@ -1274,7 +1275,8 @@ export const LeaseReleaseSchema: GenMessage<LeaseRelease> = /*@__PURE__*/
  * Acknowledges deliveries, as one ack (without replies) per token would, in
  * order. Each token is settled on its own: a failed one (superseded, say) comes
  * back in its own SettleResult and the others still apply; successes are not
- * echoed. Every token needs queue:lease on the queue it names.
+ * echoed. A token named more than once counts once (acked once, reported at
+ * most once). Every token needs queue:lease on the queue it names.
  *
  * @generated from message switchyard.v1.LeaseAckBatch
  */
