@@ -63,7 +63,11 @@ export class PromMetrics implements Metrics, GrpcMetrics {
 
   constructor(options: { defaultMetrics?: boolean } = {}) {
     const registers = [this.registry];
-    if (options.defaultMetrics ?? true) collectDefaultMetrics({ register: this.registry });
+    // The event-loop delay histogram (nodejs_eventloop_lag_*) samples every 100 ms, not prom-client's
+    // 10: its timer woke every instance 100 times a second, idle or not (an idle server's CPU 8 ms
+    // a second on a 2-vCPU VM against 3–5; bench/README.md, 5 December). Every stall of 100 ms or
+    // more still shows.
+    if (options.defaultMetrics ?? true) collectDefaultMetrics({ register: this.registry, eventLoopMonitoringPrecision: 100 });
     const counter = <L extends string>(name: string, help: string, labelNames: L[], pending?: PendingCounts<L>) =>
       new Counter<L>({ name, help, labelNames, registers, ...(pending && { collect: pending.collector() }) });
     const gauge = (name: string, help: string) => new Gauge<"queue">({ name, help, labelNames: ["queue"], registers });
