@@ -101,7 +101,7 @@ describe("ack_batch", () => {
 
 describe("ack_batch naming a token more than once", () => {
   // Issue 12: a batch naming an acked token twice must not report a failure for it.
-  it("counts it once: acked once, one unit of credit back, a malformed one refused once", async () => {
+  it("counts it once: each token acked once with one unit of credit back, a malformed one refused once", async () => {
     const { sy, redis } = t;
     const Q = "{batch-repeat}";
     const lease = await holding({ name: Q, mode: QueueMode.RELIABLE, recoverySet: `${Q}.claims`, minIdle: durationFromMs(MIN_IDLE_MS) }, ["a", "b"]);
