@@ -7,7 +7,7 @@
  *
  *   node dist-bench/stages.js [--mode latency|consume] [--rate 500] [--items 3000]
  *        [--warmup 250] [--c 10] [--nagle] [--loop] [--slowest 15]
- *        [--server-node-args "--max-semi-space-size=4"]
+ *        [--server-node-args "--max-semi-space-size=4"] [--agent-node-args "--trace-gc"]
  *
  * latency: the producer sends single items at --rate to a waiting worker;
  *   stages from enqueue() to the handler, then the ack.
@@ -64,7 +64,8 @@ async function run(): Promise<{ dumps: Map<number, Dump>; roles: Record<string, 
   const serverArgs = (arg("server-node-args", "") ?? "").split(" ").filter(Boolean);
   const { child: server, address } = await startServer(`unix://${redis.socketPath}`, [...serverArgs, ...hooks], env as Record<string, string>);
   leftovers.add(server);
-  const [producer, worker] = await Promise.all([Agent.start("switchyard", hooks, env), Agent.start("switchyard", hooks, env)]);
+  const agentArgs = [...(arg("agent-node-args", "") ?? "").split(" ").filter(Boolean), ...hooks];
+  const [producer, worker] = await Promise.all([Agent.start("switchyard", agentArgs, env), Agent.start("switchyard", agentArgs, env)]);
   const admin = new SwitchyardClient(address);
   try {
     await Promise.all([producer, worker].map((a) => a.request("connect", { address })));
