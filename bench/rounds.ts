@@ -11,7 +11,11 @@ export class Rounds {
     private readonly only?: string,
   ) {}
 
+  /** True during a warm pass: what it measures is not recorded. */
+  private warming = false;
+
   record(metric: string, value: number): void {
+    if (this.warming) return;
     if (!this.samples.has(metric)) this.samples.set(metric, []);
     this.samples.get(metric)!.push(value);
   }
@@ -25,14 +29,25 @@ export class Rounds {
     return this.samples.has(metric);
   }
 
-  /** Runs `systems` in an order that rotates per round, so no system always goes first. */
-  async interleaved(row: string, systems: [string, () => Promise<void>][]): Promise<void> {
-    for (let round = 0; round < this.rounds; round++) {
-      const order = systems.map((_, i) => systems[(i + round) % systems.length]).filter(([name]) => !this.only || name.startsWith(this.only));
-      for (const [name, run] of order) {
-        const t0 = Date.now();
-        await run();
-        log(`row ${row} round ${round + 1}: ${name} done in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+  /**
+   * Runs `systems` in an order that rotates per round, so no system always goes first.
+   * With `warm`, a pass in round 1's order comes first and is not recorded: the first
+   * time a row's shapes run after other rows', every process reads slower (11 of the 12
+   * full runs to 5 December had Switchyard's serial enqueue lowest in round 1, by up to
+   * half, with a whole warm-up before it; a second pass right after read as rounds 2 and 3).
+   */
+  async interleaved(row: string, systems: [string, () => Promise<void>][], options: { warm?: boolean } = {}): Promise<void> {
+    for (let round = options.warm ? -1 : 0; round < this.rounds; round++) {
+      const order = systems.map((_, i) => systems[(i + Math.max(round, 0)) % systems.length]).filter(([name]) => !this.only || name.startsWith(this.only));
+      this.warming = round < 0;
+      try {
+        for (const [name, run] of order) {
+          const t0 = Date.now();
+          await run();
+          log(`row ${row} ${round < 0 ? "warm pass" : `round ${round + 1}`}: ${name} done in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+        }
+      } finally {
+        this.warming = false;
       }
     }
   }
