@@ -31,10 +31,10 @@ export class Rounds {
 
   /**
    * Runs `systems` in an order that rotates per round, so no system always goes first.
-   * With `warm`, a pass in round 1's order comes first and is not recorded: the first
-   * time a row's shapes run after other rows', every process reads slower (11 of the 12
-   * full runs to 5 December had Switchyard's serial enqueue lowest in round 1, by up to
-   * half, with a whole warm-up before it; a second pass right after read as rounds 2 and 3).
+   * With `warm`, a pass in round 1's order comes first and is not recorded: the first pass
+   * of a row's shapes after the warm-up read slower (Switchyard's serial enqueue was lowest
+   * in round 1 in 11 of the 12 full runs to 5 December, often by about half; a second pass
+   * right after read as rounds 2 and 3; bench/README.md, 5 December, noon).
    */
   async interleaved(row: string, systems: [string, () => Promise<void>][], options: { warm?: boolean } = {}): Promise<void> {
     for (let round = options.warm ? -1 : 0; round < this.rounds; round++) {

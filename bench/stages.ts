@@ -61,10 +61,10 @@ async function run(): Promise<{ dumps: Map<number, Dump>; roles: Record<string, 
   const env = { ...process.env, SY_STAGES_DIR: dir, SY_STAGES_LOOP: LOOP ? "1" : "0", ...(NAGLE ? { SY_NAGLE: "on" } : {}) };
   const redis = await startBenchRedis();
   leftovers.add(redis.server.process);
-  const serverArgs = (arg("server-node-args", "") ?? "").split(" ").filter(Boolean);
-  const { child: server, address } = await startServer(`unix://${redis.socketPath}`, [...serverArgs, ...hooks], env as Record<string, string>);
+  const nodeArgs = (name: string) => [...(arg(name, "") ?? "").split(" ").filter(Boolean), ...hooks];
+  const { child: server, address } = await startServer(`unix://${redis.socketPath}`, nodeArgs("server-node-args"), env as Record<string, string>);
   leftovers.add(server);
-  const agentArgs = [...(arg("agent-node-args", "") ?? "").split(" ").filter(Boolean), ...hooks];
+  const agentArgs = nodeArgs("agent-node-args");
   const [producer, worker] = await Promise.all([Agent.start("switchyard", agentArgs, env), Agent.start("switchyard", agentArgs, env)]);
   const admin = new SwitchyardClient(address);
   try {
