@@ -581,7 +581,8 @@ ${deployed ? `- Deployed shapes: Switchyard's server is a child process (\`node 
   producer and worker is a process of its own (\`bench/agent.ts\`, forked and driven over IPC), with
   the project's client and \`runWorker\`, or BullMQ's \`Queue\` and \`Worker\`; worker and producer processes
   live through the whole run (a warm-up of every system runs first, not recorded, in each shape
-  measured: serial and 100-in-flight enqueue, consume, and paced single items for the latency rows).
+  measured: serial and 100-in-flight enqueue, consume, and paced single items for the latency rows, which
+  get another ${D.latencyWarmup.items.toLocaleString("en-US")} per system at ${D.latencyWarmup.rate.toLocaleString("en-US")}/s right before them).
   - Enqueue: one producer process; serial = await each call of one item (${D.serial.toLocaleString("en-US")} items);
     100 calls of one item in flight (${D.inFlight.toLocaleString("en-US")}); calls of 1000 items, one at a time
     (${D.batched.toLocaleString("en-US")}; BullMQ \`addBulk\`). Reliable queues without a recovery set. Timed in the producer.
