@@ -123,8 +123,8 @@ export async function runDeployed(
       }
     }
     if (want("latency")) {
-      // Right before the rows, not only at the start: the rows before them leave the paced path's
-      // optimized code to be dropped by the collections of an idle process (bench/README, 5 December, afternoon).
+      // Here, not only at the start: the paced path needs thousands of items to be optimized, and an idle
+      // process's collections can drop that code while other rows run (bench/README, 5 December, afternoon).
       if (options.warmup) {
         for (const system of ["switchyard", "bullmq", "relay"] as const) {
           await d.latency(system, sizes.latencyWarmup.rate, sizes.latencyWarmup.items, 0, sizes.latencyConcurrency);
