@@ -1,10 +1,11 @@
 // Diagnostic: who wakes whom, per item, in the latency rows' shape (a producer process paced at RATE
 // items/s, one worker process at concurrency 10), Switchyard (producer, server, worker, Redis) against
-// BullMQ (producer, worker, Redis), read from the kernel's sched_waking events (`perf sched record -a`
-// for SECONDS in the middle of a run, after 3,000 paced items of warm-up). Each waker → wakee pair of
-// the main threads is counted per item, split by whether the wakee was queued on the waker's CPU
-// ("same": it runs once the waker sleeps or is preempted) or on the other ("other": an interprocessor
-// wake-up, dear on a guest). On a VM a message to a sleeping process costs the writer part of that wake.
+// BullMQ (producer, worker, Redis), read from the kernel's sched_waking and sched_migrate_task events
+// (`perf sched record -a` for SECONDS, from 2 s into a run of RATE × (SECONDS + 4) items, after 3,000
+// paced items at 1,000/s of warm-up). Each waker → wakee pair of the processes' main threads (their
+// pids; helper threads are not counted) is counted per item, split by whether the wakee was put on the
+// waker's CPU ("same": it runs once the waker sleeps or is preempted) or on the other ("other": an
+// interprocessor wake-up, dear on a guest). Pairs under 0.005 an item are left out, of the total too.
 //   node bench/diagnostics/wakeups-per-item.mjs [RATE] [SECONDS]   (after npm run bench built dist-bench/; needs perf, as root)
 import { execFileSync, spawn } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
@@ -35,15 +36,41 @@ try {
     await new Promise((ok) => perf.once("exit", ok));
     const spread = await run;
     const text = execFileSync("perf", ["script", "-i", file, "-F", "tid,cpu,event,trace"], { encoding: "utf8", maxBuffer: 1 << 28, stdio: ["ignore", "pipe", "ignore"] });
+    // sched_waking is traced in the waker, before the wakee's CPU is chosen: its target_cpu is where the wakee last
+    // ran. If the wake-up moves it, sched_migrate_task is the waker CPU's next event (orig_cpu → dest_cpu).
+    const wakings = new Map(); // wakee pid → its last waking: { key, wakerCpu, dest }
+    const justWoken = new Map(); // CPU → the waking that was its last event
     const counts = new Map();
-    for (const m of text.matchAll(/^\s*(\d+)\s+\[(\d+)\]\s+sched:sched_waking: comm=\S+ pid=(\d+) .*target_cpu=(\d+)$/gm)) {
-      const waker = roles.get(Number(m[1])), wakee = roles.get(Number(m[3]));
+    const count = (w) => {
+      const c = counts.get(w.key) ?? { same: 0, other: 0 };
+      c[w.dest === w.wakerCpu ? "same" : "other"]++;
+      counts.set(w.key, c);
+    };
+    for (const line of text.split("\n")) {
+      const m = /^\s*(\d+)\s+\[(\d+)\]\s+sched:(\w+):(.*)$/.exec(line);
+      if (!m) continue;
+      const [, tid, cpu, event, rest] = m;
+      const woken = justWoken.get(cpu);
+      justWoken.delete(cpu);
+      if (event === "sched_migrate_task") {
+        const move = /pid=(\d+) .*orig_cpu=(\d+) dest_cpu=(\d+)/.exec(rest);
+        if (move && woken && woken.pid === move[1]) woken.w.dest = Number(move[3]);
+        continue;
+      }
+      if (event !== "sched_waking") continue;
+      const wake = /pid=(\d+) .*target_cpu=(\d+)/.exec(rest);
+      if (!wake) continue;
+      const pid = wake[1];
+      const last = wakings.get(pid);
+      if (last) count(last);
+      wakings.delete(pid);
+      const waker = roles.get(Number(tid)), wakee = roles.get(Number(pid));
       if (!waker || !wakee) continue;
-      const key = `${waker} → ${wakee}`;
-      const c = counts.get(key) ?? { same: 0, other: 0 };
-      c[Number(m[2]) === Number(m[4]) ? "same" : "other"]++;
-      counts.set(key, c);
+      const w = { key: `${waker} → ${wakee}`, wakerCpu: Number(cpu), dest: Number(wake[2]) };
+      wakings.set(pid, w);
+      justWoken.set(cpu, { pid, w });
     }
+    for (const w of wakings.values()) count(w);
     const n = rate * seconds;
     let total = 0;
     const rows = [...counts].sort().filter(([, c]) => (c.same + c.other) / n >= 0.005).map(([key, c]) => {
