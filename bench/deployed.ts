@@ -332,6 +332,12 @@ export class Deployed {
     return { server: server.child.pid!, client: client.child.pid! };
   }
 
+  /** The relay's pids: the echo server (the relay), its producer and its worker; starts them if need be. */
+  async relayPids(): Promise<{ server: number; producer: number; worker: number }> {
+    const [{ server }, { producer, worker }] = await Promise.all([this.serveEcho(), this.relay()]);
+    return { server: server.child.pid!, producer: producer.child.pid!, worker: worker.child.pid! };
+  }
+
   /** A producer and a worker process of the relay, connected to the echo server. */
   private relay(): Promise<{ producer: Agent; worker: Agent }> {
     return (this.relayAgents ??= (async () => {
