@@ -1,9 +1,10 @@
 // Diagnostic: what a process's idle time costs its next run on this host. A fixed piece of work (a
 // pointer chase over a working set of SIZE KB: each step a load that depends on the one before, as a
-// walk of objects is) is timed right after the thread slept GAP ms (Atomics.wait, a futex sleep like an
-// event loop's), 200 times per gap, for gaps from 0 to 20 ms; medians and p90s. On a host that keeps a
-// sleeping vCPU's caches the times stay flat; where they rise with the gap, every stop of a paced item's
-// way (each process wakes from a sleep as long as the gap between items) pays that rise.
+// walk of objects is) is timed right after the thread slept GAP ms (Atomics.wait: a blocking sleep, as an
+// event loop's in epoll_wait), 200 times per gap, for gaps from 0 to 20 ms; medians and p90s. On a host
+// that keeps a sleeping process's cache the times stay flat; where they rise with the gap, a stop of a
+// paced item's way (a process woken after sleeping through most of the gap between items) likely pays
+// that rise.
 //   node bench/diagnostics/cold-after-idle.mjs [SIZE_KB ...]   (default: 256 2048)
 const sizes = process.argv.slice(2).map(Number).filter((n) => n > 0);
 const gaps = [0, 0.1, 0.5, 1, 2, 5, 10, 20];

@@ -7,8 +7,12 @@
 // counted per item, split by whether the wakee was put on the waker's CPU ("same": it runs once the
 // waker sleeps or is preempted) or on the other ("other": an interprocessor wake-up, dear on a guest),
 // with the median time from a wake-up until its wakee ran ("waited") and the median length of the run
-// that followed, until the wakee slept or was preempted (what that stop on an item's way cost, its
-// wake-up handling included). Pairs under 0.005 an item are left out, of the total too.
+// that followed, until the wakee slept again (time on its CPU, preemptions left out: the CPU that stop
+// on an item's way took, wake-up handling, interrupts and any time the host held the vCPU included; a
+// sleep of any kind ends it, a futex wait on a helper thread too, and what follows that sleep is not
+// counted unless a tracked process woke it). A wake-up made from an interrupt (a timer, a socket's
+// softirq) is charged to the task it interrupted.
+// Pairs under 0.005 an item are left out, of the total too.
 //   node bench/diagnostics/wakeups-per-item.mjs [RATE] [SECONDS]   (after npm run bench built dist-bench/; needs perf, as root)
 import { execFileSync, spawn } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
@@ -46,18 +50,11 @@ try {
     const text = execFileSync("perf", ["script", "-i", file, "-F", "tid,cpu,time,event,trace"], { encoding: "utf8", maxBuffer: 1 << 28, stdio: ["ignore", "pipe", "ignore"] });
     // sched_waking is traced in the waker, before the wakee's CPU is chosen: its target_cpu is where the wakee last
     // ran. If the wake-up moves it, sched_migrate_task is the waker CPU's next event (orig_cpu → dest_cpu).
-    const wakings = new Map(); // wakee pid → its last waking: { key, wakerCpu, dest, at, waited, ran }
-    const justWoken = new Map(); // CPU → the waking that was its last event
-    const running = new Map(); // pid → { w: the waking its run followed, at: when the run began }
-    const counts = new Map();
-    const count = (w) => {
-      if (!w.key) return;
-      const c = counts.get(w.key) ?? { same: 0, other: 0, waited: [], ran: [] };
-      c[w.dest === w.wakerCpu ? "same" : "other"]++;
-      if (w.waited !== undefined) c.waited.push(w.waited);
-      if (w.ran !== undefined) c.ran.push(w.ran);
-      counts.set(w.key, c);
-    };
+    const all = []; // each wake-up of a tracked process by another: { key, wakerCpu, dest, at, waited, ran }
+    const pending = new Map(); // wakee pid → its wake-up, until the wakee runs
+    const justWoken = new Map(); // CPU → the wake-up that was its last event
+    const onCpu = new Set(); // pids on a CPU (from sched_switch)
+    const running = new Map(); // pid → the run after a wake-up: { w, total, at (undefined while preempted) }
     for (const line of text.split("\n")) {
       const m = /^\s*(\d+)\s+\[(\d+)\]\s+([\d.]+):\s+sched:(\w+):(.*)$/.exec(line);
       if (!m) continue;
@@ -66,15 +63,38 @@ try {
       const woken = justWoken.get(cpu);
       justWoken.delete(cpu);
       if (event === "sched_switch") {
-        const sw = /prev_pid=(\d+) .*next_pid=(\d+)/.exec(rest);
+        const sw = /prev_pid=(\d+) .*prev_state=(\S+) .*next_pid=(\d+)/.exec(rest);
         if (!sw) continue;
-        const ended = running.get(sw[1]);
-        if (ended) ended.w.ran = us - ended.at;
-        running.delete(sw[1]);
-        const next = wakings.get(sw[2]);
-        if (next && next.waited === undefined) {
-          next.waited = us - next.at;
-          running.set(sw[2], { w: next, at: us });
+        const [, prev, state, next] = sw;
+        onCpu.delete(prev);
+        const raced = pending.get(prev);
+        if (raced?.early) {
+          // Woken as it was going to sleep: if it does sleep now, the wake-up runs it again (a wait, then a
+          // run of its own); if it stays runnable, or sleeps only much later, it never slept after the wake-up.
+          raced.early = false;
+          if (state.startsWith("R") || us - raced.at > 200) {
+            raced.waited = 0;
+            pending.delete(prev);
+          }
+        }
+        const r = running.get(prev);
+        if (r && r.at !== undefined) {
+          r.total += us - r.at;
+          r.at = undefined;
+          // Preempted (still runnable), the run goes on when it is back; asleep, it has ended.
+          if (!state.startsWith("R")) {
+            r.w.ran = r.total;
+            running.delete(prev);
+          }
+        }
+        onCpu.add(next);
+        const resumed = running.get(next);
+        if (resumed) resumed.at = us;
+        else if (pending.has(next)) {
+          const w = pending.get(next);
+          pending.delete(next);
+          w.waited = us - w.at;
+          running.set(next, { w, total: 0, at: us });
         }
         continue;
       }
@@ -87,17 +107,32 @@ try {
       const wake = /pid=(\d+) .*target_cpu=(\d+)/.exec(rest);
       if (!wake) continue;
       const pid = wake[1];
-      const last = wakings.get(pid);
-      if (last) count(last);
-      wakings.delete(pid);
-      running.delete(pid);
+      // A wake-up not followed by a run is left with no wait or run (one that came as its wakee was still on
+      // its CPU, with no wait).
+      const superseded = pending.get(pid);
+      if (superseded?.early) superseded.waited = 0;
+      pending.delete(pid);
       const waker = roles.get(Number(tid)), wakee = roles.get(Number(pid));
       if (!waker || !wakee) continue;
       const w = { key: `${waker} → ${wakee}`, wakerCpu: Number(cpu), dest: Number(wake[2]), at: us };
-      wakings.set(pid, w);
+      all.push(w);
       justWoken.set(cpu, { pid, w });
+      // Woken while still on its CPU: it was about to sleep (its switch-out, next, tells whether it did; see
+      // above), or it had not, and its run goes on, counted for the wake-up that began it.
+      if (onCpu.has(pid)) {
+        w.early = true;
+        pending.set(pid, w);
+      } else if (running.has(pid)) w.waited = 0;
+      else pending.set(pid, w);
     }
-    for (const w of wakings.values()) count(w);
+    const counts = new Map();
+    for (const w of all) {
+      const c = counts.get(w.key) ?? { same: 0, other: 0, waited: [], ran: [] };
+      c[w.dest === w.wakerCpu ? "same" : "other"]++;
+      if (w.waited !== undefined) c.waited.push(w.waited);
+      if (w.ran !== undefined) c.ran.push(w.ran);
+      counts.set(w.key, c);
+    }
     const n = rate * seconds;
     let total = 0;
     const rows = [...counts].sort().filter(([, c]) => (c.same + c.other) / n >= 0.005).map(([key, c]) => {
