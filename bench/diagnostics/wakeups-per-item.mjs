@@ -23,6 +23,7 @@ import { startBenchRedis } from "../../dist-bench/env.js";
 import { sleep } from "../../dist-bench/lib.js";
 
 const rate = Number(process.argv[2] ?? 100), seconds = Number(process.argv[3] ?? 3);
+const median = (xs) => (xs.length ? [...xs].sort((a, b) => a - b)[xs.length >> 1] : NaN);
 const dir = mkdtempSync(join(tmpdir(), "sy-wakeups-"));
 const redis = await startBenchRedis();
 const d = await Deployed.start(redis, { workers: 1 });
@@ -137,7 +138,6 @@ try {
     let total = 0;
     const rows = [...counts].sort().filter(([, c]) => (c.same + c.other) / n >= 0.005).map(([key, c]) => {
       total += c.same + c.other;
-      const median = (xs) => (xs.length ? [...xs].sort((a, b) => a - b)[xs.length >> 1] : NaN);
       return `  ${key.padEnd(20)} ${((c.same + c.other) / n).toFixed(2)} (same CPU ${(c.same / n).toFixed(2)}, other ${(c.other / n).toFixed(2)}); waited ${median(c.waited).toFixed(0)} µs, then ran ${median(c.ran).toFixed(0)} µs (medians)`;
     });
     console.log(`${system}, ${rate}/s (the run's p50 ${spread.p50.toFixed(2)}, p99 ${spread.p99.toFixed(2)} ms): wake-ups per item, ${(total / n).toFixed(2)} in all`);
