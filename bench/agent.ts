@@ -280,7 +280,7 @@ async function paced(args: PacedArgs, sendOne: (i: number) => Promise<unknown>):
   if (failure) throw failure.err;
 }
 
-/** A producer or worker of the plain grpc-js relay (echo.ts): the latency rows' floor, with no Redis. */
+/** A producer or worker of the plain grpc-js relay (echo.ts): the latency rows' floor, with no Redis or with an LPUSH per message. */
 async function relayRole(): Promise<Role> {
   const { connectRelay } = await import("./echo.js");
   let relay!: Awaited<ReturnType<typeof connectRelay>>;
@@ -305,7 +305,7 @@ async function relayRole(): Promise<Role> {
     produce() {
       return Promise.reject(new Error("the relay only sends paced items"));
     },
-    paced: (args) => paced(args, (i) => relay.publish(Buffer.from(JSON.stringify(jsonItem(i, monoUs()))))),
+    paced: (args) => paced(args, (i) => relay.publish(Buffer.from(JSON.stringify(jsonItem(i, monoUs()))), args.push)),
     async close() {
       relay.close();
     },

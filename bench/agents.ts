@@ -57,6 +57,8 @@ export interface PacedArgs {
   /** Items per second, open loop; 0: one after the other, each call awaited. */
   rate: number;
   count: number;
+  /** The relay only: send on the stream whose server LPUSHes each message before it relays it. */
+  push?: boolean;
 }
 
 export interface EchoArgs {

@@ -4,7 +4,7 @@
  * measured.
  */
 import type { Agent } from "./agents.js";
-import { Deployed } from "./deployed.js";
+import { Deployed, type LatencySystem } from "./deployed.js";
 import type { BenchRedis } from "./env.js";
 import type { Rounds } from "./rounds.js";
 import { fmtMs, fmtRate, fmtRatio, markdownTable, verdict } from "./table.js";
@@ -86,7 +86,7 @@ export async function runDeployed(
         await d.echo("push", 1000, sizes.echoBytes);
         await d.echo("unary", 500, sizes.echoBytes);
       }
-      if (want("latency")) await d.latency("relay", 500, 500, 0, sizes.latencyConcurrency);
+      if (want("latency")) for (const relay of ["relay", "relay-push"] as const) await d.latency(relay, 500, 500, 0, sizes.latencyConcurrency);
       // The stream rows' code paths (the server's stream dispatcher and scripts, the raw reader) warm up as the list rows' do.
       if (want("stream")) {
         await d.consumeStream("switchyard", 10, 5000);
@@ -126,12 +126,12 @@ export async function runDeployed(
       // Here, not only at the start: the paced path needs thousands of items to be optimized, and an idle
       // process's collections can drop that code while other rows run (bench/README, 5 December, afternoon).
       if (options.warmup) {
-        for (const system of ["switchyard", "bullmq", "relay"] as const) {
+        for (const system of ["switchyard", "bullmq", "relay", "relay-push"] as const) {
           await d.latency(system, sizes.latencyWarmup.rate, sizes.latencyWarmup.items, 0, sizes.latencyConcurrency);
         }
       }
       for (const l of sizes.latency) {
-        const latency = (system: "switchyard" | "bullmq" | "relay", key: string) => async () => {
+        const latency = (system: LatencySystem, key: string) => async () => {
           const s = await d.latency(system, l.rate, l.items, l.warmup, sizes.latencyConcurrency);
           for (const p of ["p50", "p90", "p99", "max"] as const) rounds.record(`d.lat.${l.key}.${key}.${p}`, s[p]);
         };
@@ -139,6 +139,7 @@ export async function runDeployed(
           ["switchyard latency", latency("switchyard", "sy")],
           ["bullmq latency", latency("bullmq", "bull")],
           ["grpc-js relay latency (the floor)", latency("relay", "relay")],
+          ["grpc-js relay with an LPUSH per item", latency("relay-push", "push")],
         ]);
       }
     }
@@ -234,6 +235,12 @@ export function deployedTable(r: Rounds, sizes: DeployedSizes): string | undefin
       rows.push([
         "… floor: a plain grpc-js relay process in the server's place (producer → relay → worker, each message answered and acked, no Redis); ratio: its p99 / BullMQ's",
         four("relay"), four("bull"), `p99 ${fmtRatio(m("relay", "p99") / m("bull", "p99"))}`, "report", "—",
+      ]);
+    }
+    if (r.has(`d.lat.${l.key}.push.p50`)) {
+      rows.push([
+        "… the same relay with Redis: it LPUSHes each message (plain ioredis) before it relays and answers it, the round trip an item makes before it is delivered and nothing of Switchyard's; ratio: its p99 / BullMQ's",
+        four("push"), four("bull"), `p99 ${fmtRatio(m("push", "p99") / m("bull", "p99"))}`, "report", "—",
       ]);
     }
   }

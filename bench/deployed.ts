@@ -31,6 +31,8 @@ const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const PROGRESS_MS = 5;
 
 export type System = "switchyard" | "bullmq";
+/** What the latency rows measure: a system, or the relay floor under it, without Redis or with an LPUSH per item. */
+export type LatencySystem = System | "relay" | "relay-push";
 export type Mode = "reliable" | "simple";
 
 /** Options for the deployed set-up. */
@@ -281,26 +283,28 @@ export class Deployed {
    * waiting worker process with concurrency `c`; resolves to the spread of
    * enqueue→handler latency (ms) of the last `items`.
    */
-  async latency(system: System | "relay", rate: number, items: number, warmup: number, c: number): Promise<Spread> {
+  async latency(system: LatencySystem, rate: number, items: number, warmup: number, c: number): Promise<Spread> {
     return spread(await this.latencySamples(system, rate, items, warmup, c));
   }
 
   /**
    * latency(), as every item's latency (ms), in send order. The "relay" is
    * the floor under Switchyard's: a plain grpc-js relay (echo.ts) in the
-   * server's place, with no Redis behind it.
+   * server's place, with no Redis behind it; "relay-push" the same relay
+   * LPUSHing each message (plain ioredis) before it relays and answers it.
    */
-  async latencySamples(system: System | "relay", rate: number, items: number, warmup: number, c: number): Promise<number[]> {
+  async latencySamples(system: LatencySystem, rate: number, items: number, warmup: number, c: number): Promise<number[]> {
     const name = system === "switchyard" ? await this.syQueue("lat", "reliable", true) : fresh("lat");
-    const { producer, worker } = system === "relay" ? await this.relay() : { producer: this.producers[system], worker: this.workers[system][0] };
+    const relayed = system === "relay" || system === "relay-push";
+    const { producer, worker } = relayed ? await this.relay() : { producer: this.producers[system], worker: this.workers[system][0] };
     const total = warmup + items;
     const feed = async () => {
       await sleep(200); // the worker is waiting on the empty queue
-      await producer.request("paced", { queue: name, rate, count: total });
+      await producer.request("paced", { queue: name, rate, count: total, push: system === "relay-push" });
     };
     const args = { queue: name, concurrency: c, latencyItems: total, progressMs: 50 };
     const { consumed } = await this.run([worker], args, total, async (_t0, lastAt) => lastAt, feed);
-    if (system !== "relay") await this.drop(system, name);
+    if (!relayed) await this.drop(system, name);
     const lat = consumed[0].latencies!.slice(warmup).map((us) => us / 1000);
     if (lat.some((x) => !Number.isFinite(x))) throw new Error(`${system} latency: an item was not seen by the handler`);
     return lat;

@@ -13,7 +13,10 @@
  * The same server is also a relay, the floor under the latency rows: a
  * producer's messages on one stream (each answered, as Enqueue is) go on to
  * the workers' streams (each acked, as a delivery is), across the same three
- * processes as Switchyard's producer, server and worker, with no Redis.
+ * processes as Switchyard's producer, server and worker, with no Redis; or,
+ * on PublishPush, each LPUSHed (plain ioredis) before it goes on and is
+ * answered: the same shape with the Redis round trip an item must make
+ * before it is delivered, and nothing of Switchyard's.
  */
 import * as grpc from "@grpc/grpc-js";
 import { Redis } from "ioredis";
@@ -35,6 +38,7 @@ const definition: grpc.ServiceDefinition = {
   echoStream: method("EchoStream", true),
   echoPush: method("EchoPush", true),
   publish: method("Publish", true),
+  publishPush: method("PublishPush", true),
   subscribe: method("Subscribe", true),
 };
 
@@ -56,15 +60,28 @@ export async function serveEcho(redisPath?: string): Promise<{ address: string; 
   const redis = redisPath ? new Redis({ path: redisPath }) : undefined;
   const subscribers: grpc.ServerDuplexStream<Buffer, Buffer>[] = [];
   let next = 0;
+  /** Hands a producer's message to the next subscriber in turn (dropped when none: the bench subscribes first), then answers it. */
+  const relay = (b: Buffer, producer: grpc.ServerDuplexStream<Buffer, Buffer>) => {
+    if (subscribers.length > 0) subscribers[next++ % subscribers.length].write(b);
+    producer.write(OK);
+  };
+  /** Each message of `call` LPUSHed onto Redis, then `then(message)`. */
+  const pushing = (call: grpc.ServerDuplexStream<Buffer, Buffer>, then: (b: Buffer) => void) => {
+    if (!redis) return call.emit("error", { code: grpc.status.FAILED_PRECONDITION, details: "the echo server was started without Redis" });
+    call.on("data", (b: Buffer) => {
+      redis.lpush(PUSHED, b).then(
+        () => then(b),
+        (err: Error) => call.emit("error", { code: grpc.status.UNAVAILABLE, details: err.message }),
+      );
+    });
+    call.on("end", () => call.end());
+  };
   server.addService(definition, {
-    // Each message goes to the next subscriber in turn (dropped when none: the bench subscribes first).
     publish: (call: grpc.ServerDuplexStream<Buffer, Buffer>) => {
-      call.on("data", (b: Buffer) => {
-        if (subscribers.length > 0) subscribers[next++ % subscribers.length].write(b);
-        call.write(OK);
-      });
+      call.on("data", (b: Buffer) => relay(b, call));
       call.on("end", () => call.end());
     },
+    publishPush: (call: grpc.ServerDuplexStream<Buffer, Buffer>) => pushing(call, (b) => relay(b, call)),
     subscribe: (call: grpc.ServerDuplexStream<Buffer, Buffer>) => {
       subscribers.push(call);
       call.on("data", () => undefined); // acks
@@ -78,16 +95,7 @@ export async function serveEcho(redisPath?: string): Promise<{ address: string; 
       call.on("data", (b: Buffer) => call.write(b));
       call.on("end", () => call.end());
     },
-    echoPush: (call: grpc.ServerDuplexStream<Buffer, Buffer>) => {
-      if (!redis) return call.emit("error", { code: grpc.status.FAILED_PRECONDITION, details: "the echo server was started without Redis" });
-      call.on("data", (b: Buffer) => {
-        redis.lpush(PUSHED, b).then(
-          () => call.write(OK),
-          (err: Error) => call.emit("error", { code: grpc.status.UNAVAILABLE, details: err.message }),
-        );
-      });
-      call.on("end", () => call.end());
-    },
+    echoPush: (call: grpc.ServerDuplexStream<Buffer, Buffer>) => pushing(call, () => call.write(OK)),
   });
   const port = await new Promise<number>((ok, fail) =>
     server.bindAsync("127.0.0.1:0", grpc.ServerCredentials.createInsecure(), (err, p) => (err ? fail(err) : ok(p))),
@@ -106,6 +114,7 @@ interface EchoClient {
   echoStream(): grpc.ClientDuplexStream<Buffer, Buffer>;
   echoPush(): grpc.ClientDuplexStream<Buffer, Buffer>;
   publish(): grpc.ClientDuplexStream<Buffer, Buffer>;
+  publishPush(): grpc.ClientDuplexStream<Buffer, Buffer>;
   subscribe(): grpc.ClientDuplexStream<Buffer, Buffer>;
   close(): void;
   waitForReady(deadline: number, cb: (err?: Error) => void): void;
@@ -120,8 +129,8 @@ async function connectEcho(address: string): Promise<EchoClient> {
 
 /** A producer or a worker of the relay. */
 export interface RelayClient {
-  /** Sends one message; resolves once the relay has answered it. */
-  publish(message: Buffer): Promise<void>;
+  /** Sends one message (with `push`, on the stream that LPUSHes it first); resolves once the relay has answered it. */
+  publish(message: Buffer, push?: boolean): Promise<void>;
   /** Receives every message the relay hands this client, acking each; until unsubscribe(). */
   subscribe(onMessage: (message: Buffer) => void): void;
   unsubscribe(): Promise<void>;
@@ -130,16 +139,19 @@ export interface RelayClient {
 
 export async function connectRelay(address: string): Promise<RelayClient> {
   const client = await connectEcho(address);
-  let publishing: grpc.ClientDuplexStream<Buffer, Buffer> | undefined;
-  const answers: (() => void)[] = [];
+  /** The publishing streams, plain and pushing, each with its unanswered messages' callbacks in order. */
+  const publishing = new Map<boolean, { stream: grpc.ClientDuplexStream<Buffer, Buffer>; answers: (() => void)[] }>();
   let subscription: grpc.ClientDuplexStream<Buffer, Buffer> | undefined;
   return {
-    publish(message) {
-      if (!publishing) {
-        publishing = client.publish();
-        publishing.on("data", () => answers.shift()?.());
+    publish(message, push = false) {
+      let p = publishing.get(push);
+      if (!p) {
+        const answers: (() => void)[] = [];
+        p = { stream: push ? client.publishPush() : client.publish(), answers };
+        p.stream.on("data", () => answers.shift()?.());
+        publishing.set(push, p);
       }
-      const stream = publishing;
+      const { stream, answers } = p;
       return new Promise<void>((ok) => {
         answers.push(ok);
         stream.write(message);
@@ -163,7 +175,7 @@ export async function connectRelay(address: string): Promise<RelayClient> {
       });
     },
     close() {
-      publishing?.end();
+      for (const p of publishing.values()) p.stream.end();
       client.close();
     },
   };

@@ -1,6 +1,7 @@
 // Diagnostic: who wakes whom, per item, in the latency rows' shape (a producer process paced at RATE
 // items/s, one worker process at concurrency 10): Switchyard (producer, server, worker, Redis), BullMQ
-// (producer, worker, Redis) and the relay floor (producer, plain grpc-js relay, worker), read from the
+// (producer, worker, Redis), the relay floor (producer, plain grpc-js relay, worker) and the relay with an
+// LPUSH per item (the same and Redis), read from the
 // kernel's sched_waking, sched_migrate_task and sched_switch events (`perf sched record -a` for SECONDS,
 // from 2 s into a run of RATE × (SECONDS + 4) items, after 3,000 paced items at 1,000/s of warm-up).
 // Each waker → wakee pair of the processes' main threads (their pids; helper threads are not counted) is
@@ -28,12 +29,12 @@ const dir = mkdtempSync(join(tmpdir(), "sy-wakeups-"));
 const redis = await startBenchRedis();
 const d = await Deployed.start(redis, { workers: 1 });
 try {
-  for (const system of ["switchyard", "bullmq", "relay"]) {
+  for (const system of ["switchyard", "bullmq", "relay", "relay-push"]) {
     await d.latency(system, 1000, 3000, 0, 10);
-    const relay = system === "relay" ? await d.relayPids() : undefined;
+    const relay = system.startsWith("relay") ? await d.relayPids() : undefined;
     const roles = new Map(
       relay
-        ? [[relay.producer, "producer"], [relay.server, "relay"], [relay.worker, "worker"]]
+        ? [[relay.producer, "producer"], [relay.server, "relay"], [relay.worker, "worker"], ...(system === "relay-push" ? [[redis.server.process.pid, "redis"]] : [])]
         : [
             [redis.server.process.pid, "redis"],
             [d.producerPids[system], "producer"],
