@@ -21,7 +21,7 @@ import { Queue } from "bullmq";
 import { QueueMode } from "../dist/gen/switchyard/v1/queue_pb.js";
 import { SwitchyardClient } from "../dist/client/client.js";
 import { Agent, type Consumed } from "./agents.js";
-import type { EchoKind } from "./echo.js";
+import { PUSHED, type EchoKind } from "./echo.js";
 import { deleteKeys, type BenchRedis } from "./env.js";
 import { BULL_OPTS, fresh, syQueue } from "./throughput.js";
 import { startServer } from "./streams.js";
@@ -305,6 +305,7 @@ export class Deployed {
     const args = { queue: name, concurrency: c, latencyItems: total, progressMs: 50 };
     const { consumed } = await this.run([worker], args, total, async (_t0, lastAt) => lastAt, feed);
     if (!relayed) await this.drop(system, name);
+    else if (system === "relay-push") await this.redis.plain.unlink(PUSHED);
     const lat = consumed[0].latencies!.slice(warmup).map((us) => us / 1000);
     if (lat.some((x) => !Number.isFinite(x))) throw new Error(`${system} latency: an item was not seen by the handler`);
     return lat;
@@ -327,7 +328,9 @@ export class Deployed {
   /** Serial round trips of `bytes` through a plain grpc-js echo (server and client processes); resolves to calls per second. */
   async echo(kind: EchoKind, calls: number, bytes: number): Promise<number> {
     const [{ address }, client] = await Promise.all([this.serveEcho(), (this.echoClient ??= Agent.start("echo"))]);
-    return client.request<number>("call", { address, kind, calls, bytes });
+    const rate = await client.request<number>("call", { address, kind, calls, bytes });
+    if (kind === "push") await this.redis.plain.unlink(PUSHED);
+    return rate;
   }
 
   /** The echo server's and the echo client's pids (diagnostics read their CPU time); starts them if need be. */

@@ -51,8 +51,8 @@ const options = { "grpc.enable_channelz": 0 };
 /** An echo round trip: a unary call, a message on a stream, or a message on a stream that pushes it onto Redis. */
 export type EchoKind = "unary" | "stream" | "push";
 
-/** The list EchoPush pushes onto. */
-const PUSHED = "bench:echo-pushed";
+/** The list EchoPush and PublishPush push onto (the bench deletes it after each run). */
+export const PUSHED = "bench:echo-pushed";
 
 /** Starts an echo server on a free loopback port; with `redisPath`, EchoPush pushes onto that Redis. */
 export async function serveEcho(redisPath?: string): Promise<{ address: string; close(): Promise<void> }> {
@@ -65,13 +65,18 @@ export async function serveEcho(redisPath?: string): Promise<{ address: string; 
     if (subscribers.length > 0) subscribers[next++ % subscribers.length].write(b);
     producer.write(OK);
   };
-  /** Each message of `call` LPUSHed onto Redis, then `then(message)`. */
+  /** Each message of `call` LPUSHed onto Redis, then `then(message)`; the first failed LPUSH ends the call. */
   const pushing = (call: grpc.ServerDuplexStream<Buffer, Buffer>, then: (b: Buffer) => void) => {
     if (!redis) return call.emit("error", { code: grpc.status.FAILED_PRECONDITION, details: "the echo server was started without Redis" });
+    let failed = false;
     call.on("data", (b: Buffer) => {
       redis.lpush(PUSHED, b).then(
-        () => then(b),
-        (err: Error) => call.emit("error", { code: grpc.status.UNAVAILABLE, details: err.message }),
+        () => failed || then(b),
+        (err: Error) => {
+          if (failed) return;
+          failed = true;
+          call.emit("error", { code: grpc.status.UNAVAILABLE, details: err.message });
+        },
       );
     });
     call.on("end", () => call.end());
@@ -139,21 +144,26 @@ export interface RelayClient {
 
 export async function connectRelay(address: string): Promise<RelayClient> {
   const client = await connectEcho(address);
-  /** The publishing streams, plain and pushing, each with its unanswered messages' callbacks in order. */
-  const publishing = new Map<boolean, { stream: grpc.ClientDuplexStream<Buffer, Buffer>; answers: (() => void)[] }>();
+  /** The publishing streams, plain and pushing, each with its unanswered messages in order; a stream that fails fails them and is dropped. */
+  type Answer = { ok(): void; fail(err: Error): void };
+  const publishing = new Map<boolean, { stream: grpc.ClientDuplexStream<Buffer, Buffer>; answers: Answer[] }>();
   let subscription: grpc.ClientDuplexStream<Buffer, Buffer> | undefined;
   return {
     publish(message, push = false) {
       let p = publishing.get(push);
       if (!p) {
-        const answers: (() => void)[] = [];
-        p = { stream: push ? client.publishPush() : client.publish(), answers };
-        p.stream.on("data", () => answers.shift()?.());
-        publishing.set(push, p);
+        const answers: Answer[] = [];
+        const stream = push ? client.publishPush() : client.publish();
+        stream.on("data", () => answers.shift()?.ok());
+        stream.on("error", (err: Error) => {
+          publishing.delete(push);
+          for (const a of answers.splice(0)) a.fail(err);
+        });
+        publishing.set(push, (p = { stream, answers }));
       }
       const { stream, answers } = p;
-      return new Promise<void>((ok) => {
-        answers.push(ok);
+      return new Promise<void>((ok, fail) => {
+        answers.push({ ok, fail });
         stream.write(message);
       });
     },
