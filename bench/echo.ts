@@ -71,7 +71,9 @@ export async function serveEcho(redisPath?: string): Promise<{ address: string; 
     let failed = false;
     call.on("data", (b: Buffer) => {
       redis.lpush(PUSHED, b).then(
-        () => failed || then(b),
+        () => {
+          if (!failed) then(b);
+        },
         (err: Error) => {
           if (failed) return;
           failed = true;
