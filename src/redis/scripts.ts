@@ -10,14 +10,21 @@ import type { QueueKeys, SystemKeys } from "./keys.js";
 import { SwitchyardError } from "../errors.js";
 import { Command } from "ioredis";
 import { FramedCommand, type BulkStrings } from "./bulk-strings.js";
+import { libFor } from "./lua-lib.js";
 
 const scriptDir = new URL("./scripts/", import.meta.url);
 const load = (name: string) => readFileSync(new URL(`${name}.lua`, scriptDir), "utf8");
-/** A script after the shared functions of `parts` (lib.lua's by default), behind its shebang line, which must stay first. */
+/**
+ * A script after the shared functions of `parts` (lib.lua's by default), behind its shebang line, which must
+ * stay first. Of lib.lua, only what the script and its other parts use (see lua-lib.ts): Redis runs the whole
+ * text on every call.
+ */
 function withLib(name: string, parts = ["lib"]): string {
   const text = load(name);
   const shebang = text.startsWith("#!") ? text.slice(0, text.indexOf("\n") + 1) : "";
-  return `${shebang}${parts.map((part) => `${load(part)}\n`).join("")}${text.slice(shebang.length)}`;
+  const others = parts.filter((part) => part !== "lib").map((part) => `${load(part)}\n`).join("");
+  const lib = parts.includes("lib") ? `${libFor(load("lib"), others + text)}\n` : "";
+  return `${shebang}${lib}${others}${text.slice(shebang.length)}`;
 }
 
 /**

@@ -1,5 +1,7 @@
 --[[
-  Shared by the queue scripts (scripts.ts puts it in front of each one).
+  Shared by the queue scripts: scripts.ts puts the part each one uses in front
+  of it (lua-lib.ts; only `local` statements and comments at the top level,
+  and no comment at the start of a line inside a statement).
 
   Stored items. A value in a queue, processing, delayed or dead-letter key is
   an "SYE1" envelope (queue.proto's Envelope) or a raw payload. Once a
@@ -582,25 +584,30 @@ local function settle_all(KEYS, ARGV, from)
 end
 
 --[[
-  lease.lua's work, shared with settle-lease.lua: KEYS[1..5] as lease.lua's;
-  ARGV a table of lease.lua's five arguments. Returns lease.lua's answer.
+  lease.lua's work, shared with settle-lease.lua and push-lease.lua: KEYS[1..5]
+  as lease.lua's; ARGV a table of lease.lua's five arguments; `length` the
+  queue list's length when the caller knows it (push-lease.lua, from its
+  LPUSH), else nil (read with LLEN). Returns lease.lua's answer.
 ]]
-local function lease_items(KEYS, ARGV)
-  local max = math.min(tonumber(ARGV[2]), redis.call("LLEN", KEYS[1]))
+local function lease_items(KEYS, ARGV, length)
+  local max = math.min(tonumber(ARGV[2]), length or redis.call("LLEN", KEYS[1]))
   if max <= 0 then return {} end
   local recovery = ARGV[3] == "1"
   -- The keys written after an item is moved must be of their types: a Redis error there would leave
-  -- the item moved with no record of its delivery (see wrong_type). The processing list LMOVE checks itself.
-  local checks = { KEYS[4], "string", KEYS[3], "hash" }
+  -- the item moved with no record of its delivery (see wrong_type). The processing list LMOVE checks
+  -- itself, and the fence counter INCRBY, before anything is moved (a TYPE call each would cost as much).
+  local checks = { KEYS[3], "hash" }
   if recovery then
-    checks[5] = KEYS[5]
-    checks[6] = "zset"
+    checks[3] = KEYS[5]
+    checks[4] = "zset"
   end
   local refused = wrong_type(checks)
   if refused then return refused end
   local owner = ARGV[5]
   local out = {}
-  local first = redis.call("INCRBY", KEYS[4], max) - max + 1
+  local issued = redis.pcall("INCRBY", KEYS[4], max)
+  if type(issued) == "table" then return wrong_type({ KEYS[4], "string" }) or error(issued) end
+  local first = issued - max + 1
   for i = 1, max do
     local value = redis.call("LMOVE", KEYS[1], KEYS[2], "RIGHT", "LEFT")
     local fence = first + i - 1

@@ -17,7 +17,7 @@
 ]]
 local length, refused = push_values(KEYS[1], ARGV[1], ARGV, 7)
 if refused then return redis.error_reply(refused) end
-local ok, leased = pcall(lease_items, KEYS, { ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6] })
+local ok, leased = pcall(lease_items, KEYS, { ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6] }, length)
 if not ok then
   leased = redis.error_reply(type(leased) == "table" and leased.err or tostring(leased))
 end

@@ -4,19 +4,26 @@
   `key` and, with `ttl` (ms) > 0, resets its expiry (seed 000: every push
   resets it). Refuses, changing nothing, when the key holds something other
   than a list. Returns the list's new length, or nil and the error
-  "SYWRONGTYPE <type>".
+  "SYWRONGTYPE <type>"; raises any other error of LPUSH's.
 ]]
 local function push_values(key, ttl, argv, first)
-  local kind = redis.call("TYPE", key).ok
-  if kind ~= "list" and kind ~= "none" then
-    return nil, "SYWRONGTYPE " .. kind
-  end
   -- Lua's unpack fails beyond ~8000 values ("too many results to unpack"), and one
   -- Enqueue may carry 10,000: push in chunks, which leaves the same list as one LPUSH.
+  -- The key's type is LPUSH's own first check (a refused LPUSH writes nothing; after one
+  -- chunk the key is a list): a TYPE call per push would cost as much as the push.
   local CHUNK = 1000
   local length
   for i = first, #argv, CHUNK do
-    length = redis.call("LPUSH", key, unpack(argv, i, math.min(i + CHUNK - 1, #argv)))
+    length = redis.pcall("LPUSH", key, unpack(argv, i, math.min(i + CHUNK - 1, #argv)))
+    if type(length) == "table" then
+      local kind = redis.call("TYPE", key).ok
+      if kind ~= "list" and kind ~= "none" then return nil, "SYWRONGTYPE " .. kind end
+      error(length) -- as redis.call would have raised it
+    end
+  end
+  if not length then
+    local kind = redis.call("TYPE", key).ok
+    if kind ~= "list" and kind ~= "none" then return nil, "SYWRONGTYPE " .. kind end
   end
   if tonumber(ttl) > 0 then redis.call("PEXPIRE", key, ttl) end
   return length
