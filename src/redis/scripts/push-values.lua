@@ -15,15 +15,12 @@ local function push_values(key, ttl, argv, first)
   local length
   for i = first, #argv, CHUNK do
     length = redis.pcall("LPUSH", key, unpack(argv, i, math.min(i + CHUNK - 1, #argv)))
-    if type(length) == "table" then
-      local kind = redis.call("TYPE", key).ok
-      if kind ~= "list" and kind ~= "none" then return nil, "SYWRONGTYPE " .. kind end
-      error(length) -- as redis.call would have raised it
-    end
+    if type(length) == "table" then break end
   end
-  if not length then
+  if type(length) ~= "number" then -- refused, or nothing to push: a key of another type is named
     local kind = redis.call("TYPE", key).ok
     if kind ~= "list" and kind ~= "none" then return nil, "SYWRONGTYPE " .. kind end
+    if length then error(length) end -- any other refusal, as redis.call would have raised it
   end
   if tonumber(ttl) > 0 then redis.call("PEXPIRE", key, ttl) end
   return length
