@@ -39,6 +39,18 @@ import type { LeaseBeside } from "./settler.js";
 /** Most lease calls one pump has in flight (on the one command connection, so Redis runs and answers them in order). */
 export const LEASE_CALLS_IN_FLIGHT = 4;
 
+/**
+ * Resolves once the event loop's check phase has run. Node's http2 writes a
+ * session's pending frames there, as a native immediate, which runs before
+ * the callbacks of setImmediate: a caller that awaits this after handing
+ * deliveries to their streams lets their bytes leave before its own work goes
+ * on, rather than after it (a paced item reaches its worker sooner by the
+ * Enqueue's answer, which is not on its way).
+ */
+function afterTransportWrites(): Promise<void> {
+  return new Promise((resolve) => setImmediate(resolve));
+}
+
 /** Tuning for dispatchers. */
 export interface DispatchOptions {
   /** Most items moved by one call. */
@@ -84,8 +96,8 @@ interface Answer {
   pushes: number;
   taken?: Taken[];
   failure?: { err: unknown };
-  /** Resolves the call's lease() once its answer is shared out. */
-  shared: () => void;
+  /** Resolves the call's lease() once its answer is shared out, with how many items it took. */
+  shared: (taken: number) => void;
 }
 
 export class QueueDispatcher {
@@ -282,7 +294,8 @@ export class QueueDispatcher {
     this.pushes++;
     const shared = this.lease(want, () => this.takePushed(call));
     this.wake?.();
-    return shared.then(() => call).then(
+    // Items it took went to their streams: their frames leave before the pusher's own work goes on (its answer).
+    return shared.then((taken) => (taken > 0 ? afterTransportWrites() : undefined)).then(() => call).then(
       ({ length }) => length,
       (err: unknown) => {
         if (!movingSlot(err)) throw err;
@@ -338,7 +351,7 @@ export class QueueDispatcher {
   }
 
   /**
-   * Sends one lease call for `want` items; its answer shares them out and wakes the pump. Resolves once it has.
+   * Sends one lease call for `want` items; its answer shares them out and wakes the pump. Resolves once it has, to how many items its answer took.
    * Answers are shared out in the order Redis ran their calls, which is the order of their fences: a lease
    * riding settles resolves a few promise steps later than a plain one, and a call sent again (EVAL after
    * NOSCRIPT) runs after calls sent behind it, so two answers read from Redis together could otherwise reach
@@ -346,7 +359,7 @@ export class QueueDispatcher {
    * call sent before it, or has answered before a call resent after it answers); the answers then at hand
    * are shared out in the order of their fences.
    */
-  private lease(want: number, call = () => this.take(want)): Promise<void> {
+  private lease(want: number, call = () => this.take(want)): Promise<number> {
     this.inFlight++;
     this.asked += want;
     return new Promise((shared) => {
@@ -380,7 +393,7 @@ export class QueueDispatcher {
       for (const answer of ready) {
         this.inFlight--;
         this.asked -= answer.want;
-        answer.shared();
+        answer.shared(answer.taken?.length ?? 0);
       }
       if (this.inFlight === 0 && this.refused.length > 0) {
         const refused = this.refused;
