@@ -102,7 +102,8 @@ export class BulkStrings {
  * A command whose last arguments are framed values, written to the socket as
  * one buffer. ioredis knows it by its name and leading arguments: it routes it
  * by its key on a cluster (and again after a MOVED or ASK), and writes the
- * buffer that toWritable() returns, the one hook of its own this relies on
+ * buffer that toWritable() returns. Two things of Command's own are relied on:
+ * that hook, and its `args`, set here rather than through its constructor
  * (test/queue covers standalone and cluster).
  */
 export class FramedCommand extends Command {
@@ -110,7 +111,12 @@ export class FramedCommand extends Command {
 
   constructor(name: string, args: readonly (string | number)[], values: readonly BulkStrings[]) {
     const strings = args.map(String);
-    super(name, strings);
+    // Command flattens the arguments it is given (Array.prototype.flat), which on an item paced
+    // every 10 ms, its code gone from the caches, took ~16 µs of the ~40 µs the constructor did.
+    // These are flat strings already, and no argument transformer of ioredis' applies to the
+    // commands sent framed (EVALSHA, EVAL, LPUSH): they are set as they are.
+    super(name);
+    this.args = strings;
     let count = 1 + strings.length;
     for (const v of values) count += v.count;
     const rest = name === "lpush" && strings.length === 1 ? lpushRest(strings[0]) : commandRest(name, strings);
