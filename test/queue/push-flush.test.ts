@@ -41,7 +41,7 @@ describe("a push whose lease took items", () => {
       events.push("push answered");
       expect(length).toBe(2);
       expect(events).toEqual(["handed a,b", "written a,b", "push answered"]);
-      expect(await t.redis.plain.llen(`${config.name}`)).toBe(0);
+      expect(await t.redis.plain.llen(config.name)).toBe(0);
     } finally {
       dispatcher.close();
     }
