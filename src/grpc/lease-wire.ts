@@ -20,7 +20,8 @@
  */
 import { fromBinary } from "@bufbuild/protobuf";
 import { type Delivery, type DeliveryBatch, type LeaseResponse, LeaseResponseSchema } from "../gen/switchyard/v1/queue_pb.js";
-import { RECURSION_LIMIT, Reader, readHeader, readTimestamp } from "../wire/proto-reader.js";
+import type { Timestamp } from "@bufbuild/protobuf/wkt";
+import { RECURSION_LIMIT, Reader, readHeader, readTimestamp, shortVarint } from "../wire/proto-reader.js";
 import { lenFieldSize, ProtoWriter } from "../wire/proto-writer.js";
 
 /** The one-byte tags (field << 3 | wire type LEN) of a LeaseResponse's deliveries, a batch's delivery, and an ack_batch. */
@@ -106,8 +107,100 @@ function readBatch(r: Reader, into: Delivery[]): void {
 /** Unknown fields are skipped here, in what protobuf-es reads too. */
 const SKIP_UNKNOWN = { readUnknownFields: false };
 
+/**
+ * A Delivery's fields as the server writes them (delivery-wire.ts): one-byte
+ * tags in increasing field order, each with its own wire type; no headers.
+ */
+const DELIVERY_WIRE = [-1, 2, 0, 2, 2, -1, 2, 0, 2, 2];
+
+/**
+ * The deliveries of a response as the server writes them, read in one pass
+ * with none of BinaryReader's calls: a paced delivery is read by a worker that
+ * slept, where each function it runs for the first time in a while is dear
+ * (about 15 µs against 35 for readBatch, measured after 10 ms asleep). Only
+ * what it is sure to read as fromBinary does is read: ASCII strings,
+ * varints of up to 7 bytes (under 2^49), a non-negative timestamp, fields
+ * once each in order, no headers, nothing unknown. Anything else is left to
+ * the general reader (undefined), which reads it from the start.
+ */
+export function readServerDeliveries(b: Uint8Array): LeaseResponse | undefined {
+  if (b[0] !== DELIVERIES_TAG) return undefined;
+  const at = { pos: 1 };
+  const batch = shortVarint(b, at);
+  if (batch < 0 || at.pos + batch !== b.byteLength) return undefined;
+  let text: string | undefined;
+  const deliveries: Delivery[] = [];
+  while (at.pos < b.byteLength) {
+    if (b[at.pos++] !== DELIVERY_TAG) return undefined;
+    const length = shortVarint(b, at);
+    const end = at.pos + length;
+    if (length < 0 || end > b.byteLength) return undefined;
+    const d: Delivery = {
+      $typeName: "switchyard.v1.Delivery",
+      leaseToken: "", fence: 0n, id: "", payload: EMPTY, headers: {},
+      enqueueTime: undefined, deliveryCount: 0, queue: "", lastError: "",
+    };
+    for (let last = 0; at.pos < end; ) {
+      const tag = b[at.pos++];
+      const no = tag >>> 3;
+      if (no <= last || no >= DELIVERY_WIRE.length || (tag & 7) !== DELIVERY_WIRE[no]) return undefined;
+      last = no;
+      const value = shortVarint(b, at);
+      if (value < 0) return undefined;
+      if (no === 2) d.fence = BigInt(value);
+      else if (no === 7) {
+        if (value >= 2 ** 32) return undefined;
+        d.deliveryCount = value;
+      } else {
+        const start = at.pos;
+        at.pos += value;
+        if (at.pos > end) return undefined;
+        if (no === 4) d.payload = b.subarray(start, at.pos);
+        else if (no === 6) {
+          const time = readServerTimestamp(b, start, at.pos);
+          if (!time) return undefined;
+          d.enqueueTime = time;
+        } else {
+          for (let i = start; i < at.pos; i++) if (b[i] > 0x7f) return undefined;
+          text ??= (Buffer.isBuffer(b) ? b : Buffer.from(b.buffer, b.byteOffset, b.byteLength)).toString("latin1");
+          const s = text.substring(start, at.pos);
+          if (no === 1) d.leaseToken = s;
+          else if (no === 3) d.id = s;
+          else if (no === 8) d.queue = s;
+          else d.lastError = s;
+        }
+      }
+    }
+    if (at.pos !== end) return undefined;
+    deliveries.push(d);
+  }
+  return { $typeName: "switchyard.v1.LeaseResponse", kind: { case: "deliveries", value: { $typeName: "switchyard.v1.DeliveryBatch", deliveries } } };
+}
+
+/** A Timestamp in b[from, to) as the server writes it (seconds, then nanos, each once, neither negative); undefined otherwise. */
+function readServerTimestamp(b: Uint8Array, from: number, to: number): Timestamp | undefined {
+  const at = { pos: from };
+  let seconds = 0;
+  let nanos = 0;
+  if (at.pos < to && b[at.pos] === 0x08) {
+    at.pos++;
+    seconds = shortVarint(b, at);
+  }
+  if (seconds >= 0 && at.pos < to && b[at.pos] === 0x10) {
+    at.pos++;
+    nanos = shortVarint(b, at);
+  }
+  if (seconds < 0 || nanos < 0 || nanos >= 2 ** 31 || at.pos !== to) return undefined;
+  return { $typeName: "google.protobuf.Timestamp", seconds: BigInt(seconds), nanos };
+}
+
 /** fromBinary(LeaseResponseSchema, bytes, SKIP_UNKNOWN), with a delivery batch read by hand. */
 export function decodeLeaseResponse(bytes: Uint8Array): LeaseResponse {
+  return readServerDeliveries(bytes) ?? readResponse(bytes);
+}
+
+/** decodeLeaseResponse of any bytes: deliveries through BinaryReader, other kinds through protobuf-es. */
+function readResponse(bytes: Uint8Array): LeaseResponse {
   const r = new Reader(bytes);
   let batch: DeliveryBatch | undefined;
   while (r.pos < bytes.byteLength) {

@@ -81,6 +81,35 @@ export class Reader extends BinaryReader {
 }
 
 /**
+ * A varint of at most 7 bytes (under 2^49, exact as a number) at `at.pos`, which it moves past;
+ * -1 when longer or cut short. For one-pass readers of the messages Switchyard itself writes
+ * (lease-wire.ts, enqueue-wire.ts), which leave anything else to the general reader.
+ */
+export function shortVarint(b: Uint8Array, at: { pos: number }): number {
+  const first = b[at.pos];
+  if (first < 0x80) {
+    at.pos++;
+    return first;
+  }
+  let value = 0;
+  let scale = 1;
+  for (let i = 0; i < 7; i++) {
+    const byte = b[at.pos++];
+    if (byte === undefined) return -1;
+    value += (byte & 0x7f) * scale;
+    if (byte < 0x80) return value;
+    scale *= 128;
+  }
+  return -1;
+}
+
+/** b[from, to) as text when every byte of it is ASCII (where Latin-1 reads as UTF-8 does); undefined otherwise. */
+export function asciiText(b: Uint8Array, from: number, to: number): string | undefined {
+  for (let i = from; i < to; i++) if (b[i] > 0x7f) return undefined;
+  return (Buffer.isBuffer(b) ? b : Buffer.from(b.buffer, b.byteOffset, b.byteLength)).toString("latin1", from, to);
+}
+
+/**
  * Reads a Duration or Timestamp (the same two fields: 1 seconds, 2 nanos)
  * into `into` (a repeated message field merges) or a new one of `typeName`.
  * `depth`: how deep the message holding it is (1: the message itself).

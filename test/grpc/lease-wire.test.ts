@@ -12,8 +12,8 @@ import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { BinaryWriter, WireType } from "@bufbuild/protobuf/wire";
 import { LeaseRequestSchema, type LeaseResponse, LeaseResponseSchema } from "../../src/gen/switchyard/v1/queue_pb.js";
 import { encodeDeliveries } from "../../src/grpc/delivery-wire.js";
-import { decodeLeaseResponse, encodeAckBatch } from "../../src/grpc/lease-wire.js";
-import { below, bytes, random, text } from "../helpers/random.js";
+import { decodeLeaseResponse, encodeAckBatch, readServerDeliveries } from "../../src/grpc/lease-wire.js";
+import { ascii, below, bytes, random, text } from "../helpers/random.js";
 import {
   expectSameAsProtobufEs, headers, int32, int64, looseDuration, looseHeader, looseString, mangle, type Next, unknownField, wrongWireType,
 } from "../helpers/wire.js";
@@ -149,6 +149,53 @@ describe("decodeLeaseResponse", () => {
       });
       expect(same(encodeDeliveries(deliveries as never).bytes)).toBe(true);
     }
+  });
+
+  it("reads the server's usual deliveries in one pass (readServerDeliveries) as fromBinary does", () => {
+    const next = random(36);
+    for (let n = 0; n < 500; n++) {
+      const deliveries = Array.from({ length: below(next, 8) }, () => ({
+        token: `${below(next, 2 ** 49)}@${ascii(next, 12)}`, fence: next() < 0.5 ? below(next, 1000) : below(next, 2 ** 49), deliveryCount: below(next, 2 ** 32),
+        queue: ascii(next, 16), lastError: next() < 0.7 ? "" : ascii(next, 300),
+        item: { id: ascii(next, 26), payload: bytes(next, next() < 0.1 ? 300 : 40), headers: {}, enqueueTimeMs: below(next, 2 ** 42), deliveries: 0, lastError: "" },
+      }));
+      const input = encodeDeliveries(deliveries as never).bytes;
+      expectSameAsProtobufEs(LeaseResponseSchema, (b) => readServerDeliveries(b) ?? "left to the general reader", input);
+    }
+  });
+
+  it("leaves to the general reader what the one pass does not read, with the same outcome", () => {
+    const d = { token: "t", fence: 1, deliveryCount: 1, queue: "q", lastError: "", item: { id: "i", payload: new Uint8Array(), headers: {}, enqueueTimeMs: 5, deliveries: 0, lastError: "" } };
+    const written = (over: object) => encodeDeliveries([{ ...d, ...over }] as never).bytes;
+    const inputs = [
+      written({ item: { ...d.item, headers: { k: "v" } } }),
+      written({ token: "schlüssel" }),
+      written({ fence: 2 ** 49 }),
+      written({ item: { ...d.item, enqueueTimeMs: -1500 } }),
+      toBinary(LeaseResponseSchema, create(LeaseResponseSchema, { kind: { case: "deliveries", value: { deliveries: [{ enqueueTime: { seconds: 1n, nanos: -1 } }] } } })),
+      Buffer.concat([written({}), written({})]),
+      Uint8Array.of(0x12),
+      Uint8Array.of(0x12, 0x02, 0x0a),
+    ];
+    for (const input of inputs) {
+      expect(readServerDeliveries(input)).toBeUndefined();
+      same(input);
+    }
+  });
+
+  it("decodes what the server writes, mangled and truncated, exactly as fromBinary does", () => {
+    const next = random(37);
+    let decoded = 0;
+    for (let n = 0; n < 3000; n++) {
+      const d = delivery(next);
+      const written = encodeDeliveries([{
+        token: d.leaseToken, fence: below(next, 2 ** 40), deliveryCount: 1 + below(next, 20), queue: d.queue, lastError: d.lastError,
+        item: { id: d.id, payload: d.payload, headers: {}, enqueueTimeMs: below(next, 2e12), deliveries: 0, lastError: d.lastError },
+      }] as never).bytes;
+      if (same(mangle(written, next))) decoded++;
+    }
+    expect(decoded).toBeGreaterThan(300);
+    expect(decoded).toBeLessThan(3000);
   });
 
   it("decodes 5,000 loose encodings as fromBinary does, and fails where it fails", () => {

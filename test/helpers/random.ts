@@ -19,6 +19,11 @@ export function text(next: () => number, maxLength: number): string {
   return Array.from({ length }, () => alphabet[Math.floor(next() * alphabet.length)]).join("");
 }
 
+/** A string of up to `maxLength` ASCII characters (0–127). */
+export function ascii(next: () => number, maxLength: number): string {
+  return Array.from({ length: Math.floor(next() * (maxLength + 1)) }, () => String.fromCharCode(Math.floor(next() * 128))).join("");
+}
+
 /** An integer in [0, n). */
 export const below = (next: () => number, n: number) => Math.floor(next() * n);
 
