@@ -36,13 +36,17 @@ import {
 } from "../gen/switchyard/v1/queue_pb.js";
 import type { ItemIds } from "../queue/item-ids.js";
 import { PackedItems, type PackedExtras } from "../queue/new-items.js";
-import { RECURSION_LIMIT, Reader, readDuration, readHeader, readTimestamp } from "../wire/proto-reader.js";
+import { asciiText, RECURSION_LIMIT, Reader, readDuration, readHeader, readTimestamp, shortVarint } from "../wire/proto-reader.js";
 import { lenFieldSize, measureStringMap, ProtoWriter, varintFieldSize, varintSize } from "../wire/proto-writer.js";
 
 /** The one-byte tags of the fields every item has: (field << 3) | wire type LEN. */
 const ITEM_TAG = (2 << 3) | 2;
 const PAYLOAD_TAG = (1 << 3) | 2;
 const ID_TAG = (1 << 3) | 2;
+/** EnqueueStreamRequest's id (VARINT) and request (LEN), and EnqueueRequest's queue. */
+const STREAM_REQUEST_ID_TAG = (1 << 3) | 0;
+const STREAM_REQUEST_TAG = (2 << 3) | 2;
+const QUEUE_TAG = (1 << 3) | 2;
 /** EnqueueStreamResponse's ids. */
 const STREAM_ID_TAG = (4 << 3) | 2;
 
@@ -258,17 +262,26 @@ export interface EnqueueRequestFields {
   replicaTimeout?: Duration;
 }
 
-/** toBinary(EnqueueRequestSchema, create(EnqueueRequestSchema, request)), by hand: the same bytes. */
-export function encodeEnqueueRequest(request: EnqueueRequestFields): Buffer {
+/** An EnqueueRequest measured for writing (measureRequest): its size, and the parts' sizes and bytes found on the way. */
+interface MeasuredRequest {
+  size: number;
+  queueSize: number;
+  itemSizes: number[];
+  /** Key bytes, value bytes and entry bytes of every header of every item, in writing order. */
+  headerSizes: number[];
+  /** Fields 3–5 of the few items that have them, written by protobuf-es (they follow payload and headers). */
+  extras: (Uint8Array | undefined)[];
+  /** The fields after the items, rare and small: protobuf-es writes them, range checks included. */
+  tail?: Uint8Array;
+}
+
+function measureRequest(request: EnqueueRequestFields): MeasuredRequest {
   const { queue, items, ttl, minReplicas, replicaTimeout } = request;
-  // The fields after the items are rare and small: protobuf-es writes them, range checks included.
   const tail = ttl || minReplicas || replicaTimeout ? toBinary(EnqueueRequestSchema, create(EnqueueRequestSchema, { ttl, minReplicas, replicaTimeout })) : undefined;
   const queueSize = Buffer.byteLength(queue);
   const itemSizes = new Array<number>(items.length);
-  // Key bytes, value bytes and entry bytes of every header of every item, in writing order.
   const headerSizes: number[] = [];
   let size = (queueSize > 0 ? lenFieldSize(queueSize) : 0) + (tail?.byteLength ?? 0);
-  // Fields 3–5 of the few items that have them: protobuf-es writes them (they follow payload and headers).
   const extras = new Array<Uint8Array | undefined>(items.length);
   for (let i = 0; i < items.length; i++) {
     const { payload, headers, notBefore, delay, idempotencyKey } = items[i];
@@ -281,17 +294,29 @@ export function encodeEnqueueRequest(request: EnqueueRequestFields): Buffer {
     itemSizes[i] = itemSize;
     size += lenFieldSize(itemSize);
   }
-  const w = new ProtoWriter(Buffer.allocUnsafe(size));
-  if (queueSize > 0) w.string(1, queue, queueSize);
+  return { size, queueSize, itemSizes, headerSizes, extras, tail };
+}
+
+/** Writes `request` as measureRequest measured it (`m`) at `w`'s position. */
+function writeRequest(w: ProtoWriter, request: EnqueueRequestFields, m: MeasuredRequest): void {
+  const { items } = request;
+  if (m.queueSize > 0) w.string(1, request.queue, m.queueSize);
   let h = 0;
   for (let i = 0; i < items.length; i++) {
     const { payload, headers } = items[i];
-    w.len(2, itemSizes[i]);
+    w.len(2, m.itemSizes[i]);
     if (payload.byteLength > 0) w.bytes(1, payload);
-    if (headers) h = w.stringMap(2, headers, headerSizes, h);
-    if (extras[i]) w.raw(extras[i]!);
+    if (headers) h = w.stringMap(2, headers, m.headerSizes, h);
+    if (m.extras[i]) w.raw(m.extras[i]!);
   }
-  if (tail) w.raw(tail);
+  if (m.tail) w.raw(m.tail);
+}
+
+/** toBinary(EnqueueRequestSchema, create(EnqueueRequestSchema, request)), by hand: the same bytes. */
+export function encodeEnqueueRequest(request: EnqueueRequestFields): Buffer {
+  const m = measureRequest(request);
+  const w = new ProtoWriter(Buffer.allocUnsafe(m.size));
+  writeRequest(w, request, m);
   return w.buf;
 }
 
@@ -314,6 +339,60 @@ export interface EnqueueStreamCall {
  * in `bytes`. A request field given more than once merges, as fromBinary does.
  */
 export function readEnqueueStreamRequest(bytes: Uint8Array): EnqueueStreamCall {
+  return readClientStreamRequest(bytes) ?? readStreamRequest(bytes);
+}
+
+/**
+ * The EnqueueStreamRequest of a request with items of a payload each (and
+ * nothing else), as the client writes it (encodeEnqueueStreamRequest), read in
+ * one pass with none of BinaryReader's calls: a paced Enqueue is read by a
+ * server that slept, where each function it runs for the first time in a while
+ * is dear. Only what it is sure to read as fromBinary does is read: an ASCII
+ * queue name, varints of up to 7 bytes, each field once and in order; anything
+ * else is left to the general reader (undefined), which reads it from the start.
+ */
+export function readClientStreamRequest(b: Uint8Array): EnqueueStreamCall | undefined {
+  const at = { pos: 0 };
+  const call: EnqueueStreamCall = { id: 0 };
+  if (b[0] === STREAM_REQUEST_ID_TAG) {
+    at.pos++;
+    call.id = shortVarint(b, at);
+    if (call.id < 0 || call.id > 0xffffffff) return undefined;
+  }
+  if (at.pos === b.byteLength) return call;
+  if (b[at.pos++] !== STREAM_REQUEST_TAG) return undefined;
+  const size = shortVarint(b, at);
+  if (size < 0 || at.pos + size !== b.byteLength) return undefined;
+  const request: EnqueueCall = { queue: "", items: new PackedItems(b), minReplicas: 0 };
+  call.request = request;
+  if (b[at.pos] === QUEUE_TAG) {
+    at.pos++;
+    const length = shortVarint(b, at);
+    const queue = length < 0 || at.pos + length > b.byteLength ? undefined : asciiText(b, at.pos, at.pos + length);
+    if (queue === undefined) return undefined;
+    request.queue = queue;
+    at.pos += length;
+  }
+  while (at.pos < b.byteLength) {
+    if (b[at.pos++] !== ITEM_TAG) return undefined;
+    const length = shortVarint(b, at);
+    const end = at.pos + length;
+    if (length < 0 || end > b.byteLength) return undefined;
+    let start = -1;
+    if (at.pos < end) {
+      if (b[at.pos++] !== PAYLOAD_TAG) return undefined;
+      const payload = shortVarint(b, at);
+      if (payload < 0 || at.pos + payload !== end) return undefined;
+      start = at.pos;
+      at.pos = end;
+    }
+    request.items.add(start, start < 0 ? 0 : end);
+  }
+  return call;
+}
+
+/** readEnqueueStreamRequest of any bytes, through BinaryReader. */
+function readStreamRequest(bytes: Uint8Array): EnqueueStreamCall {
   const r = new Reader(bytes);
   const call: EnqueueStreamCall = { id: 0 };
   while (r.pos < bytes.byteLength) {
@@ -329,11 +408,13 @@ export function readEnqueueStreamRequest(bytes: Uint8Array): EnqueueStreamCall {
 
 /** toBinary(EnqueueStreamRequestSchema, { id, request }), by hand: the same bytes (the request as encodeEnqueueRequest writes it). */
 export function encodeEnqueueStreamRequest(id: number, request: EnqueueRequestFields): Buffer {
-  const body = encodeEnqueueRequest(request);
-  const w = new ProtoWriter(Buffer.allocUnsafe((id ? varintFieldSize(id) : 0) + lenFieldSize(body.byteLength) - body.byteLength));
+  const m = measureRequest(request);
+  // One buffer for the id, the request's tag and length, and the request: no second one to join to it.
+  const w = new ProtoWriter(Buffer.allocUnsafe((id ? varintFieldSize(id) : 0) + lenFieldSize(m.size)));
   if (id) w.uint(1, id);
-  w.len(2, body.byteLength);
-  return Buffer.concat([w.buf, body]);
+  w.len(2, m.size);
+  writeRequest(w, request, m);
+  return w.buf;
 }
 
 /** toBinary(EnqueueStreamResponseSchema, { id, ids: ids.toArray() }), by hand and without the strings. */

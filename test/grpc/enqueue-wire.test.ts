@@ -27,11 +27,14 @@ import {
   encodeEnqueueStreamIds,
   encodeEnqueueStreamRequest,
   readEnqueueRequest,
+  readClientStreamRequest,
   readEnqueueStreamRequest,
   type EnqueueCall,
+  type EnqueueRequestFields,
+  type EnqueueStreamCall,
 } from "../../src/grpc/enqueue-wire.js";
 import { ItemIds } from "../../src/queue/item-ids.js";
-import { below, bytes, random, text } from "../helpers/random.js";
+import { ascii, below, bytes, random, text } from "../helpers/random.js";
 import {
   expectSameAsProtobufEs, headerKeys, headers, int32, int64, looseDuration, looseHeader, looseString, mangle,
   type Next, outcome, unknownField, wrongWireType,
@@ -329,10 +332,11 @@ function requestMessage(call: EnqueueCall): EnqueueRequest {
   return create(EnqueueRequestSchema, { queue: call.queue, items, ttl: call.ttl, minReplicas: call.minReplicas, replicaTimeout: call.replicaTimeout });
 }
 
-/** readEnqueueStreamRequest's result as the protobuf-es message. */
-function decodeStreamRequest(bytes: Uint8Array) {
-  const { id, request } = readEnqueueStreamRequest(bytes);
-  return create(EnqueueStreamRequestSchema, { id, request: request ? requestMessage(request) : undefined });
+/** readEnqueueStreamRequest's result (or `read`'s) as the protobuf-es message. */
+function decodeStreamRequest(bytes: Uint8Array, read: (b: Uint8Array) => EnqueueStreamCall | undefined = readEnqueueStreamRequest) {
+  const call = read(bytes);
+  if (!call) return "left to the general reader";
+  return create(EnqueueStreamRequestSchema, { id: call.id, request: call.request ? requestMessage(call.request) : undefined });
 }
 
 
@@ -363,6 +367,48 @@ describe("EnqueueStreamRequest", () => {
       if (same(input)) decoded++;
     }
     expect(decoded).toBeGreaterThan(1500);
+    expect(decoded).toBeLessThan(3000);
+  });
+
+  /** A request as the client writes most: an ASCII queue name, items of a payload each. */
+  function plain(next: Next) {
+    return { queue: ascii(next, 24), items: Array.from({ length: below(next, 12) }, () => ({ payload: bytes(next, next() < 0.1 ? 300 : 60) })) };
+  }
+
+  it("is read in one pass (readClientStreamRequest) as fromBinary reads it, when the client wrote a plain request", () => {
+    const next = random(13);
+    for (let n = 0; n < 1000; n++) {
+      const input = encodeEnqueueStreamRequest(n % 10 === 0 ? 0 : uint32(next), plain(next));
+      expectSameAsProtobufEs(EnqueueStreamRequestSchema, (b) => decodeStreamRequest(b, readClientStreamRequest), input);
+    }
+  });
+
+  it("leaves to the general reader what the one pass does not read, with the same outcome", () => {
+    const one = { queue: "q", items: [{ payload: Uint8Array.of(1, 2) }] };
+    const written = (request: EnqueueRequestFields, id = 7) => encodeEnqueueStreamRequest(id, request);
+    const idAfter = new BinaryWriter().tag(2, WireType.LengthDelimited).bytes(encodeEnqueueRequest(one)).tag(1, WireType.Varint).uint32(7).finish();
+    const inputs = [
+      written({ queue: "schlüssel", items: one.items }),
+      written({ queue: "q", items: [{ payload: Uint8Array.of(1), headers: { k: "v" } }] }),
+      written({ queue: "q", items: [{ payload: Uint8Array.of(1), idempotencyKey: "k" }] }),
+      written({ ...one, ttl: { $typeName: "google.protobuf.Duration", seconds: 5n, nanos: 0 } }),
+      idAfter,
+      Buffer.concat([written(one), written(one)]),
+      new BinaryWriter().tag(1, WireType.Varint).uint64(2n ** 32n).finish(),
+      Uint8Array.of(0x08, 0x07, 0x12),
+      Uint8Array.of(0x12, 0x04, 0x12, 0x02, 0x0a, 0x05),
+    ];
+    for (const input of inputs) {
+      expect(readClientStreamRequest(input)).toBeUndefined();
+      same(input);
+    }
+  });
+
+  it("is read as fromBinary reads it when a plain request the client wrote comes mangled or truncated", () => {
+    const next = random(14);
+    let decoded = 0;
+    for (let n = 0; n < 3000; n++) if (same(mangle(encodeEnqueueStreamRequest(uint32(next), plain(next)), next))) decoded++;
+    expect(decoded).toBeGreaterThan(300);
     expect(decoded).toBeLessThan(3000);
   });
 
