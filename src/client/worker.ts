@@ -207,8 +207,12 @@ const LOST_LEASE = new Set(["LEASE_SUPERSEDED", "LEASE_NOT_HELD", "LEASE_UNKNOWN
 interface Job {
   readonly s: Stream;
   readonly d: Delivery;
-  /** Fires the handler's signal on its own (a lost lease); the stream's signal fires it too. */
-  readonly abort: AbortController;
+  /**
+   * Fires the handler's signal on its own (a lost lease); the stream's signal fires it too. Made when
+   * the signal is first asked for or fired (abortJob): most handlers never ask, and a delivery's way to
+   * its handler is shorter without it.
+   */
+  abort?: AbortController;
   /** Nothing is settled for this delivery: an extend was refused as the lease no longer held, or stop() gave up on it. */
   lost: boolean;
   /** Its handler has finished, or it will never start (given back, or its stream ended while it waited). */
@@ -237,9 +241,14 @@ const signalProperty: PropertyDescriptor = {
   enumerable: true,
   get(this: { [signalState]: SignalState }) {
     const state = this[signalState];
-    return (state.signal ??= AbortSignal.any([state.job.s.abort.signal, state.job.abort.signal]));
+    return (state.signal ??= AbortSignal.any([state.job.s.abort.signal, (state.job.abort ??= new AbortController()).signal]));
   },
 };
+
+/** Fires `job`'s signal with `reason`, whether or not its handler has asked for it yet. */
+function abortJob(job: Job, reason: unknown): void {
+  (job.abort ??= new AbortController()).abort(reason);
+}
 
 /** A handler's context; `onLost` is told when an extend finds the lease no longer held. */
 function contextOf(job: Job, onLost: () => void): HandlerContext {
@@ -255,7 +264,7 @@ function contextOf(job: Job, onLost: () => void): HandlerContext {
         const err = new SettleError(r);
         if (LOST_LEASE.has(r.reason)) {
           job.lost = true;
-          job.abort.abort(err);
+          abortJob(job, err);
           onLost();
         }
         throw err;
@@ -434,7 +443,7 @@ export function runWorker(options: WorkerOptions): Worker {
   const handle = (s: Stream, d: Delivery) => {
     const size = d.payload.length;
     payloadBytes = payloadBytes === undefined ? size : payloadBytes + (size - payloadBytes) * 0.2;
-    const job: Job = { s, d, abort: new AbortController(), lost: false, done: false };
+    const job: Job = { s, d, lost: false, done: false };
     job.context = contextOf(job, refreshCredit);
     // Once stopping, what can go back waits to (on a server that takes no release, it still runs: it cannot go back).
     if (running.size < options.concurrency && waiting.length === 0 && !(stopping && s.releases)) {
@@ -559,7 +568,7 @@ export function runWorker(options: WorkerOptions): Worker {
       // after the credit 0 brings them, and the loop gives them back (once stopping, nothing starts them).
       const synced = s?.session.opened.then((o) => (o.releases ? s.sync() : undefined), () => undefined);
       const stopped = new Error("the worker is stopping");
-      for (const job of running.keys()) job.abort.abort(stopped);
+      for (const job of running.keys()) abortJob(job, stopped);
       let grace: { cancel(): void } | undefined;
       await Promise.race([Promise.all(running.values()), new Promise<void>((ok) => (grace = clock.setTimer(stopGraceMs, () => ok())))]);
       grace?.cancel();

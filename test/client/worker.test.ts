@@ -221,10 +221,13 @@ describe("long handlers (issue 14)", () => {
     c.client.close();
     expect(await redis.plain.llen(`${Q}.processing`)).toBe(0);
   });
-  it("fires the handler's signal when an extend is refused as superseded, and acks nothing for it", async () => {
-    const Q = "{long-superseded}";
+  /**
+   * A worker on a new queue of one item whose first delivery's handler (`first`) is still running when
+   * the watchdog takes the item back: the worker's clock stands still while the server's passes min_idle,
+   * so its next automatic extend, made once this returns, is refused. Later deliveries return at once.
+   */
+  async function supersededWorker(Q: string, first: (ctx: HandlerContext) => Promise<void>) {
     const serverClock = a.clock as ManualClock;
-    // The worker's clock stands still while the server's passes min_idle: its extends come too late.
     const workerClock = new ManualClock(serverClock.now());
     await declareLong(Q);
     await a.client.enqueue(Q, ["render"]);
@@ -238,14 +241,19 @@ describe("long handlers (issue 14)", () => {
       onError: (err) => errors.push(err),
       handler: (_d, ctx) => {
         contexts.push(ctx);
-        // The first delivery works on until told to stop, then reports success: that must not be acked.
-        return ctx.attempt === 1 ? new Promise<void>((ok) => ctx.signal.addEventListener("abort", () => ok())) : undefined;
+        return ctx.attempt === 1 ? first(ctx) : undefined;
       },
     });
     await expect.poll(() => contexts.length).toBe(1);
     for (let s = 0; s <= MIN_IDLE_MS / 1000; s++) await serverClock.advance(1000);
-    // The watchdog took the item back; the worker's next automatic extend is refused.
     await workerClock.advance(MIN_IDLE_MS / 3);
+    return { contexts, errors, worker };
+  }
+
+  it("fires the handler's signal when an extend is refused as superseded, and acks nothing for it", async () => {
+    const Q = "{long-superseded}";
+    // The first delivery works on until told to stop, then reports success: that must not be acked.
+    const { contexts, errors, worker } = await supersededWorker(Q, (ctx) => new Promise<void>((ok) => ctx.signal.addEventListener("abort", () => ok())));
     await expect.poll(() => contexts[0].signal.aborted).toBe(true);
     const reason = contexts[0].signal.reason as unknown;
     expect(reason).toBeInstanceOf(SettleError);
@@ -258,6 +266,21 @@ describe("long handlers (issue 14)", () => {
     expect(worker.processed).toBe(1);
     expect(errors).toContainEqual(reason);
     expect(await a.client.getQueueStats(Q)).toMatchObject({ ready: 0n, processing: 0n, deadLetter: 0n, completedTotal: 1n });
+  });
+
+  it("a handler that asks for its signal only after its lease was lost finds it fired, with the refusal", async () => {
+    let finish!: () => void;
+    // The first delivery never looks at its signal while it runs.
+    const { contexts, errors, worker } = await supersededWorker("{late-signal}", () => new Promise<void>((ok) => (finish = ok)));
+    await expect.poll(() => errors.length).toBe(1);
+    const signal = contexts[0].signal;
+    expect(signal.aborted).toBe(true);
+    expect(signal.reason).toBe(errors[0]);
+    expect((signal.reason as SettleError).result.reason).toBe("LEASE_SUPERSEDED");
+    finish();
+    await expect.poll(() => worker.processed).toBe(1);
+    await worker.stop();
+    expect(await a.client.getQueueStats("{late-signal}")).toMatchObject({ ready: 0n, processing: 0n, completedTotal: 1n });
   });
 
   it("stop() fires every running handler's signal, waits up to stopGraceMs, then closes: what did not finish goes back", async () => {
