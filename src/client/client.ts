@@ -128,7 +128,12 @@ function checkTimeout(ms: number, name: string): number {
   throw new RangeError(`${name} is ${ms}; give 0 to ${MAX_TIMEOUT_MS} ms (about 24.8 days), or Infinity for no deadline`);
 }
 
-const utf8 = new TextEncoder();
+/**
+ * A string payload's UTF-8 bytes. Buffer.from takes a small one from Node's shared pool, where
+ * TextEncoder makes a new ArrayBuffer each time: about half the cost on a paced producer (a probe,
+ * 5 against 13 µs after 10 ms asleep). The bytes are the same, lone surrogates as U+FFFD included.
+ */
+const utf8 = (text: string): Uint8Array => Buffer.from(text, "utf8");
 
 /** The EnqueueItem create(EnqueueItemSchema, …) would make, without its generic walk over the fields. */
 function item(payload: Uint8Array, headers?: Record<string, string> | null): EnqueueItem {
@@ -136,9 +141,9 @@ function item(payload: Uint8Array, headers?: Record<string, string> | null): Enq
 }
 
 function toItem(input: ItemInput): EnqueueItem {
-  if (typeof input === "string") return item(utf8.encode(input));
+  if (typeof input === "string") return item(utf8(input));
   if (input instanceof Uint8Array) return item(input);
-  const out = item(typeof input.payload === "string" ? utf8.encode(input.payload) : input.payload, input.headers);
+  const out = item(typeof input.payload === "string" ? utf8(input.payload) : input.payload, input.headers);
   if (input.delayMs !== undefined) out.delay = durationFromMs(input.delayMs);
   if (input.notBefore) out.notBefore = timestampFromMs(input.notBefore.getTime());
   if (input.idempotencyKey) out.idempotencyKey = input.idempotencyKey;
