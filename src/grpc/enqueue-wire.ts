@@ -36,7 +36,7 @@ import {
 } from "../gen/switchyard/v1/queue_pb.js";
 import type { ItemIds } from "../queue/item-ids.js";
 import { PackedItems, type PackedExtras } from "../queue/new-items.js";
-import { asciiText, RECURSION_LIMIT, Reader, readDuration, readHeader, readTimestamp, shortVarint } from "../wire/proto-reader.js";
+import { asciiField, RECURSION_LIMIT, Reader, readAsciiEntry, readDuration, readHeader, readTimestamp, shortVarint } from "../wire/proto-reader.js";
 import { lenFieldSize, measureStringMap, ProtoWriter, varintFieldSize, varintSize } from "../wire/proto-writer.js";
 
 /** The one-byte tags of the fields every item has: (field << 3) | wire type LEN. */
@@ -47,6 +47,8 @@ const ID_TAG = (1 << 3) | 2;
 const STREAM_REQUEST_ID_TAG = (1 << 3) | 0;
 const STREAM_REQUEST_TAG = (2 << 3) | 2;
 const QUEUE_TAG = (1 << 3) | 2;
+/** An EnqueueItem's header entries (LEN). */
+const HEADER_TAG = (2 << 3) | 2;
 /** EnqueueStreamResponse's ids. */
 const STREAM_ID_TAG = (4 << 3) | 2;
 
@@ -343,13 +345,14 @@ export function readEnqueueStreamRequest(bytes: Uint8Array): EnqueueStreamCall {
 }
 
 /**
- * The EnqueueStreamRequest of a request with items of a payload each (and
- * nothing else), as the client writes it (encodeEnqueueStreamRequest), read in
+ * The EnqueueStreamRequest of a request with items of a payload and headers
+ * (and nothing else), as the client writes it (encodeEnqueueStreamRequest), read in
  * one pass with none of BinaryReader's calls: a paced Enqueue is read by a
  * server that slept, where each function it runs for the first time in a while
  * is dear. Only what it is sure to read as fromBinary does is read: an ASCII
- * queue name, varints of up to 7 bytes, each field once and in order; anything
- * else is left to the general reader (undefined), which reads it from the start.
+ * queue name, items of a payload and ASCII headers, varints of up to 7 bytes,
+ * fields in order and once each (but headers); anything else is left to the
+ * general reader (undefined), which reads it from the start.
  */
 export function readClientStreamRequest(b: Uint8Array): EnqueueStreamCall | undefined {
   const at = { pos: 0 };
@@ -367,11 +370,9 @@ export function readClientStreamRequest(b: Uint8Array): EnqueueStreamCall | unde
   call.request = request;
   if (b[at.pos] === QUEUE_TAG) {
     at.pos++;
-    const length = shortVarint(b, at);
-    const queue = length < 0 || at.pos + length > b.byteLength ? undefined : asciiText(b, at.pos, at.pos + length);
+    const queue = asciiField(b, at, b.byteLength);
     if (queue === undefined) return undefined;
     request.queue = queue;
-    at.pos += length;
   }
   while (at.pos < b.byteLength) {
     if (b[at.pos++] !== ITEM_TAG) return undefined;
@@ -379,14 +380,22 @@ export function readClientStreamRequest(b: Uint8Array): EnqueueStreamCall | unde
     const end = at.pos + length;
     if (length < 0 || end > b.byteLength) return undefined;
     let start = -1;
-    if (at.pos < end) {
-      if (b[at.pos++] !== PAYLOAD_TAG) return undefined;
+    let stop = 0;
+    if (at.pos < end && b[at.pos] === PAYLOAD_TAG) {
+      at.pos++;
       const payload = shortVarint(b, at);
-      if (payload < 0 || at.pos + payload !== end) return undefined;
+      if (payload < 0 || at.pos + payload > end) return undefined;
       start = at.pos;
-      at.pos = end;
+      stop = at.pos += payload;
     }
-    request.items.add(start, start < 0 ? 0 : end);
+    let headers: Record<string, string> | undefined;
+    while (at.pos < end) {
+      if (b[at.pos++] !== HEADER_TAG) return undefined;
+      const entry = shortVarint(b, at);
+      if (entry < 0 || at.pos + entry > end || !readAsciiEntry(b, at.pos, at.pos + entry, (headers ??= {}))) return undefined;
+      at.pos += entry;
+    }
+    request.items.add(start, stop, headers);
   }
   return call;
 }

@@ -109,6 +109,41 @@ export function asciiText(b: Uint8Array, from: number, to: number): string | und
   return (Buffer.isBuffer(b) ? b : Buffer.from(b.buffer, b.byteOffset, b.byteLength)).toString("latin1", from, to);
 }
 
+/** The ASCII string whose length is at `at.pos` and which ends by `to`, moving past it; undefined otherwise. */
+export function asciiField(b: Uint8Array, at: { pos: number }, to: number): string | undefined {
+  const length = shortVarint(b, at);
+  if (length < 0 || at.pos + length > to) return undefined;
+  const text = asciiText(b, at.pos, at.pos + length);
+  at.pos += length;
+  return text;
+}
+
+/**
+ * One map<string, string> entry at b[from, to) as Switchyard writes them (its key, then its
+ * value, ASCII, each once; either may be missing), set into `headers` as readHeader sets it;
+ * false, with nothing set, for anything else (for a one-pass reader to leave to the general one).
+ */
+export function readAsciiEntry(b: Uint8Array, from: number, to: number, headers: Record<string, string>): boolean {
+  const at = { pos: from };
+  let key: string | undefined = "";
+  let value: string | undefined = "";
+  if (at.pos < to && b[at.pos] === ENTRY_KEY_TAG) {
+    at.pos++;
+    key = asciiField(b, at, to);
+  }
+  if (key !== undefined && at.pos < to && b[at.pos] === ENTRY_VALUE_TAG) {
+    at.pos++;
+    value = asciiField(b, at, to);
+  }
+  if (key === undefined || value === undefined || at.pos !== to) return false;
+  setHeader(headers, key, value);
+  return true;
+}
+
+/** A map entry's key (field 1) and value (field 2) tags, both LEN. */
+const ENTRY_KEY_TAG = (1 << 3) | 2;
+const ENTRY_VALUE_TAG = (2 << 3) | 2;
+
 /**
  * Reads a Duration or Timestamp (the same two fields: 1 seconds, 2 nanos)
  * into `into` (a repeated message field merges) or a new one of `typeName`.

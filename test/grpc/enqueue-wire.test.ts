@@ -34,7 +34,7 @@ import {
   type EnqueueStreamCall,
 } from "../../src/grpc/enqueue-wire.js";
 import { ItemIds } from "../../src/queue/item-ids.js";
-import { ascii, below, bytes, random, text } from "../helpers/random.js";
+import { ascii, asciiHeaders, below, bytes, random, text } from "../helpers/random.js";
 import {
   expectSameAsProtobufEs, headerKeys, headers, int32, int64, looseDuration, looseHeader, looseString, mangle,
   type Next, outcome, unknownField, wrongWireType,
@@ -370,9 +370,9 @@ describe("EnqueueStreamRequest", () => {
     expect(decoded).toBeLessThan(3000);
   });
 
-  /** A request as the client writes most: an ASCII queue name, items of a payload each. */
+  /** A request as the client writes most: an ASCII queue name, items of a payload and now and then ASCII headers. */
   function plain(next: Next) {
-    return { queue: ascii(next, 24), items: Array.from({ length: below(next, 12) }, () => ({ payload: bytes(next, next() < 0.1 ? 300 : 60) })) };
+    return { queue: ascii(next, 24), items: Array.from({ length: below(next, 12) }, () => ({ payload: bytes(next, next() < 0.1 ? 300 : 60), headers: next() < 0.3 ? asciiHeaders(next, 3) : {} })) };
   }
 
   it("is read in one pass (readClientStreamRequest) as fromBinary reads it, when the client wrote a plain request", () => {
@@ -389,7 +389,12 @@ describe("EnqueueStreamRequest", () => {
     const idAfter = new BinaryWriter().tag(2, WireType.LengthDelimited).bytes(encodeEnqueueRequest(one)).tag(1, WireType.Varint).uint32(7).finish();
     const inputs = [
       written({ queue: "schlüssel", items: one.items }),
-      written({ queue: "q", items: [{ payload: Uint8Array.of(1), headers: { k: "v" } }] }),
+      written({ queue: "q", items: [{ payload: Uint8Array.of(1), headers: { schlüssel: "v" } }] }),
+      written({ queue: "q", items: [{ payload: Uint8Array.of(1), headers: { k: "wert\u00e9" } }] }),
+      new BinaryWriter().tag(1, WireType.Varint).uint32(7).tag(2, WireType.LengthDelimited).fork()
+        .tag(2, WireType.LengthDelimited).fork().tag(2, WireType.LengthDelimited).fork().tag(2, WireType.LengthDelimited).string("v").tag(1, WireType.LengthDelimited).string("k").join().join().join().finish(),
+      new BinaryWriter().tag(2, WireType.LengthDelimited).fork().tag(2, WireType.LengthDelimited).fork()
+        .tag(2, WireType.LengthDelimited).fork().join().tag(1, WireType.LengthDelimited).bytes(Uint8Array.of(1)).join().join().finish(),
       written({ queue: "q", items: [{ payload: Uint8Array.of(1), idempotencyKey: "k" }] }),
       written({ ...one, ttl: { $typeName: "google.protobuf.Duration", seconds: 5n, nanos: 0 } }),
       idAfter,

@@ -13,7 +13,7 @@ import { BinaryWriter, WireType } from "@bufbuild/protobuf/wire";
 import { LeaseRequestSchema, type LeaseResponse, LeaseResponseSchema } from "../../src/gen/switchyard/v1/queue_pb.js";
 import { encodeDeliveries } from "../../src/grpc/delivery-wire.js";
 import { decodeLeaseResponse, encodeAckBatch, readServerDeliveries } from "../../src/grpc/lease-wire.js";
-import { ascii, below, bytes, random, text } from "../helpers/random.js";
+import { ascii, asciiHeaders, below, bytes, random, text } from "../helpers/random.js";
 import {
   expectSameAsProtobufEs, headers, int32, int64, looseDuration, looseHeader, looseString, mangle, type Next, unknownField, wrongWireType,
 } from "../helpers/wire.js";
@@ -157,7 +157,7 @@ describe("decodeLeaseResponse", () => {
       const deliveries = Array.from({ length: below(next, 8) }, () => ({
         token: `${below(next, 2 ** 49)}@${ascii(next, 12)}`, fence: next() < 0.5 ? below(next, 1000) : below(next, 2 ** 49), deliveryCount: below(next, 2 ** 32),
         queue: ascii(next, 16), lastError: next() < 0.7 ? "" : ascii(next, 300),
-        item: { id: ascii(next, 26), payload: bytes(next, next() < 0.1 ? 300 : 40), headers: {}, enqueueTimeMs: below(next, 2 ** 42), deliveries: 0, lastError: "" },
+        item: { id: ascii(next, 26), payload: bytes(next, next() < 0.1 ? 300 : 40), headers: next() < 0.3 ? asciiHeaders(next, 3) : {}, enqueueTimeMs: below(next, 2 ** 42), deliveries: 0, lastError: "" },
       }));
       const input = encodeDeliveries(deliveries as never).bytes;
       expectSameAsProtobufEs(LeaseResponseSchema, (b) => readServerDeliveries(b) ?? "left to the general reader", input);
@@ -168,7 +168,15 @@ describe("decodeLeaseResponse", () => {
     const d = { token: "t", fence: 1, deliveryCount: 1, queue: "q", lastError: "", item: { id: "i", payload: new Uint8Array(), headers: {}, enqueueTimeMs: 5, deliveries: 0, lastError: "" } };
     const written = (over: object) => encodeDeliveries([{ ...d, ...over }] as never).bytes;
     const inputs = [
-      written({ item: { ...d.item, headers: { k: "v" } } }),
+      written({ item: { ...d.item, headers: { schlüssel: "v" } } }),
+      written({ item: { ...d.item, headers: { k: "wert\u00e9" } } }),
+      // enqueue_time twice: fromBinary merges the second into the first (its seconds stay)
+      new BinaryWriter().tag(2, WireType.LengthDelimited).fork().tag(1, WireType.LengthDelimited).fork()
+        .tag(6, WireType.LengthDelimited).fork().tag(1, WireType.Varint).int64(5n).join()
+        .tag(6, WireType.LengthDelimited).fork().tag(2, WireType.Varint).int32(7).join().join().join().finish(),
+      // a header after the delivery's last field
+      new BinaryWriter().tag(2, WireType.LengthDelimited).fork().tag(1, WireType.LengthDelimited).fork()
+        .tag(9, WireType.LengthDelimited).string("e").tag(5, WireType.LengthDelimited).fork().tag(1, WireType.LengthDelimited).string("k").join().join().join().finish(),
       written({ token: "schlüssel" }),
       written({ fence: 2 ** 49 }),
       written({ item: { ...d.item, enqueueTimeMs: -1500 } }),

@@ -24,6 +24,11 @@ export function ascii(next: () => number, maxLength: number): string {
   return Array.from({ length: Math.floor(next() * (maxLength + 1)) }, () => String.fromCharCode(Math.floor(next() * 128))).join("");
 }
 
+/** Up to `maxCount` headers of ASCII keys and values, now and then one named "__proto__". */
+export function asciiHeaders(next: () => number, maxCount: number): Record<string, string> {
+  return Object.fromEntries(Array.from({ length: Math.floor(next() * (maxCount + 1)) }, () => [next() < 0.1 ? "__proto__" : ascii(next, 8), ascii(next, 20)]));
+}
+
 /** An integer in [0, n). */
 export const below = (next: () => number, n: number) => Math.floor(next() * n);
 
