@@ -4,7 +4,7 @@
  */
 import * as grpc from "@grpc/grpc-js";
 import { fromBinary, toBinary, type DescMessage, type DescMethod, type DescService } from "@bufbuild/protobuf";
-import { EnqueueRequestSchema, EnqueueResponseSchema, EnqueueStreamResponseSchema, LeaseResponseSchema, QueueService } from "../gen/switchyard/v1/queue_pb.js";
+import { EnqueueRequestSchema, EnqueueResponseSchema, EnqueueStreamResponseSchema, LeaseRequestSchema, LeaseResponseSchema, QueueService } from "../gen/switchyard/v1/queue_pb.js";
 import {
   decodeEnqueueRequest,
   decodeEnqueueResponse,
@@ -14,7 +14,7 @@ import {
   readEnqueueRequest,
   readEnqueueStreamRequest,
 } from "./enqueue-wire.js";
-import { decodeLeaseResponse } from "./lease-wire.js";
+import { decodeLeaseRequest, decodeLeaseResponse } from "./lease-wire.js";
 
 /**
  * What the deserializer hands on instead of throwing: grpc-js would turn a
@@ -53,6 +53,8 @@ const handWritten = new Map<string, Codec>([
   [EnqueueStreamResponseSchema.typeName, { encode: (m) => toBinary(EnqueueStreamResponseSchema, m), decode: decodeEnqueueStreamResponse }],
   // The server writes deliveries by hand (delivery-wire.ts) and other kinds with toBinary; the client reads them here.
   [LeaseResponseSchema.typeName, { encode: (m) => toBinary(LeaseResponseSchema, m), decode: decodeLeaseResponse }],
+  // The client writes ack batches by hand (lease-wire.ts) and other kinds through the codec; the server reads them here.
+  [LeaseRequestSchema.typeName, { encode: (m) => toBinary(LeaseRequestSchema, m), decode: decodeLeaseRequest }],
 ]);
 
 function codec(schema: DescMessage): Codec {

@@ -19,7 +19,7 @@
  * bytes. test/grpc/lease-wire.test.ts holds both to protobuf-es.
  */
 import { fromBinary } from "@bufbuild/protobuf";
-import { type Delivery, type DeliveryBatch, type LeaseResponse, LeaseResponseSchema } from "../gen/switchyard/v1/queue_pb.js";
+import { type Delivery, type DeliveryBatch, type LeaseRequest, LeaseRequestSchema, type LeaseResponse, LeaseResponseSchema } from "../gen/switchyard/v1/queue_pb.js";
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
 import { RECURSION_LIMIT, Reader, readAsciiEntry, readHeader, readTimestamp, shortVarint } from "../wire/proto-reader.js";
 import { lenFieldSize, ProtoWriter } from "../wire/proto-writer.js";
@@ -216,6 +216,42 @@ function readResponse(bytes: Uint8Array): LeaseResponse {
   }
   if (!batch) return fromBinary(LeaseResponseSchema, bytes, SKIP_UNKNOWN);
   return { $typeName: "switchyard.v1.LeaseResponse", kind: { case: "deliveries", value: batch } };
+}
+
+/** A LeaseRequest's ack_batch (field 7, LEN) and a LeaseAckBatch's tokens (field 1, LEN). */
+const ACK_BATCH_TAG = (7 << 3) | 2;
+const TOKEN_TAG = (1 << 3) | 2;
+
+/**
+ * fromBinary(LeaseRequestSchema, bytes). An ack_batch as encodeAckBatch writes
+ * it (ASCII tokens, nothing else; every settle of a worker of this client) is
+ * read in one pass, its tokens cut from the message decoded once as Latin-1,
+ * where fromBinary's reflection decodes each on its own; anything else is
+ * fromBinary's.
+ */
+export function decodeLeaseRequest(bytes: Uint8Array): LeaseRequest {
+  return readAckBatch(bytes) ?? fromBinary(LeaseRequestSchema, bytes);
+}
+
+/** An ack_batch as encodeAckBatch writes ASCII tokens (see decodeLeaseRequest); undefined for anything else. */
+export function readAckBatch(b: Uint8Array): LeaseRequest | undefined {
+  if (b[0] !== ACK_BATCH_TAG) return undefined;
+  const at = { pos: 1 };
+  const batch = shortVarint(b, at);
+  if (batch < 0 || at.pos + batch !== b.byteLength) return undefined;
+  const leaseTokens: string[] = [];
+  let text: string | undefined;
+  while (at.pos < b.byteLength) {
+    if (b[at.pos++] !== TOKEN_TAG) return undefined;
+    const length = shortVarint(b, at);
+    const start = at.pos;
+    at.pos += length;
+    if (length < 0 || at.pos > b.byteLength) return undefined;
+    for (let i = start; i < at.pos; i++) if (b[i] > 0x7f) return undefined;
+    text ??= (Buffer.isBuffer(b) ? b : Buffer.from(b.buffer, b.byteOffset, b.byteLength)).toString("latin1");
+    leaseTokens.push(text.substring(start, at.pos));
+  }
+  return { $typeName: "switchyard.v1.LeaseRequest", kind: { case: "ackBatch", value: { $typeName: "switchyard.v1.LeaseAckBatch", leaseTokens } } };
 }
 
 /** toBinary(LeaseRequestSchema, { kind: { case: "ackBatch", value: { leaseTokens } } }), by hand. */

@@ -12,10 +12,10 @@ import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { BinaryWriter, WireType } from "@bufbuild/protobuf/wire";
 import { LeaseRequestSchema, type LeaseResponse, LeaseResponseSchema } from "../../src/gen/switchyard/v1/queue_pb.js";
 import { encodeDeliveries } from "../../src/grpc/delivery-wire.js";
-import { decodeLeaseResponse, encodeAckBatch, readServerDeliveries } from "../../src/grpc/lease-wire.js";
+import { decodeLeaseRequest, decodeLeaseResponse, encodeAckBatch, readAckBatch, readServerDeliveries } from "../../src/grpc/lease-wire.js";
 import { ascii, asciiHeaders, below, bytes, random, text } from "../helpers/random.js";
 import {
-  expectSameAsProtobufEs, headers, int32, int64, looseDuration, looseHeader, looseString, mangle, type Next, unknownField, wrongWireType,
+  expectSameAsProtobufEs, headers, int32, int64, looseDuration, looseHeader, looseString, mangle, type Next, outcome, unknownField, wrongWireType,
 } from "../helpers/wire.js";
 
 const same = (input: Uint8Array) => expectSameAsProtobufEs(LeaseResponseSchema, decodeLeaseResponse, input);
@@ -258,6 +258,51 @@ describe("decodeLeaseResponse", () => {
       for (let i = 0; i < depth; i++) w.tag(20, WireType.StartGroup);
       for (let i = 0; i < depth; i++) w.tag(20, WireType.EndGroup);
       same(w.join().join().finish());
+    }
+  });
+});
+
+describe("decodeLeaseRequest", () => {
+  /** decodeLeaseRequest and fromBinary (unknown fields kept, as the server's default codec read them) agree. */
+  const sameRequest = (input: Uint8Array) => {
+    const theirs = outcome(() => fromBinary(LeaseRequestSchema, input));
+    expect(outcome(() => decodeLeaseRequest(input))).toEqual(theirs);
+    return "ok" in theirs;
+  };
+  const tokens = (next: Next) => Array.from({ length: below(next, 50) }, () => (next() < 0.9 ? `r.${below(next, 1e9)}.abcdefghij.${ascii(next, 20)}` : text(next, 20)));
+
+  it("reads the ack batches encodeAckBatch writes in one pass when their tokens are ASCII, as fromBinary does", () => {
+    const next = random(38);
+    for (let n = 0; n < 1000; n++) {
+      const leaseTokens = Array.from({ length: below(next, 60) }, () => ascii(next, next() < 0.05 ? 300 : 40));
+      const input = encodeAckBatch(leaseTokens);
+      expect(readAckBatch(input)).toEqual(fromBinary(LeaseRequestSchema, input));
+    }
+  });
+
+  it("reads every other request, and mangled and truncated batches, as fromBinary does", () => {
+    const next = random(39);
+    let decoded = 0;
+    for (let n = 0; n < 4000; n++) {
+      const r = next();
+      const input =
+        r < 0.4
+          ? mangle(encodeAckBatch(tokens(next)), next)
+          : r < 0.6
+            ? encodeAckBatch(tokens(next))
+            : toBinary(LeaseRequestSchema, create(LeaseRequestSchema, r < 0.7 ? { kind: { case: "ack", value: { leaseToken: text(next, 30) } } } : r < 0.8 ? { kind: { case: "credit", value: { credit: below(next, 1000) } } } : { kind: { case: "ackBatch", value: { leaseTokens: tokens(next) } } }));
+      if (sameRequest(input)) decoded++;
+    }
+    expect(decoded).toBeGreaterThan(2000);
+    expect(decoded).toBeLessThan(4000);
+  });
+
+  it("leaves to fromBinary what the one pass does not read: another kind after the batch, an unknown field, a token that is not ASCII", () => {
+    const batch = encodeAckBatch(["a", "b"]);
+    const unknown = new BinaryWriter().tag(7, WireType.LengthDelimited).fork().tag(1, WireType.LengthDelimited).string("a").tag(9, WireType.Varint).uint32(1).join().finish();
+    for (const input of [Buffer.concat([batch, encodeAckBatch(["c"])]), Buffer.concat([batch, toBinary(LeaseRequestSchema, create(LeaseRequestSchema, { kind: { case: "credit", value: { credit: 3 } } }))]), unknown, encodeAckBatch(["schlüssel"])]) {
+      expect(readAckBatch(input)).toBeUndefined();
+      sameRequest(input);
     }
   });
 });
