@@ -355,6 +355,9 @@ export function readEnqueueStreamRequest(bytes: Uint8Array): EnqueueStreamCall {
  * general reader (undefined), which reads it from the start.
  */
 export function readClientStreamRequest(b: Uint8Array): EnqueueStreamCall | undefined {
+  // The length read once: Buffer's byteLength getter, read on every turn of the loop below, cost a
+  // request of 1,000 items about a third more than BinaryReader did.
+  const n = b.byteLength;
   const at = { pos: 0 };
   const call: EnqueueStreamCall = { id: 0 };
   if (b[0] === STREAM_REQUEST_ID_TAG) {
@@ -362,23 +365,23 @@ export function readClientStreamRequest(b: Uint8Array): EnqueueStreamCall | unde
     call.id = shortVarint(b, at);
     if (call.id < 0 || call.id > 0xffffffff) return undefined;
   }
-  if (at.pos === b.byteLength) return call;
+  if (at.pos === n) return call;
   if (b[at.pos++] !== STREAM_REQUEST_TAG) return undefined;
   const size = shortVarint(b, at);
-  if (size < 0 || at.pos + size !== b.byteLength) return undefined;
+  if (size < 0 || at.pos + size !== n) return undefined;
   const request: EnqueueCall = { queue: "", items: new PackedItems(b), minReplicas: 0 };
   call.request = request;
   if (b[at.pos] === QUEUE_TAG) {
     at.pos++;
-    const queue = asciiField(b, at, b.byteLength);
+    const queue = asciiField(b, at, n);
     if (queue === undefined) return undefined;
     request.queue = queue;
   }
-  while (at.pos < b.byteLength) {
+  while (at.pos < n) {
     if (b[at.pos++] !== ITEM_TAG) return undefined;
     const length = shortVarint(b, at);
     const end = at.pos + length;
-    if (length < 0 || end > b.byteLength) return undefined;
+    if (length < 0 || end > n) return undefined;
     let start = -1;
     let stop = 0;
     if (at.pos < end && b[at.pos] === PAYLOAD_TAG) {

@@ -21,7 +21,7 @@
 import { fromBinary } from "@bufbuild/protobuf";
 import { type Delivery, type DeliveryBatch, type LeaseRequest, LeaseRequestSchema, type LeaseResponse, LeaseResponseSchema } from "../gen/switchyard/v1/queue_pb.js";
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
-import { RECURSION_LIMIT, Reader, readAsciiEntry, readHeader, readTimestamp, shortVarint } from "../wire/proto-reader.js";
+import { latin1, RECURSION_LIMIT, Reader, readAsciiEntry, readHeader, readTimestamp, shortVarint } from "../wire/proto-reader.js";
 import { lenFieldSize, ProtoWriter } from "../wire/proto-writer.js";
 
 /** The one-byte tags (field << 3 | wire type LEN) of a LeaseResponse's deliveries, a batch's delivery, and an ack_batch. */
@@ -127,16 +127,17 @@ const HEADERS = 5;
  */
 export function readServerDeliveries(b: Uint8Array): LeaseResponse | undefined {
   if (b[0] !== DELIVERIES_TAG) return undefined;
+  const n = b.byteLength; // read once: Buffer's byteLength getter is dear in a loop
   const at = { pos: 1 };
   const batch = shortVarint(b, at);
-  if (batch < 0 || at.pos + batch !== b.byteLength) return undefined;
+  if (batch < 0 || at.pos + batch !== n) return undefined;
   let text: string | undefined;
   const deliveries: Delivery[] = [];
-  while (at.pos < b.byteLength) {
+  while (at.pos < n) {
     if (b[at.pos++] !== DELIVERY_TAG) return undefined;
     const length = shortVarint(b, at);
     const end = at.pos + length;
-    if (length < 0 || end > b.byteLength) return undefined;
+    if (length < 0 || end > n) return undefined;
     const d: Delivery = {
       $typeName: "switchyard.v1.Delivery",
       leaseToken: "", fence: 0n, id: "", payload: EMPTY, headers: {},
@@ -166,7 +167,7 @@ export function readServerDeliveries(b: Uint8Array): LeaseResponse | undefined {
           d.enqueueTime = time;
         } else {
           for (let i = start; i < at.pos; i++) if (b[i] > 0x7f) return undefined;
-          text ??= (Buffer.isBuffer(b) ? b : Buffer.from(b.buffer, b.byteOffset, b.byteLength)).toString("latin1");
+          text ??= latin1(b);
           const s = text.substring(start, at.pos);
           if (no === 1) d.leaseToken = s;
           else if (no === 3) d.id = s;
@@ -236,19 +237,20 @@ export function decodeLeaseRequest(bytes: Uint8Array): LeaseRequest {
 /** An ack_batch as encodeAckBatch writes ASCII tokens (see decodeLeaseRequest); undefined for anything else. */
 export function readAckBatch(b: Uint8Array): LeaseRequest | undefined {
   if (b[0] !== ACK_BATCH_TAG) return undefined;
+  const n = b.byteLength; // read once: Buffer's byteLength getter is dear in a loop
   const at = { pos: 1 };
   const batch = shortVarint(b, at);
-  if (batch < 0 || at.pos + batch !== b.byteLength) return undefined;
+  if (batch < 0 || at.pos + batch !== n) return undefined;
   const leaseTokens: string[] = [];
   let text: string | undefined;
-  while (at.pos < b.byteLength) {
+  while (at.pos < n) {
     if (b[at.pos++] !== TOKEN_TAG) return undefined;
     const length = shortVarint(b, at);
     const start = at.pos;
     at.pos += length;
-    if (length < 0 || at.pos > b.byteLength) return undefined;
+    if (length < 0 || at.pos > n) return undefined;
     for (let i = start; i < at.pos; i++) if (b[i] > 0x7f) return undefined;
-    text ??= (Buffer.isBuffer(b) ? b : Buffer.from(b.buffer, b.byteOffset, b.byteLength)).toString("latin1");
+    text ??= latin1(b);
     leaseTokens.push(text.substring(start, at.pos));
   }
   return { $typeName: "switchyard.v1.LeaseRequest", kind: { case: "ackBatch", value: { $typeName: "switchyard.v1.LeaseAckBatch", leaseTokens } } };

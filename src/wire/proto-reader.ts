@@ -103,10 +103,16 @@ export function shortVarint(b: Uint8Array, at: { pos: number }): number {
   return -1;
 }
 
+/** `b` as a Buffer, itself or a view of the same bytes. */
+const asBuffer = (b: Uint8Array): Buffer => (Buffer.isBuffer(b) ? b : Buffer.from(b.buffer, b.byteOffset, b.byteLength));
+
+/** All of `b` as Latin-1 text (one char per byte): ASCII strings of a message are cut from it. */
+export const latin1 = (b: Uint8Array): string => asBuffer(b).toString("latin1");
+
 /** b[from, to) as text when every byte of it is ASCII (where Latin-1 reads as UTF-8 does); undefined otherwise. */
 export function asciiText(b: Uint8Array, from: number, to: number): string | undefined {
   for (let i = from; i < to; i++) if (b[i] > 0x7f) return undefined;
-  return (Buffer.isBuffer(b) ? b : Buffer.from(b.buffer, b.byteOffset, b.byteLength)).toString("latin1", from, to);
+  return asBuffer(b).toString("latin1", from, to);
 }
 
 /** The ASCII string whose length is at `at.pos` and which ends by `to`, moving past it; undefined otherwise. */
