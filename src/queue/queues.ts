@@ -8,7 +8,7 @@ import type { Logger } from "../log.js";
 import { noMetrics, type Metrics } from "../metrics/hooks.js";
 import { MAX_REPLICA_WAIT_MS, execAll, type RedisConnection } from "../redis/connection.js";
 import { FramedCommand, type BulkStrings } from "../redis/bulk-strings.js";
-import { enqueueScheduled, pushItems, type DeadLetterAction, type SettleCode, type SettleOp, type SettleResult } from "../redis/scripts.js";
+import { enqueueScheduled, pushItems, pushRoom, type DeadLetterAction, type SettleCode, type SettleOp, type SettleResult } from "../redis/scripts.js";
 import { systemKeys } from "../redis/keys.js";
 import { keysOf, type QueueConfig } from "./declaration.js";
 import { DelayedItems } from "./delayed.js";
@@ -588,7 +588,9 @@ export class Queues {
     const now = this.clock.now();
     const options = items.hasOptions ? scheduleOf(items, now) : undefined;
     const ids = ItemIds.next(items.count);
-    const values = encodeItems(ids, items, now, FramedCommand.lpushRoom(config.name), this.options.maxItemBytes);
+    // Room for the head of the command that pushes them: an LPUSH, or on a reliable queue push-lease.lua's.
+    const room = config.mode === "reliable" ? pushRoom(keysOf(config), config.recoveryTtlMs, this.instances.id) : FramedCommand.lpushRoom(config.name);
+    const values = encodeItems(ids, items, now, room, this.options.maxItemBytes);
     items.release?.();
     return { config, ids, values, ttlMs: ttlMs || config.publishTtlMs, options };
   }

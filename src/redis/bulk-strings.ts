@@ -37,19 +37,22 @@ export class BulkStrings {
     return this.buffer.subarray(this.start);
   }
 
+  /** Bytes of the framed values. */
+  get size(): number {
+    return this.buffer.length - this.start;
+  }
+
   /**
-   * The command "*<count>\r\n", `rest` (its name and leading arguments) and
-   * the values in one buffer, written into the room in front of them if it is
-   * free and large enough.
+   * A command's head of `size` bytes written by `write` into the room in
+   * front of the values, and the command whole (head and values), if the room
+   * is free and large enough; undefined otherwise.
    */
-  behind(count: number, rest: Buffer): Buffer | undefined {
-    const size = 1 + digitCount(count, 10) + 2 + rest.length;
+  behind(size: number, write: (w: ProtoWriter) => void): Buffer | undefined {
     if (this.roomTaken || size > this.start) return undefined;
     this.roomTaken = true;
     const w = new ProtoWriter(this.buffer);
     w.pos = this.start - size;
-    writeCount(w, count);
-    w.raw(rest);
+    write(w);
     return this.buffer.subarray(this.start - size);
   }
 
@@ -99,6 +102,23 @@ export class BulkStrings {
 }
 
 /**
+ * A command's leading arguments (its name first, for a head) framed once, for
+ * a command sent again and again with them: a script's sha and keys, a
+ * queue's settings.
+ */
+export class FramedArgs {
+  readonly bytes: Buffer;
+
+  constructor(readonly args: readonly string[]) {
+    let text = "";
+    for (const s of args) text += `$${Buffer.byteLength(s)}\r\n${s}\r\n`;
+    this.bytes = Buffer.from(text);
+  }
+}
+
+const NO_ARGS = new FramedArgs([]);
+
+/**
  * A command whose last arguments are framed values, written to the socket as
  * one buffer. ioredis knows it by its name and leading arguments: it routes it
  * by its key on a cluster (and again after a MOVED or ASK), and writes the
@@ -107,22 +127,63 @@ export class BulkStrings {
  * (test/queue covers standalone and cluster).
  */
 export class FramedCommand extends Command {
-  private readonly frame: Buffer;
-
-  constructor(name: string, args: readonly (string | number)[], values: readonly BulkStrings[]) {
-    const strings = args.map(String);
+  private constructor(
+    name: string,
+    args: string[],
+    private readonly frame: Buffer,
+  ) {
     // Command flattens the arguments it is given (Array.prototype.flat), which on an item paced
     // every 10 ms, its code gone from the caches, took ~16 µs of the ~40 µs the constructor did.
     // These are flat strings already, and no argument transformer of ioredis' applies to the
     // commands sent framed (EVALSHA, EVAL, LPUSH): they are set as they are.
     super(name);
-    this.args = strings;
-    let count = 1 + strings.length;
+    this.args = args;
+  }
+
+  /** `name` with `args`, then `values`. */
+  static of(name: string, args: readonly (string | number)[], values: readonly BulkStrings[]): FramedCommand {
+    const strings = args.map(String);
+    const head = name === "lpush" && strings.length === 1 ? lpushHead(strings[0]) : new FramedArgs([name, ...strings]);
+    return FramedCommand.kept(head, [], NO_ARGS, values);
+  }
+
+  /**
+   * `head` (the command's name and leading arguments), then `numbers`
+   * (framed here), then `tail`'s arguments, then `values`: a command of which
+   * only a few numbers change from call to call, its other arguments framed
+   * once and kept. ioredis sees `head`'s arguments as the command's (a
+   * cluster routes it by the keys among them); the rest are only written.
+   */
+  static kept(head: FramedArgs, numbers: readonly number[], tail: FramedArgs, values: readonly BulkStrings[]): FramedCommand {
+    let count = head.args.length + numbers.length + tail.args.length;
+    let size = tail.bytes.length;
+    for (const n of numbers) {
+      // Only non-negative safe integers are framed here; anything else as its text.
+      if (!(Number.isSafeInteger(n) && n >= 0)) return FramedCommand.of(head.args[0], [...head.args.slice(1), ...numbers, ...tail.args], values);
+      const digits = decimalDigits(n);
+      size += 1 + digitCount(digits, 10) + 2 + digits + 2;
+    }
     for (const v of values) count += v.count;
-    const rest = name === "lpush" && strings.length === 1 ? lpushRest(strings[0]) : commandRest(name, strings);
-    this.frame =
-      (values.length === 1 ? values[0].behind(count, rest) : undefined) ??
-      Buffer.concat([Buffer.from(`*${count}\r\n`), rest, ...values.map((v) => v.bytes)]);
+    size += 1 + digitCount(count, 10) + 2 + head.bytes.length;
+    const write = (w: ProtoWriter) => {
+      writeCount(w, count);
+      w.raw(head.bytes);
+      for (const n of numbers) {
+        w.buf[w.pos++] = DOLLAR;
+        writeNumber(w, decimalDigits(n));
+        writeNumber(w, n);
+      }
+      w.raw(tail.bytes);
+    };
+    let frame = values.length === 1 ? values[0].behind(size, write) : undefined;
+    if (!frame) {
+      for (const v of values) size += v.size;
+      const w = new ProtoWriter(Buffer.allocUnsafe(size));
+      write(w);
+      for (const v of values) w.raw(v.bytes);
+      frame = w.buf;
+    }
+    return new FramedCommand(head.args[0], head.args.slice(1), frame);
   }
 
   /** Room the head of an LPUSH onto `key` takes, whatever the number of values. */
@@ -136,30 +197,31 @@ export class FramedCommand extends Command {
   }
 }
 
-/** A command's head after its count: its name and leading arguments framed. */
-function commandRest(name: string, args: readonly string[]): Buffer {
-  let text = `$${name.length}\r\n${name}\r\n`;
-  for (const s of args) text += `$${Buffer.byteLength(s)}\r\n${s}\r\n`;
-  return Buffer.from(text);
-}
-
 /**
- * commandRest("lpush", [key]) per key, kept: every push onto a queue has the
- * same, so it is framed once rather than for every push (a template string
- * and its encoding, each time). The keys are queue names; past
- * MAX_KEPT_HEADS the cache starts over.
+ * The head of an LPUSH onto `key`, kept: every push onto a queue has the same,
+ * so it is framed once rather than for every push (a template string and its
+ * encoding, each time). The keys are queue names; past MAX_KEPT_HEADS the
+ * cache starts over.
  */
-const lpushRests = new Map<string, Buffer>();
+const lpushHeads = new Map<string, FramedArgs>();
 const MAX_KEPT_HEADS = 4096;
 
-function lpushRest(key: string): Buffer {
-  let rest = lpushRests.get(key);
-  if (!rest) {
-    if (lpushRests.size >= MAX_KEPT_HEADS) lpushRests.clear();
-    rest = commandRest("lpush", [key]);
-    lpushRests.set(key, rest);
+function lpushHead(key: string): FramedArgs {
+  let head = lpushHeads.get(key);
+  if (!head) {
+    if (lpushHeads.size >= MAX_KEPT_HEADS) lpushHeads.clear();
+    head = new FramedArgs(["lpush", key]);
+    lpushHeads.set(key, head);
   }
-  return rest;
+  return head;
+}
+
+/** Decimal digits of a non-negative safe integer. */
+function decimalDigits(n: number): number {
+  if (n < 0x80000000) return digitCount(n, 10);
+  let digits = 1;
+  for (; n >= 10; digits++) n = Math.floor(n / 10);
+  return digits;
 }
 
 /** "*<count>\r\n": a command's count of arguments. */
@@ -168,10 +230,11 @@ function writeCount(w: ProtoWriter, count: number): void {
   writeNumber(w, count);
 }
 
-/** `n` (≥ 0) in decimal, then CRLF. */
+/** `n` (a non-negative safe integer) in decimal, then CRLF. */
 function writeNumber(w: ProtoWriter, n: number): void {
   const { buf } = w;
-  let pos = (w.pos += digitCount(n, 10));
+  let pos = (w.pos += decimalDigits(n));
+  for (; n >= 0x80000000; n = Math.floor(n / 10)) buf[--pos] = 48 + (n % 10);
   do {
     buf[--pos] = 48 + (n % 10);
     n = (n / 10) | 0;

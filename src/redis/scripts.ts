@@ -9,7 +9,7 @@ import type { RedisClient } from "./connection.js";
 import type { QueueKeys, SystemKeys } from "./keys.js";
 import { SwitchyardError } from "../errors.js";
 import { Command } from "ioredis";
-import { FramedCommand, type BulkStrings } from "./bulk-strings.js";
+import { FramedArgs, FramedCommand, type BulkStrings } from "./bulk-strings.js";
 import { libFor } from "./lua-lib.js";
 
 const scriptDir = new URL("./scripts/", import.meta.url);
@@ -94,7 +94,7 @@ function call(client: RedisClient, name: ScriptName | `${ScriptName}Buffer`, arg
 export async function pushItems(
   client: RedisClient, key: string, ttlMs: number, values: readonly BulkStrings[], wait?: { replicas: number; timeoutMs: number; replyMs: number },
 ): Promise<number> {
-  const push = ttlMs > 0 ? new FramedCommand("eval", [pushLua, 1, key, ttlMs], values) : new FramedCommand("lpush", [key], values);
+  const push = FramedCommand.of(ttlMs > 0 ? "eval" : "lpush", ttlMs > 0 ? [pushLua, 1, key, ttlMs] : [key], values);
   try {
     if (!wait) {
       client.sendCommand(push);
@@ -279,23 +279,63 @@ export async function leaseItems(
 export async function pushAndLease(
   client: RedisClient, keys: QueueKeys, ttlMs: number, values: readonly BulkStrings[], lease: { now: number; max: number; recoveryTtlMs: number; owner: string },
 ): Promise<{ length: number; leased: LeasedItem[] | Error }> {
-  const args = [
-    5, keys.queue, keys.processing, keys.leases, keys.fence, keys.recovery || unused(keys),
-    ttlMs, lease.now, lease.max, keys.recovery ? "1" : "0", lease.recoveryTtlMs, lease.owner,
-  ];
-  const send = (name: "evalsha" | "eval", script: string) => {
-    const command = new FramedCommand(name, [script, ...args], values);
+  const send = (command: FramedCommand) => {
     client.sendCommand(command);
     return command.promise as Promise<[number, (Buffer | number)[] | Error]>;
   };
   try {
-    const [length, flat] = await send("evalsha", pushLeaseSha).catch((err: unknown) =>
-      err instanceof Error && err.message.startsWith("NOSCRIPT") ? send("eval", pushLeaseLua) : Promise.reject(err));
+    const [length, flat] = await send(pushLeaseCommand(keys, ttlMs, values, lease)).catch((err: unknown) =>
+      err instanceof Error && err.message.startsWith("NOSCRIPT") ? send(pushLeaseCommand(keys, ttlMs, values, lease, "eval")) : Promise.reject(err));
     // The push stands even when the lease after it failed: that error is the lease's alone.
     return { length, leased: flat instanceof Error ? await typedError(client, keys.queue, flat) : leasedItems(flat) };
   } catch (err) {
     throw await notAList(client, keys.queue, err);
   }
+}
+
+/** pushAndLease's command: EVALSHA, or EVAL with the script's text (which loads it). */
+export function pushLeaseCommand(
+  keys: QueueKeys, ttlMs: number, values: readonly BulkStrings[], lease: { now: number; max: number; recoveryTtlMs: number; owner: string }, as: "evalsha" | "eval" = "evalsha",
+): FramedCommand {
+  const { head, tail } = pushLeaseArgs(keys, lease.recoveryTtlMs, lease.owner);
+  const numbers = [ttlMs, lease.now, lease.max];
+  if (as === "evalsha") return FramedCommand.kept(head, numbers, tail, values);
+  return FramedCommand.of("eval", [pushLeaseLua, ...head.args.slice(2), ...numbers, ...tail.args], values);
+}
+
+/**
+ * push-lease.lua's EVALSHA as pushAndLease sends it: the head (EVALSHA, the
+ * sha, the keys) and the tail (the queue's settings and the owner) framed
+ * once per queue, the three numbers between them (ttl, now, max) on each call.
+ */
+interface PushLeaseArgs {
+  head: FramedArgs;
+  tail: FramedArgs;
+  recoveryTtlMs: number;
+  owner: string;
+}
+
+const pushLeaseKept = new WeakMap<QueueKeys, PushLeaseArgs>();
+
+function pushLeaseArgs(keys: QueueKeys, recoveryTtlMs: number, owner: string): PushLeaseArgs {
+  let kept = pushLeaseKept.get(keys);
+  if (!kept || kept.recoveryTtlMs !== recoveryTtlMs || kept.owner !== owner) {
+    const head = new FramedArgs(["evalsha", pushLeaseSha, "5", keys.queue, keys.processing, keys.leases, keys.fence, keys.recovery || unused(keys)]);
+    kept = { head, tail: new FramedArgs([keys.recovery ? "1" : "0", String(recoveryTtlMs), owner]), recoveryTtlMs, owner };
+    pushLeaseKept.set(keys, kept);
+  }
+  return kept;
+}
+
+/**
+ * Room in front of a push's values for the head of the command that sends
+ * them onto the queue of `keys`, an LPUSH or push-lease.lua's EVALSHA, so
+ * either is written without a copy of the values (FramedCommand).
+ */
+export function pushRoom(keys: QueueKeys, recoveryTtlMs: number, owner: string): number {
+  const { head, tail } = pushLeaseArgs(keys, recoveryTtlMs, owner);
+  // The count and the three numbers, each up to 16 digits: "*<count>\r\n", "$<digits>\r\n<n>\r\n".
+  return Math.max(FramedCommand.lpushRoom(keys.queue), 1 + 10 + 2 + head.bytes.length + 3 * (1 + 2 + 2 + 16 + 2) + tail.bytes.length);
 }
 
 /** lease.lua's flat answer as items. */

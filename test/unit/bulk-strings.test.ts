@@ -5,8 +5,10 @@
  */
 import { describe, expect, it } from "vitest";
 import { Command } from "ioredis";
-import { BulkStrings, FramedCommand } from "../../src/redis/bulk-strings.js";
+import { BulkStrings, FramedArgs, FramedCommand } from "../../src/redis/bulk-strings.js";
 import { ProtoWriter } from "../../src/wire/proto-writer.js";
+import { queueKeys } from "../../src/redis/keys.js";
+import { pushLeaseCommand, pushRoom } from "../../src/redis/scripts.js";
 import { bytes, random } from "../helpers/random.js";
 
 /** What ioredis writes for `name` with `args`. */
@@ -31,9 +33,9 @@ describe("FramedCommand", () => {
       const chunks = Array.from({ length: 1 + Math.floor(next() * 3) }, () => Array.from({ length: Math.floor(next() * 20) }, () => bytes(next, next() < 0.1 ? 5000 : 200)));
       const values = chunks.flat().map((v) => Buffer.from(v));
       const key = `{q-${n}}.ü`;
-      expect(new FramedCommand("lpush", [key], chunks.map((c) => BulkStrings.of(c))).toWritable().equals(ioredis("lpush", [key, ...values]))).toBe(true);
+      expect(FramedCommand.of("lpush", [key], chunks.map((c) => BulkStrings.of(c))).toWritable().equals(ioredis("lpush", [key, ...values]))).toBe(true);
       const evalArgs = ["return 1", "1", key, String(n * 1000)];
-      expect(new FramedCommand("eval", [evalArgs[0], 1, key, n * 1000], chunks.map((c) => BulkStrings.of(c))).toWritable().equals(ioredis("eval", [...evalArgs, ...values]))).toBe(true);
+      expect(FramedCommand.of("eval", [evalArgs[0], 1, key, n * 1000], chunks.map((c) => BulkStrings.of(c))).toWritable().equals(ioredis("eval", [...evalArgs, ...values]))).toBe(true);
     }
   });
 
@@ -42,16 +44,16 @@ describe("FramedCommand", () => {
     const key = "{room}";
     const expected = ioredis("lpush", [key, ...values]);
     const roomy = withRoom(values, FramedCommand.lpushRoom(key));
-    const first = new FramedCommand("lpush", [key], [roomy]).toWritable();
+    const first = FramedCommand.of("lpush", [key], [roomy]).toWritable();
     expect(first.equals(expected)).toBe(true);
     expect(first.buffer).toBe(roomy.buffer.buffer); // no copy
     // The room is taken: a second command of the same values copies them, and the first is untouched.
-    const second = new FramedCommand("lpush", ["{other}"], [roomy]).toWritable();
+    const second = FramedCommand.of("lpush", ["{other}"], [roomy]).toWritable();
     expect(second.equals(ioredis("lpush", ["{other}", ...values]))).toBe(true);
     expect(first.equals(expected)).toBe(true);
     // Too little room: a copy.
     const cramped = withRoom(values, 5);
-    expect(new FramedCommand("lpush", [key], [cramped]).toWritable().equals(expected)).toBe(true);
+    expect(FramedCommand.of("lpush", [key], [cramped]).toWritable().equals(expected)).toBe(true);
   });
 
   it("frames each queue's LPUSH head right past the heads it keeps (4,096), and again for a key it kept before", () => {
@@ -59,7 +61,55 @@ describe("FramedCommand", () => {
     for (const n of [...Array.from({ length: 5000 }, (_, i) => i), 0, 4999, 17]) {
       const key = `{q-${n}}`;
       const room = withRoom(values, FramedCommand.lpushRoom(key));
-      expect(new FramedCommand("lpush", [key], [room]).toWritable().equals(ioredis("lpush", [key, ...values]))).toBe(true);
+      expect(FramedCommand.of("lpush", [key], [room]).toWritable().equals(ioredis("lpush", [key, ...values]))).toBe(true);
+    }
+  });
+
+  it("writes ioredis' bytes for a kept head and tail with numbers between, in the room when it fits, and any number as ioredis would", () => {
+    const next = random(45);
+    const head = new FramedArgs(["evalsha", "a".repeat(40), "2", "{q}.ü", "{q}.p"]);
+    const tail = new FramedArgs(["1", "300000", "owner-ß"]);
+    const edges = [0, 9, 10, 99, 2 ** 31 - 1, 2 ** 31, 2 ** 32 + 7, 1_764_000_000_123, 999_999_999_999_999, Number.MAX_SAFE_INTEGER];
+    for (let n = 0; n < 300; n++) {
+      const values = Array.from({ length: 1 + Math.floor(next() * 4) }, () => Buffer.from(bytes(next, 200)));
+      const pick = () => (next() < 0.5 ? edges[Math.floor(next() * edges.length)] : Math.floor(next() * 2 ** (1 + Math.floor(next() * 52))));
+      const numbers = [pick(), pick(), pick()];
+      const expected = ioredis("evalsha", [...head.args.slice(1), ...numbers.map(String), ...tail.args, ...values]);
+      const room = withRoom(values, 400);
+      const roomy = FramedCommand.kept(head, numbers, tail, [room]);
+      expect(roomy.toWritable().equals(expected)).toBe(true);
+      expect(roomy.toWritable().buffer).toBe(room.buffer.buffer); // written in the room, no copy
+      expect(roomy.name).toBe("evalsha");
+      expect(roomy.args).toEqual(head.args.slice(1)); // what a cluster routes it by
+      const split = [BulkStrings.of(values.slice(0, 1)), BulkStrings.of(values.slice(1))];
+      expect(FramedCommand.kept(head, numbers, tail, split).toWritable().equals(expected)).toBe(true);
+      expect(FramedCommand.kept(head, numbers, tail, [withRoom(values, 30)]).toWritable().equals(expected)).toBe(true);
+    }
+    // Not a non-negative safe integer: framed as its text, as ioredis frames String(n).
+    for (const odd of [-1, 1.5, 2 ** 53, Number.NaN]) {
+      const values = [Buffer.from("v")];
+      const expected = ioredis("evalsha", [...head.args.slice(1), String(odd), "2", "3", ...tail.args, ...values]);
+      expect(FramedCommand.kept(head, [odd, 2, 3], tail, [withRoom(values, 400)]).toWritable().equals(expected)).toBe(true);
+    }
+  });
+
+  it("sends push-lease.lua's EVALSHA as ioredis would, its head in the room pushRoom leaves, whatever its numbers", () => {
+    const values = [Buffer.from("item"), Buffer.alloc(150, 3)];
+    for (const [recovery, recoveryTtlMs] of [["", 0], ["{q}.recovery", 86_400_000]] as const) {
+      const keys = queueKeys("{q}.ü", "{q}.processing", "{q}.dead", recovery);
+      for (const numbers of [[0, 0, 0], [60_000, 1_764_000_000_123, 512], Array(3).fill(Number.MAX_SAFE_INTEGER)]) {
+        const lease = { now: numbers[1], max: numbers[2], recoveryTtlMs, owner: "0f3c9a2e-instance" };
+        const room = withRoom(values, pushRoom(keys, recoveryTtlMs, lease.owner));
+        const command = pushLeaseCommand(keys, numbers[0], [room], lease);
+        const [sha, numKeys, ...keyArgs] = command.args as string[];
+        expect(numKeys).toBe("5");
+        expect(keyArgs).toEqual([keys.queue, keys.processing, keys.leases, keys.fence, keys.recovery || keys.leases]);
+        const argv = [...numbers.map(String), recovery ? "1" : "0", String(recoveryTtlMs), lease.owner];
+        expect(command.toWritable().equals(ioredis("evalsha", [sha, numKeys, ...keyArgs, ...argv, ...values]))).toBe(true);
+        expect(command.toWritable().buffer).toBe(room.buffer.buffer);
+        const evalText = pushLeaseCommand(keys, numbers[0], [BulkStrings.of(values)], lease, "eval");
+        expect(evalText.toWritable().equals(ioredis("eval", [evalText.args[0] as string, numKeys, ...keyArgs, ...argv, ...values]))).toBe(true);
+      }
     }
   });
 });
