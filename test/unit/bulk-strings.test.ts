@@ -17,6 +17,22 @@ function ioredis(name: string, args: (string | Buffer)[]): Buffer {
   return Buffer.isBuffer(written) ? written : Buffer.from(written);
 }
 
+/** A command's arguments as written (RESP: an array of bulk strings). */
+function respArgs(frame: Buffer): Buffer[] {
+  const line = (at: number) => frame.toString("latin1", at, frame.indexOf("\r\n", at));
+  const count = Number(line(1));
+  let at = frame.indexOf("\r\n") + 2;
+  const out: Buffer[] = [];
+  for (let i = 0; i < count; i++) {
+    const size = Number(line(at + 1));
+    at = frame.indexOf("\r\n", at) + 2;
+    out.push(frame.subarray(at, at + size));
+    at += size + 2;
+  }
+  expect(at).toBe(frame.length);
+  return out;
+}
+
 /** `values` framed behind `room` free bytes, as encodeItems frames envelopes. */
 function withRoom(values: Uint8Array[], room: number): BulkStrings {
   const plain = BulkStrings.of(values).bytes;
@@ -111,5 +127,41 @@ describe("FramedCommand", () => {
         expect(evalText.toWritable().equals(ioredis("eval", [evalText.args[0] as string, numKeys, ...keyArgs, ...argv, ...values]))).toBe(true);
       }
     }
+  });
+
+  it("frames push-lease.lua again for a queue whose owner or recovery ttl changed, and fits its head in pushRoom's room at the largest count and numbers", () => {
+    const keys = queueKeys("{kept}", "{kept}.processing", "{kept}.dead", "{kept}.recovery");
+    const values = [Buffer.from("v")];
+    const argvOf = (command: FramedCommand) => respArgs(command.toWritable()).slice(8, 14).map((b) => b.toString());
+    for (const [owner, recoveryTtlMs] of [["one", 1000], ["twö-😀", 1000], ["twö-😀", 2000], ["one", 1000]] as const) {
+      const command = pushLeaseCommand(keys, 5, [BulkStrings.of(values)], { now: 7, max: 1, recoveryTtlMs, owner });
+      expect(argvOf(command)).toEqual(["5", "7", "1", "1", String(recoveryTtlMs), owner]);
+    }
+    // A count of ten digits and numbers of sixteen: the room is still enough (no copy).
+    const owner = "ö".repeat(40);
+    const plain = BulkStrings.of(values).bytes;
+    const room = pushRoom(keys, 3000, owner);
+    const w = new ProtoWriter(Buffer.alloc(room + plain.length));
+    w.pos = room;
+    w.raw(plain);
+    const huge = new BulkStrings(w.buf, 2_000_000_000, room); // its count as a push of that many values would have it
+    const big = Number.MAX_SAFE_INTEGER;
+    expect(pushLeaseCommand(keys, big, [huge], { now: big, max: big, recoveryTtlMs: 3000, owner }).toWritable().buffer).toBe(w.buf.buffer);
+  });
+
+  it("writes a head that fills the room exactly into it, and copies when the room is one byte short", () => {
+    const values = [Buffer.from("abc")];
+    const key = "{exact}";
+    const expected = ioredis("lpush", [key, ...values]);
+    const head = expected.length - BulkStrings.of(values).bytes.length;
+    const exact = withRoom(values, head);
+    const inPlace = FramedCommand.of("lpush", [key], [exact]).toWritable();
+    expect(inPlace.equals(expected)).toBe(true);
+    expect(inPlace.buffer).toBe(exact.buffer.buffer);
+    expect(inPlace.byteOffset).toBe(exact.buffer.byteOffset);
+    const short = withRoom(values, head - 1);
+    const copied = FramedCommand.of("lpush", [key], [short]).toWritable();
+    expect(copied.equals(expected)).toBe(true);
+    expect(copied.buffer).not.toBe(short.buffer.buffer);
   });
 });
