@@ -157,21 +157,23 @@ export class FramedCommand extends Command {
   static kept(head: FramedArgs, numbers: readonly number[], tail: FramedArgs, values: readonly BulkStrings[]): FramedCommand {
     let count = head.args.length + numbers.length + tail.args.length;
     let size = tail.bytes.length;
+    const digits: number[] = [];
     for (const n of numbers) {
       // Only non-negative safe integers are framed here; anything else as its text.
       if (!(Number.isSafeInteger(n) && n >= 0)) return FramedCommand.of(head.args[0], [...head.args.slice(1), ...numbers, ...tail.args], values);
-      const digits = decimalDigits(n);
-      size += 1 + digitCount(digits, 10) + 2 + digits + 2;
+      const d = decimalDigits(n);
+      digits.push(d);
+      size += 1 + digitCount(d, 10) + 2 + d + 2;
     }
     for (const v of values) count += v.count;
     size += 1 + digitCount(count, 10) + 2 + head.bytes.length;
     const write = (w: ProtoWriter) => {
       writeCount(w, count);
       w.raw(head.bytes);
-      for (const n of numbers) {
+      for (let i = 0; i < numbers.length; i++) {
         w.buf[w.pos++] = DOLLAR;
-        writeNumber(w, decimalDigits(n));
-        writeNumber(w, n);
+        writeNumber(w, digits[i]);
+        writeNumber(w, numbers[i], digits[i]);
       }
       w.raw(tail.bytes);
     };
@@ -230,10 +232,10 @@ function writeCount(w: ProtoWriter, count: number): void {
   writeNumber(w, count);
 }
 
-/** `n` (a non-negative safe integer) in decimal, then CRLF. */
-function writeNumber(w: ProtoWriter, n: number): void {
+/** `n` (a non-negative safe integer, of `digits` decimal digits) in decimal, then CRLF. */
+function writeNumber(w: ProtoWriter, n: number, digits = decimalDigits(n)): void {
   const { buf } = w;
-  let pos = (w.pos += decimalDigits(n));
+  let pos = (w.pos += digits);
   for (; n >= 0x80000000; n = Math.floor(n / 10)) buf[--pos] = 48 + (n % 10);
   do {
     buf[--pos] = 48 + (n % 10);
