@@ -142,12 +142,11 @@ async function install(): Promise<void> {
     for (const s of seqsOf(args[1])) stamp("s.read", s);
     return orig.apply(self, args);
   });
-  wrap("Queues", P(Queues), "prepare", (orig, self, args) => {
+  wrap("Queues", P(Queues), "prepareFor", (orig, self, args) => {
     const seqs = seqsOf(args[1]);
-    return (orig.apply(self, args) as Promise<{ values: object }>).then((r) => {
-      prepared.set(r.values, seqs);
-      return r;
-    });
+    const r = orig.apply(self, args) as { values: object };
+    prepared.set(r.values, seqs);
+    return r;
   });
   wrap("Queues", P(Queues), "push", (orig, self, args) => {
     const seqs = (args[2] as object[]).flatMap((v) => prepared.get(v) ?? []);

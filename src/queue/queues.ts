@@ -202,6 +202,8 @@ interface PreparedEnqueue {
   options?: { dueMs: number; idempotencyKey: string }[];
 }
 
+type Prepared = PreparedEnqueue | PreparedAppend;
+
 /**
  * What an enqueue of items with a time or an idempotency key answers: one id
  * per item (for an item whose key was used before, the first item's id) and
@@ -566,7 +568,13 @@ export class Queues {
     }
   }
 
-  private async prepare(queue: string, given: readonly NewItem[] | NewItems, ttlMs: number): Promise<PreparedEnqueue | PreparedAppend> {
+  /**
+   * Checks and encodes an Enqueue's items for `queue`, and hands them to
+   * `then`: at once when the queue's declaration is at hand (the usual case),
+   * so the push leaves in the turn that read the request; else in the turn
+   * its read answers, with the calls that waited for it in their order.
+   */
+  private prepare<T>(queue: string, given: readonly NewItem[] | NewItems, ttlMs: number, then: (p: Prepared) => Promise<T>): Promise<T> {
     const items = itemsOf(given);
     if (items.count === 0) throw invalid("items must not be empty", "items");
     if (items.count > this.options.maxItemsPerEnqueue) {
@@ -583,7 +591,12 @@ export class Queues {
         );
       }
     }
-    const config = await this.registry.get(queue);
+    const config = this.registry.ready(queue);
+    if (!config) return this.registry.get(queue).then((loaded) => then(this.prepareFor(loaded, items, ttlMs)));
+    return then(this.prepareFor(config, items, ttlMs));
+  }
+
+  private prepareFor(config: QueueConfig, items: NewItems, ttlMs: number): Prepared {
     if (config.mode === "stream") return { config, entries: items, ttlMs: ttlMs || config.publishTtlMs };
     const now = this.clock.now();
     const options = items.hasOptions ? scheduleOf(items, now) : undefined;
@@ -595,7 +608,7 @@ export class Queues {
     return { config, ids, values, ttlMs: ttlMs || config.publishTtlMs, options };
   }
 
-  private async write(p: PreparedEnqueue | PreparedAppend, wait?: ReplicaWait): Promise<ItemIds | ScheduledEnqueue> {
+  private async write(p: Prepared, wait?: ReplicaWait): Promise<ItemIds | ScheduledEnqueue> {
     // Redis unreachable: fail now, as a lone push would (ioredis keeps no offline queue here),
     // rather than wait behind a push that ioredis holds to send again once it has reconnected,
     // which can take as long as a restarted Redis takes to load its data.
@@ -694,7 +707,8 @@ export class Queues {
     if (wait && (wait.timeoutMs <= 0 || wait.timeoutMs > MAX_REPLICA_WAIT_MS)) {
       throw invalid(`replica_timeout must be more than 0 and at most ${MAX_REPLICA_WAIT_MS / 1000}s`, "replica_timeout");
     }
-    return this.write(await this.prepare(queue, items, ttlMs), wait && wait.replicas > 0 ? wait : undefined);
+    const waitFor = wait && wait.replicas > 0 ? wait : undefined;
+    return this.prepare(queue, items, ttlMs, (p) => this.write(p, waitFor));
   }
 
   /** Opens a lease stream on a declared queue; a stream queue's names the consumer group it reads as. */
@@ -1250,9 +1264,10 @@ export class Queues {
     const route = reply.queue || (await this.registry.get(ref.queue)).replyQueue;
     if (!route) throw invalid("reply_queue is required with replies (the queue declares no reply_queue)", "reply_queue");
     reply.mayEnqueue?.(route);
-    const prepared = await this.prepare(route, reply.items, reply.ttlMs);
-    await this.settle(token, "check", {}, fromStream);
-    const written = await this.write(prepared);
+    const written = await this.prepare(route, reply.items, reply.ttlMs, async (prepared) => {
+      await this.settle(token, "check", {}, fromStream);
+      return this.write(prepared);
+    });
     if (simple) this.metrics.items(ref.queue, "acked");
     else await this.settle(token, "ack", {}, fromStream);
     return written instanceof ItemIds ? written.toArray() : written.ids;

@@ -287,16 +287,31 @@ export class QueueRegistry {
     return this.cache.get(name);
   }
 
+  /**
+   * The declaration of `name` when get() would answer it from the cache, with
+   * no read of it out (callers waiting for a read go on first): a caller that
+   * has it needs no promise turn. Undefined otherwise: await get().
+   */
+  ready(name: string): QueueConfig | undefined {
+    return this.loading.has(name) ? undefined : this.cache.get(name);
+  }
+
   /** The declaration of `name`, or NOT_FOUND. */
   get(name: string): Promise<QueueConfig> {
     // While a read of `name` is out, later calls wait for it too, even once the cache holds the
     // name (a change event may fill it first): callers then go on in call order, so an
-    // EnqueueStream's requests to a queue reach the push in the order they came.
+    // EnqueueStream's requests to a queue reach the push in the order they came. The read is
+    // forgotten in the first of its reactions, so its callers go on in the turns right after,
+    // before any call that finds it forgotten (and answers from the cache at once: ready()).
     const loading = this.loading.get(name);
     if (loading) return loading;
     const cached = this.cache.get(name);
     if (cached) return Promise.resolve(cached);
-    const load = this.load(name).finally(() => this.loading.delete(name));
+    const load = this.load(name);
+    const forget = () => {
+      if (this.loading.get(name) === load) this.loading.delete(name);
+    };
+    load.then(forget, forget);
     this.loading.set(name, load);
     return load;
   }

@@ -48,8 +48,14 @@ describe("QueueRegistry.get", () => {
     // subscription would deliver it).
     (a as unknown as { onEvent(message: string): void }).onEvent(JSON.stringify({ op: "put", name, config }));
     const second = a.get(name).then((c) => order.push(`second ${c.name}`));
+    // Nor does a caller that would go on at once (ready(), Queues.prepare's way): the cache holds the
+    // name, but a read of it is out, so it is told to wait with the others.
+    expect(a.cached(name)?.name).toBe(name);
+    expect(a.ready(name)).toBeUndefined();
     await Promise.all([first, second]);
     expect(order).toEqual([`first ${name}`, `second ${name}`]);
+    // The read is forgotten before its callers went on: a call now goes on at once.
+    expect(a.ready(name)?.name).toBe(name);
 
     // Once the read is back, calls are answered from the cache: no more HGETs.
     const hgets = async () => Number(/cmdstat_hget:calls=(\d+)/.exec((await redis.nodeFor(systemKeys("here").queues).info("commandstats")) as string)?.[1] ?? 0);
