@@ -289,8 +289,8 @@ export class QueueRegistry {
 
   /**
    * The declaration of `name` when get() would answer it from the cache, with
-   * no read of it out (callers waiting for a read go on first): a caller that
-   * has it needs no promise turn. Undefined otherwise: await get().
+   * no read of it out nor its callers still to go on (they go on first): a
+   * caller that has it needs no promise turn. Undefined otherwise: await get().
    */
   ready(name: string): QueueConfig | undefined {
     return this.loading.has(name) ? undefined : this.cache.get(name);
@@ -301,16 +301,18 @@ export class QueueRegistry {
     // While a read of `name` is out, later calls wait for it too, even once the cache holds the
     // name (a change event may fill it first): callers then go on in call order, so an
     // EnqueueStream's requests to a queue reach the push in the order they came. The read is
-    // forgotten in the first of its reactions, so its callers go on in the turns right after,
-    // before any call that finds it forgotten (and answers from the cache at once: ready()).
+    // forgotten only after every reaction queued when it answered has run (its first reaction
+    // queues the forgetting behind them): until then a call, even one made by such a reaction,
+    // waits for it too and goes on after its callers, not at once (ready()).
     const loading = this.loading.get(name);
     if (loading) return loading;
     const cached = this.cache.get(name);
     if (cached) return Promise.resolve(cached);
     const load = this.load(name);
-    const forget = () => {
-      if (this.loading.get(name) === load) this.loading.delete(name);
-    };
+    const forget = () =>
+      queueMicrotask(() => {
+        if (this.loading.get(name) === load) this.loading.delete(name);
+      });
     load.then(forget, forget);
     this.loading.set(name, load);
     return load;
