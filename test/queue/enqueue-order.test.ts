@@ -28,12 +28,22 @@ afterAll(async () => {
   await redis?.stop();
 });
 
-/** A reliable queue declared behind `here`'s back (as another instance's write whose event has not come): not in its cache. */
-async function declaredUnseen(name: string): Promise<void> {
+/**
+ * A reliable queue declared behind `here`'s back (as another instance's write whose event has not
+ * come): not in its cache. Its `enqueue` pushes one item through `here` and notes it in `made`.
+ */
+async function unseenQueue(name: string) {
   const config = await elsewhere.app.queues.registry.create({ name, mode: "reliable" });
-  const queues = systemKeys("here").queues;
-  await redis.nodeFor(queues).hset(queues, name, JSON.stringify(config));
-  expect(here.app.queues.registry.cached(name)).toBeUndefined();
+  const key = systemKeys("here").queues;
+  await redis.nodeFor(key).hset(key, name, JSON.stringify(config));
+  const { queues } = here.app;
+  expect(queues.registry.cached(name)).toBeUndefined();
+  const made: string[] = [];
+  const enqueue = (s: string) => {
+    made.push(s);
+    return queues.enqueue(name, [{ payload: Buffer.from(s) }]);
+  };
+  return { queues, made, enqueue };
 }
 
 /** The payloads on queue `name`, oldest first. */
@@ -44,13 +54,7 @@ async function contents(name: string): Promise<string[]> {
 
 it("keeps the call order while the declaration is first read, for a call made by code that waited for that read too", async () => {
   const name = "{order-first-read}";
-  await declaredUnseen(name);
-  const { queues } = here.app;
-  const made: string[] = [];
-  const enqueue = (s: string) => {
-    made.push(s);
-    return queues.enqueue(name, [{ payload: Buffer.from(s) }]);
-  };
+  const { queues, made, enqueue } = await unseenQueue(name);
   // "d" is enqueued by a caller that first looks the queue up, waiting for the same read as "a",
   // "b" and "c": it is made once the read is back, after them, though its lookup came before "b".
   const lookThenEnqueue = async (s: string) => {
@@ -69,13 +73,7 @@ it("keeps the call order while the declaration is first read, for a call made by
 
 it("keeps the call order for calls made in the read's own reactions, some before and some after a call that waited", async () => {
   const name = "{order-reactions}";
-  await declaredUnseen(name);
-  const { queues } = here.app;
-  const made: string[] = [];
-  const enqueue = (s: string) => {
-    made.push(s);
-    return queues.enqueue(name, [{ payload: Buffer.from(s) }]);
-  };
+  const { queues, made, enqueue } = await unseenQueue(name);
   const first = enqueue("1");
   const read = queues.registry.get(name);
   const chained = [read.then(() => enqueue("3")), read.then(() => enqueue("4"))];
