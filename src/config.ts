@@ -97,6 +97,8 @@ export interface Config {
   readonly httpHosts: readonly string[];
   /** Largest request body the side port's web API reads. */
   readonly maxHttpBodyBytes: number;
+  /** Nice value (0–19) of the process's threads but the main one (V8's compiler and GC helpers); 0 leaves them alone. */
+  readonly backgroundNice: number;
 }
 
 /** The defaults, in one place. */
@@ -142,6 +144,7 @@ export const defaults = {
   connectionIdleTimeoutMs: 5 * MINUTE,
   maxHealthWatches: 1000,
   maxHttpBodyBytes: 4 * 1024 * 1024,
+  backgroundNice: 19,
 };
 
 const units: Record<string, number> = { ms: 1, s: SECOND, m: MINUTE, h: 60 * MINUTE };
@@ -151,6 +154,14 @@ export function parseDuration(name: string, text: string): number {
   const m = /^(\d+(?:\.\d+)?)(ms|s|m|h)?$/.exec(text.trim());
   if (!m) throw invalid(`${name}="${text}" is not a duration; write e.g. 500ms, 15s, 5m or 24h`);
   return Math.round(Number(m[1]) * units[m[2] ?? "ms"]);
+}
+
+/** A nice value for SWITCHYARD_BACKGROUND_NICE: an integer from 0 (off) to 19. */
+function niceValue(name: string, text: string | undefined, fallback: number): number {
+  if (text === undefined || text === "") return fallback;
+  const n = Number(text);
+  if (!/^\d+$/.test(text.trim()) || n > 19) throw invalid(`${name}="${text}" must be a nice value from 0 (leave the threads alone) to 19`);
+  return n;
 }
 
 function positiveInt(name: string, text: string): number {
@@ -313,6 +324,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     maxHealthWatches: num("SWITCHYARD_MAX_HEALTH_WATCHES", defaults.maxHealthWatches),
     httpHosts: hostNames(env.SWITCHYARD_HTTP_HOSTS ?? ""),
     maxHttpBodyBytes: num("SWITCHYARD_HTTP_MAX_BODY_BYTES", defaults.maxHttpBodyBytes),
+    backgroundNice: niceValue("SWITCHYARD_BACKGROUND_NICE", env.SWITCHYARD_BACKGROUND_NICE, defaults.backgroundNice),
   });
 }
 

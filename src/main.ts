@@ -3,6 +3,7 @@
  * SIGTERM or SIGINT. Nothing here imports grpc-js: app.js is imported only
  * after the OpenTelemetry preload module (otel.ts), when that is on.
  */
+import { lowerBackgroundThreads } from "./background-threads.js";
 import { loadConfig } from "./config.js";
 import { SwitchyardError } from "./errors.js";
 import { createLogger } from "./log.js";
@@ -14,6 +15,13 @@ async function main(): Promise<void> {
   if (await loadInstrumentation(config)) log.info("opentelemetry preloaded", { module: config.otelModule });
   const { startApp } = await import("./app.js");
   const app = await startApp(config, { log });
+  // After the start, so that libuv's pool, if the start used it, is lowered too.
+  if (config.backgroundNice > 0) {
+    const { lowered, failed } = lowerBackgroundThreads(config.backgroundNice);
+    if (failed) {
+      log.warn("could not lower the background threads' priority (SWITCHYARD_BACKGROUND_NICE=0 leaves them alone)", { nice: config.backgroundNice, lowered, reason: failed });
+    } else if (lowered > 0) log.debug("background threads lowered", { nice: config.backgroundNice, threads: lowered });
+  }
   let signals = 0;
   const shutdown = (signal: string) => {
     if (++signals > 1) process.exit(1); // A second signal: exit at once.

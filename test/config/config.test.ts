@@ -39,6 +39,14 @@ describe("loadConfig", () => {
     expect(() => loadConfig({ SWITCHYARD_MAX_PAYLOAD_BYTES: "-1" })).toThrow(/SWITCHYARD_MAX_PAYLOAD_BYTES/);
     expect(() => loadConfig({ SWITCHYARD_REDIS_URL: "redis://x", SWITCHYARD_REDIS_CLUSTER_NODES: "a:1" })).toThrow(/not both/);
   });
+
+  it("reads the background threads' nice value, 19 unless set, from 0 to 19", () => {
+    expect(loadConfig({}).backgroundNice).toBe(19);
+    expect([" 0", "7", "19"].map((v) => loadConfig({ SWITCHYARD_BACKGROUND_NICE: v }).backgroundNice)).toEqual([0, 7, 19]);
+    for (const v of ["20", "-3", "1e1", "low"]) {
+      expect(() => loadConfig({ SWITCHYARD_BACKGROUND_NICE: v })).toThrow(`SWITCHYARD_BACKGROUND_NICE="${v}" must be a nice value from 0 (leave the threads alone) to 19`);
+    }
+  });
 });
 
 describe("listening addresses", () => {
