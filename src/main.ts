@@ -15,7 +15,7 @@ async function main(): Promise<void> {
   if (await loadInstrumentation(config)) log.info("opentelemetry preloaded", { module: config.otelModule });
   const { startApp } = await import("./app.js");
   const app = await startApp(config, { log });
-  // After the start, so that libuv's pool, if the start used it, is lowered too.
+  // After the start, so that every thread the start made (libuv's pool is running by then) is lowered too.
   if (config.backgroundNice > 0) {
     const { lowered, failed } = lowerBackgroundThreads(config.backgroundNice);
     if (failed) {
