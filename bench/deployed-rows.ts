@@ -6,6 +6,7 @@
 import type { Agent } from "./agents.js";
 import { Deployed, type LatencySystem } from "./deployed.js";
 import type { BenchRedis } from "./env.js";
+import { spread } from "./lib.js";
 import type { Rounds } from "./rounds.js";
 import { fmtMs, fmtRate, fmtRatio, markdownTable, verdict } from "./table.js";
 
@@ -29,10 +30,16 @@ export function deployedSizes(scale: number) {
       { key: "c100", workers: 1, c: 100, items: n(30_000), label: "c = 100" },
       { key: "4x25", workers: 4, c: 25, items: n(30_000), label: "4 processes × c = 25" },
     ],
+    /**
+     * Items per system and round, in `latencySlices` runs of `items / latencySlices` (Rounds.sliced),
+     * each after `warmup` unrecorded: a second of them at 100/s, half of one at 500/s, as a rested
+     * process is dear for its first second (bench/README.md, 4 December, evening).
+     */
     latency: [
-      { key: "100", rate: 100, items: Math.max(100, Math.round(1_000 * scale)), warmup: 100 },
-      { key: "500", rate: 500, items: Math.max(250, Math.round(2_500 * scale)), warmup: 250 },
+      { key: "100", rate: 100, items: Math.max(100, Math.round(1_600 * scale)), warmup: 100 },
+      { key: "500", rate: 500, items: Math.max(250, Math.round(4_000 * scale)), warmup: 250 },
     ],
+    latencySlices: 4,
     latencyConcurrency: 10,
     /**
      * Paced items per system run before the latency rows, not recorded. A paced item takes paths a
@@ -62,7 +69,8 @@ export async function runDeployed(
 ): Promise<void> {
   const d = await Deployed.start(redis, { serverNodeArgs: options.serverNodeArgs, agentNodeArgs: options.agentNodeArgs, pythonPath: options.pythonPath });
   const rec = (metric: string) => async (value: number | Promise<number>) => rounds.record(metric, await value);
-  // Every row but the stream memory's (one measure, not a rate) has an unrecorded pass before its rounds (Rounds.interleaved).
+  // Every row but the stream memory's (one measure, not a rate) has an unrecorded pass before its rounds (Rounds.interleaved,
+  // Rounds.sliced).
   const interleaved = (row: string, systems: [string, () => Promise<void>][]) => rounds.interleaved(row, systems, { warm: options.warmup });
   // Started before the warm-up, like every other agent: a process's first seconds (start-up, JIT,
   // its first collections) are not to fall in a measured round, its own or another's.
@@ -131,16 +139,21 @@ export async function runDeployed(
         }
       }
       for (const l of sizes.latency) {
-        const latency = (system: LatencySystem, key: string) => async () => {
-          const s = await d.latency(system, l.rate, l.items, l.warmup, sizes.latencyConcurrency);
-          for (const p of ["p50", "p90", "p99", "max"] as const) rounds.record(`d.lat.${l.key}.${key}.${p}`, s[p]);
-        };
-        await interleaved(`latency ${l.rate}/s`, [
-          ["switchyard latency", latency("switchyard", "sy")],
-          ["bullmq latency", latency("bullmq", "bull")],
-          ["grpc-js relay latency (the floor)", latency("relay", "relay")],
-          ["grpc-js relay with an LPUSH per item", latency("relay-push", "push")],
-        ]);
+        const perSlice = Math.ceil(l.items / sizes.latencySlices);
+        const latency = (name: string, system: LatencySystem, key: string): [string, () => Promise<number[]>, (pooled: number[]) => void] => [
+          name,
+          () => d.latencySamples(system, l.rate, perSlice, l.warmup, sizes.latencyConcurrency),
+          (pooled) => {
+            const s = spread(pooled);
+            for (const p of ["p50", "p90", "p99", "max"] as const) rounds.record(`d.lat.${l.key}.${key}.${p}`, s[p]);
+          },
+        ];
+        await rounds.sliced(`latency ${l.rate}/s`, [
+          latency("switchyard latency", "switchyard", "sy"),
+          latency("bullmq latency", "bullmq", "bull"),
+          latency("grpc-js relay latency (the floor)", "relay", "relay"),
+          latency("grpc-js relay with an LPUSH per item", "relay-push", "push"),
+        ], sizes.latencySlices, { warm: options.warmup });
       }
     }
     if (want("stream")) {

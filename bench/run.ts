@@ -541,7 +541,8 @@ function renderResults(deployed: string | undefined, inProcess: string | undefin
 
 Written by \`npm run bench\` on ${new Date().toISOString()} (took ${elapsedSec.toFixed(0)} s).
 Every number is the median of ${ROUNDS} rounds; within a round Switchyard and its peers run one
-after the other on the same Redis, in an order that rotates from round to round.
+after the other on the same Redis, in an order that rotates from round to round (the latency rows
+take turns in slices within a round: see Set-up).
 ${deployed ? `
 ## Deployed shapes
 
@@ -597,9 +598,14 @@ ${deployed ? `- Deployed shapes: Switchyard's server is a child process (\`node 
     they get through in 5 ms at their average run time, at most 4c and at least 512; given back uncounted
     on stop): these handlers return at once, so its stream's credit is c + max(512, 4c); BullMQ's Worker
     fetches no more than c (it takes the next job in the call that completes one).
-  - Latency: a producer process paced open loop at ${D.latency.map((l) => `${l.rate}/s (${l.items.toLocaleString("en-US")} items after ${l.warmup} warm-up)`).join(" and ")},
+  - Latency: a producer process paced open loop at ${D.latency.map((l) => `${l.rate}/s (${l.items.toLocaleString("en-US")} items per system and round)`).join(" and ")},
     one worker process with concurrency ${D.latencyConcurrency}, reliable queue with a recovery set; each
     payload carries its send time on CLOCK_MONOTONIC (one clock for all processes), read as the handler starts.
+    In a round the four systems (Switchyard, BullMQ, the relay, the relay with Redis) take turns in ${D.latencySlices} slices
+    each, of ${D.latency.map((l) => `${Math.ceil(l.items / D.latencySlices).toLocaleString("en-US")} items at ${l.rate}/s (after ${l.warmup} unrecorded)`).join(" and ")}, in orders
+    that each system runs once in each place of a round and once right after each other system
+    (a balanced Latin square), so the host's slow spells fall on all of them alike; a round's
+    percentiles are over its slices' items pooled.
   - Python: \`bench/python-worker.py\` (grpcio, one Lease stream, credit ${D.python.c}, one \`ack_batch\` per batch
     received) on ${D.python.items.toLocaleString("en-US")} prefilled items, against a BullMQ Worker of concurrency ${D.python.c}.
   - Echo: a plain grpc-js server and client (\`bench/echo.ts\`) in two processes, ${D.echoCalls.toLocaleString("en-US")} serial

@@ -1,6 +1,6 @@
 /**
  * Sums V8's --trace-gc-nvp lines per process over the last WINDOW ms of each
- * (default 6000: the 500/s latency row, when it is the last thing run): how
+ * (default 6000: the last slices of the 500/s latency row, when it is the last thing run): how
  * many scavenges, the bytes they promoted and copied, their pauses, and the
  * mark-compacts. Promoted bytes are steadier from run to run than pauses.
  *   rm -f /tmp/gc.txt; BENCH_SERVER_STDOUT=/tmp/gc.txt node dist-bench/run.js --rows latency \
