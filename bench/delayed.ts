@@ -1,34 +1,35 @@
 /**
- * Row 10 (issue 14): 10,000 delayed items due at the same moment, across three
+ * Row 12 (issue 14): 10,000 delayed items due at the same moment, across three
  * server processes (`node dist/main.js`) on one Redis. The items are enqueued
  * with one `not_before` through all three instances (a third each, so each
  * instance's mover arms its timer for that moment); at it, all three movers
  * run promote.lua at once.
  *
- * Measured: each item's lateness (when a raw consumer, BLMPOP on the ready
- * list, got it, on Redis's clock, minus the due time); the movers' rate
+ * Measured: each item's lateness (when a raw consumer in a process of its own,
+ * kept across rounds, BLMPOP on the ready list, got it, on Redis's clock, minus
+ * the due time); the movers' rate
  * (items / (last item moved − due)); that every item was moved exactly once
  * (every id popped once, the delayed set and the list empty after); and a raw
  * LPUSH producer in a process of its own meanwhile (p50/p99 of each LPUSH in the
  * second before the due time and from it until the last item moved).
  *
- * One burst runs first and is not recorded (the movers' code is cold in fresh
- * processes), as every other shape of the bench has its warm-up.
+ * One burst runs first and is not recorded (the movers' code, and the raw
+ * consumer's, is cold in fresh processes), as every other shape of the bench
+ * has its warm-up.
  *
  * Alone: `npm run build && npx tsc -p bench/tsconfig.json && node dist-bench/delayed.js
  * [--rounds 3] [--items 10000]` (about 30 s); in `run.ts` as row 12.
  */
-import { fork } from "node:child_process";
+import { fork, type ChildProcess } from "node:child_process";
 import { dirname, join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
-import { Redis } from "ioredis";
 import { QueueMode } from "../dist/gen/switchyard/v1/queue_pb.js";
 import { SwitchyardClient } from "../dist/client/client.js";
-import { decodeItem } from "../dist/queue/envelope.js";
 import { startBenchRedis, type BenchRedis } from "./env.js";
 import { startServer } from "./streams.js";
 import { fresh } from "./throughput.js";
-import { leftovers, log, median, percentile, pool, sleep } from "./lib.js";
+import { leftovers, log, median, percentile, pool, redisClock, sleep } from "./lib.js";
+import type { Consumed, ConsumeRequest } from "./raw-consumer.js";
 
 export interface DelayedShape {
   items: number;
@@ -54,48 +55,57 @@ export interface DelayedResult {
   scriptCalls: number;
 }
 
-/** Three (or `n`) server processes on the bench Redis, and a client of each. */
-export async function startInstances(redis: BenchRedis, n: number): Promise<{ clients: SwitchyardClient[]; stop(): Promise<void> }> {
+const here = dirname(fileURLToPath(import.meta.url));
+
+/** The row's set-up: the server processes, a client of each, and the raw consumer (raw-consumer.ts). */
+export interface Instances {
+  clients: SwitchyardClient[];
+  /** Pops a round's items in the consumer's process. */
+  consume(req: ConsumeRequest): Promise<Consumed>;
+  stop(): Promise<void>;
+}
+
+/** Three (or `n`) server processes on the bench Redis, a client of each, and the raw consumer's process. */
+export async function startInstances(redis: BenchRedis, n: number): Promise<Instances> {
   const servers = await Promise.all(Array.from({ length: n }, () => startServer(`unix://${redis.socketPath}`, [])));
   for (const s of servers) leftovers.add(s.child);
+  const consumer = fork(join(here, "raw-consumer.js"), [redis.socketPath], { stdio: ["ignore", "inherit", "inherit", "ipc"] });
+  leftovers.add(consumer);
+  await new Promise<void>((ok, fail) => {
+    consumer.once("message", () => ok());
+    consumer.once("exit", (code) => fail(new Error(`raw consumer exited with ${code} as it started`)));
+  });
   const clients = servers.map((s) => new SwitchyardClient(s.address));
+  const exited = (child: ChildProcess) => new Promise<void>((ok) => (child.exitCode !== null ? ok() : child.once("exit", () => ok())));
   return {
     clients,
+    consume: (req) =>
+      new Promise<Consumed>((ok, fail) => {
+        const onExit = (code: number | null) => fail(new Error(`raw consumer exited with ${code} before answering`));
+        consumer.once("exit", onExit);
+        consumer.once("message", (m: unknown) => {
+          consumer.off("exit", onExit);
+          ok(m as Consumed);
+        });
+        consumer.send(req);
+      }),
     async stop() {
       for (const c of clients) c.close();
-      await Promise.all(
-        servers.map(
-          (s) =>
-            new Promise<void>((ok) => {
-              s.child.once("exit", () => ok());
-              s.child.kill("SIGTERM");
-            }),
-        ),
-      );
+      consumer.send("stop");
+      const done = [consumer, ...servers.map((s) => s.child)].map(exited);
+      for (const s of servers) s.child.kill("SIGTERM");
+      await Promise.all(done);
+      leftovers.delete(consumer);
       for (const s of servers) leftovers.delete(s.child);
     },
   };
 }
 
-/** Milliseconds on Redis's clock from this host's, by the offset measured with TIME (best of 5 round trips). */
-async function redisClock(plain: Redis): Promise<() => number> {
-  let best = { rtt: Infinity, offset: 0 };
-  for (let i = 0; i < 5; i++) {
-    const before = Date.now();
-    const [s, us] = (await plain.time()) as [string | number, string | number];
-    const after = Date.now();
-    const ref = Number(s) * 1000 + Math.floor(Number(us) / 1000);
-    if (after - before < best.rtt) best = { rtt: after - before, offset: ref - (before + after) / 2 };
-  }
-  return () => Date.now() + best.offset;
-}
-
-const here = dirname(fileURLToPath(import.meta.url));
-
 const summary = (xs: number[]) => ({ p50: percentile(xs, 50), p99: percentile(xs, 99), n: xs.length });
 
 /** One round: a fresh queue, `shape.items` items due at once through every client, moved and popped. */
-export async function delayedBurst(redis: BenchRedis, clients: SwitchyardClient[], shape: DelayedShape): Promise<DelayedResult> {
+export async function delayedBurst(redis: BenchRedis, instances: Instances, shape: DelayedShape): Promise<DelayedResult> {
+  const { clients } = instances;
   const name = `{${fresh("delayed")}}`;
   await clients[0].createQueue({ name, mode: QueueMode.RELIABLE });
   // Every instance learns the declaration over pub/sub before it is sent items.
@@ -131,37 +141,22 @@ export async function delayedBurst(redis: BenchRedis, clients: SwitchyardClient[
   await new Promise<void>((ok) => producer.once("message", () => ok()));
   if (clock() >= due - 1000) throw new Error("delayed: the raw producer started less than a second before the due time; raise leadMs");
 
-  // A raw consumer: pops what the movers make ready, up to 1000 a call, and notes when.
-  // (The values are decoded afterwards, so the consumer only reads while the movers run.)
-  const consumer = new Redis({ path: redis.socketPath });
-  const popped: Buffer[] = [];
-  const lateness: number[] = [];
-  let last = 0;
-  const deadline = due + 30_000;
+  // The raw consumer, in its process (raw-consumer.ts): pops what the movers make ready, up to
+  // 1000 a call, and notes when, on Redis's clock.
+  let got: Consumed;
   try {
-    while (popped.length < shape.items && clock() < deadline) {
-      const got = (await consumer.callBuffer("BLMPOP", "1", "1", name, "RIGHT", "COUNT", String(batch))) as [Buffer, Buffer[]] | null;
-      if (!got) continue;
-      const at = clock();
-      for (const value of got[1]) {
-        popped.push(value);
-        lateness.push(at - due);
-      }
-      last = at;
-    }
+    got = await instances.consume({ list: name, items: shape.items, deadline: due + 30_000 });
   } finally {
     producer.send("stop");
-    consumer.disconnect();
   }
   const pushes = await produced;
   leftovers.delete(producer);
+  const lateness = got.calls.flatMap(([at, n]) => Array<number>(n).fill(at - due));
+  const last = got.calls.length > 0 ? got.calls[got.calls.length - 1][0] : due;
   const stats = (await redis.plain.info("commandstats")) as string;
   const evalsha = /cmdstat_evalsha:calls=(\d+),usec=(\d+),usec_per_call=([\d.]+)/.exec(stats);
   const seen = new Map<string, number>();
-  for (const value of popped) {
-    const id = decodeItem(value).id;
-    seen.set(id, (seen.get(id) ?? 0) + 1);
-  }
+  for (const id of got.ids) seen.set(id, (seen.get(id) ?? 0) + 1);
   const left = (await redis.plain.zcard(delayedKey)) + (await redis.plain.llen(name));
   const movedOnce = lateness.length === shape.items && seen.size === shape.items && [...seen.values()].every((n) => n === 1) && left === 0;
   await clients[0].deleteQueue(name, { purge: true });
@@ -210,11 +205,11 @@ async function main(): Promise<void> {
   const servers = await startInstances(redis, instances);
   const results: DelayedResult[] = [];
   try {
-    const warm = await delayedBurst(redis, servers.clients, shape); // not recorded, as in npm run bench
+    const warm = await delayedBurst(redis, servers, shape); // not recorded, as in npm run bench
     log(`row 12 warm-up: lateness p99 ${fmt(warm.p99)} ms; moved once: ${warm.movedOnce}`);
     if (!warm.movedOnce) process.exitCode = 1;
     for (let round = 1; round <= rounds; round++) {
-      const r = await delayedBurst(redis, servers.clients, shape);
+      const r = await delayedBurst(redis, servers, shape);
       log(`row 12 round ${round}: lateness first ${fmt(r.first)} p50 ${fmt(r.p50)} p99 ${fmt(r.p99)} max ${fmt(r.max)} ms; ${Math.round(r.moverPerSec)} items/s; moved once: ${r.movedOnce}; ` +
         `LPUSH p99 ${fmt(r.lpushBefore.p99, 2)} → ${fmt(r.lpushDuring.p99, 2)} ms; EVALSHA ${r.scriptCalls} calls, ${fmt(r.scriptUsPerCall)} µs each`);
       results.push(r);
