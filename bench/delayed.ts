@@ -7,15 +7,17 @@
  *
  * Measured: each item's lateness (when a raw consumer in a process of its own,
  * kept across rounds, BLMPOP on the ready list, got it, on Redis's clock, minus
- * the due time); the movers' rate
- * (items / (last item moved − due)); that every item was moved exactly once
- * (every id popped once, the delayed set and the list empty after); and a raw
- * LPUSH producer in a process of its own meanwhile (p50/p99 of each LPUSH in the
- * second before the due time and from it until the last item moved).
+ * the due time); the movers' rate (items / (the last item's arrival at that
+ * consumer − due), so its draining counts too); that every item was moved
+ * exactly once (every id popped once, the delayed set and the list empty
+ * after); and a raw LPUSH producer in a process of its own meanwhile (p50/p99
+ * of each LPUSH in the second before the due time and from it until the last
+ * item arrived).
  *
  * One burst runs first and is not recorded (the movers' code, and the raw
  * consumer's, is cold in fresh processes), as every other shape of the bench
- * has its warm-up.
+ * has its warm-up; with `--only` there is none, and the first round runs them
+ * cold.
  *
  * Alone: `npm run build && npx tsc -p bench/tsconfig.json && node dist-bench/delayed.js
  * [--rounds 3] [--items 10000]` (about 30 s); in `run.ts` as row 12.
@@ -23,12 +25,13 @@
 import { fork, type ChildProcess } from "node:child_process";
 import { dirname, join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
+import type { Redis } from "ioredis";
 import { QueueMode } from "../dist/gen/switchyard/v1/queue_pb.js";
 import { SwitchyardClient } from "../dist/client/client.js";
 import { startBenchRedis, type BenchRedis } from "./env.js";
 import { startServer } from "./streams.js";
 import { fresh } from "./throughput.js";
-import { leftovers, log, median, percentile, pool, redisClock, sleep } from "./lib.js";
+import { leftovers, log, median, percentile, pool, sleep } from "./lib.js";
 import type { Consumed, ConsumeRequest } from "./raw-consumer.js";
 
 export interface DelayedShape {
@@ -43,7 +46,7 @@ export interface DelayedResult {
   p50: number;
   p99: number;
   max: number;
-  /** Items per second the movers made ready: items / (last moved − due). */
+  /** Items per second the movers made ready, as the consumer got them: items / (last arrival − due). */
   moverPerSec: number;
   /** Every item popped exactly once, nothing left in the delayed set or the list. */
   movedOnce: boolean;
@@ -72,26 +75,33 @@ export async function startInstances(redis: BenchRedis, n: number): Promise<Inst
   const consumer = fork(join(here, "raw-consumer.js"), [redis.socketPath], { stdio: ["ignore", "inherit", "inherit", "ipc"] });
   leftovers.add(consumer);
   await new Promise<void>((ok, fail) => {
-    consumer.once("message", () => ok());
-    consumer.once("exit", (code) => fail(new Error(`raw consumer exited with ${code} as it started`)));
+    const onExit = (code: number | null, signal: NodeJS.Signals | null) => fail(new Error(`raw consumer exited with ${code ?? signal} as it started`));
+    consumer.once("exit", onExit);
+    consumer.once("message", () => {
+      consumer.off("exit", onExit);
+      ok();
+    });
   });
   const clients = servers.map((s) => new SwitchyardClient(s.address));
-  const exited = (child: ChildProcess) => new Promise<void>((ok) => (child.exitCode !== null ? ok() : child.once("exit", () => ok())));
+  const exited = (child: ChildProcess) =>
+    new Promise<void>((ok) => (child.exitCode !== null || child.signalCode !== null ? ok() : child.once("exit", () => ok())));
   return {
     clients,
     consume: (req) =>
       new Promise<Consumed>((ok, fail) => {
-        const onExit = (code: number | null) => fail(new Error(`raw consumer exited with ${code} before answering`));
+        const onExit = (code: number | null, signal: NodeJS.Signals | null) => fail(new Error(`raw consumer exited with ${code ?? signal} before answering`));
         consumer.once("exit", onExit);
         consumer.once("message", (m: unknown) => {
           consumer.off("exit", onExit);
-          ok(m as Consumed);
+          const got = m as Consumed;
+          if (got.list === req.list) ok(got);
+          else fail(new Error(`raw consumer answered for ${String(got.list)}, asked for ${req.list}`));
         });
         consumer.send(req);
       }),
     async stop() {
       for (const c of clients) c.close();
-      consumer.send("stop");
+      if (consumer.connected) consumer.send("stop");
       const done = [consumer, ...servers.map((s) => s.child)].map(exited);
       for (const s of servers) s.child.kill("SIGTERM");
       await Promise.all(done);
@@ -99,6 +109,19 @@ export async function startInstances(redis: BenchRedis, n: number): Promise<Inst
       for (const s of servers) leftovers.delete(s.child);
     },
   };
+}
+
+/** Milliseconds on Redis's clock from this host's, by the offset measured with TIME (best of 5 round trips). */
+async function redisClock(plain: Redis): Promise<() => number> {
+  let best = { rtt: Infinity, offset: 0 };
+  for (let i = 0; i < 5; i++) {
+    const before = Date.now();
+    const [s, us] = (await plain.time()) as [string | number, string | number];
+    const after = Date.now();
+    const ref = Number(s) * 1000 + Math.floor(Number(us) / 1000);
+    if (after - before < best.rtt) best = { rtt: after - before, offset: ref - (before + after) / 2 };
+  }
+  return () => Date.now() + best.offset;
 }
 
 const summary = (xs: number[]) => ({ p50: percentile(xs, 50), p99: percentile(xs, 99), n: xs.length });
@@ -142,17 +165,18 @@ export async function delayedBurst(redis: BenchRedis, instances: Instances, shap
   if (clock() >= due - 1000) throw new Error("delayed: the raw producer started less than a second before the due time; raise leadMs");
 
   // The raw consumer, in its process (raw-consumer.ts): pops what the movers make ready, up to
-  // 1000 a call, and notes when, on Redis's clock.
+  // 1000 a call, and notes when (this host's clock, put on Redis's as the producer's pushes are).
   let got: Consumed;
   try {
-    got = await instances.consume({ list: name, items: shape.items, deadline: due + 30_000 });
+    got = await instances.consume({ list: name, items: shape.items, deadline: due - hostToRedis + 30_000 });
   } finally {
     producer.send("stop");
   }
   const pushes = await produced;
   leftovers.delete(producer);
-  const lateness = got.calls.flatMap(([at, n]) => Array<number>(n).fill(at - due));
-  const last = got.calls.length > 0 ? got.calls[got.calls.length - 1][0] : due;
+  const calls = got.calls.map(([at, n]) => [at + hostToRedis, n] as const);
+  const lateness = calls.flatMap(([at, n]) => Array<number>(n).fill(at - due));
+  const last = calls.length > 0 ? calls[calls.length - 1][0] : 0;
   const stats = (await redis.plain.info("commandstats")) as string;
   const evalsha = /cmdstat_evalsha:calls=(\d+),usec=(\d+),usec_per_call=([\d.]+)/.exec(stats);
   const seen = new Map<string, number>();

@@ -1,7 +1,6 @@
 /** Small helpers shared by the benchmark rows: timing, statistics, bounded waits. */
 import { readFileSync } from "node:fs";
 import { performance } from "node:perf_hooks";
-import type { Redis } from "ioredis";
 
 export const now = () => performance.now();
 export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
@@ -26,19 +25,6 @@ export function payload(bytes = 100, seq?: number): Buffer {
 export function seqOf(p: Uint8Array | string): number {
   const s = typeof p === "string" ? p.slice(0, 10) : Buffer.from(p.buffer, p.byteOffset, 10).toString("latin1");
   return Number(s);
-}
-
-/** Milliseconds on Redis's clock from this host's, by the offset measured with TIME (best of 5 round trips). */
-export async function redisClock(redis: Redis): Promise<() => number> {
-  let best = { rtt: Infinity, offset: 0 };
-  for (let i = 0; i < 5; i++) {
-    const before = Date.now();
-    const [s, us] = (await redis.time()) as [string | number, string | number];
-    const after = Date.now();
-    const ref = Number(s) * 1000 + Math.floor(Number(us) / 1000);
-    if (after - before < best.rtt) best = { rtt: after - before, offset: ref - (before + after) / 2 };
-  }
-  return () => Date.now() + best.offset;
 }
 
 export function median(xs: number[]): number {
