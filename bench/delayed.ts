@@ -68,37 +68,37 @@ export interface Instances {
   stop(): Promise<void>;
 }
 
+/** The child's next message; fails if it exits first (`when`: what it was doing, for the error). */
+function nextMessage(child: ChildProcess, name: string, when: string): Promise<unknown> {
+  return new Promise((ok, fail) => {
+    const onExit = (code: number | null, signal: NodeJS.Signals | null) => fail(new Error(`${name} exited with ${code ?? signal} ${when}`));
+    child.once("exit", onExit);
+    child.once("message", (m: unknown) => {
+      child.off("exit", onExit);
+      ok(m);
+    });
+  });
+}
+
 /** Three (or `n`) server processes on the bench Redis, a client of each, and the raw consumer's process. */
 export async function startInstances(redis: BenchRedis, n: number): Promise<Instances> {
   const servers = await Promise.all(Array.from({ length: n }, () => startServer(`unix://${redis.socketPath}`, [])));
   for (const s of servers) leftovers.add(s.child);
   const consumer = fork(join(here, "raw-consumer.js"), [redis.socketPath], { stdio: ["ignore", "inherit", "inherit", "ipc"] });
   leftovers.add(consumer);
-  await new Promise<void>((ok, fail) => {
-    const onExit = (code: number | null, signal: NodeJS.Signals | null) => fail(new Error(`raw consumer exited with ${code ?? signal} as it started`));
-    consumer.once("exit", onExit);
-    consumer.once("message", () => {
-      consumer.off("exit", onExit);
-      ok();
-    });
-  });
+  await nextMessage(consumer, "raw consumer", "as it started");
   const clients = servers.map((s) => new SwitchyardClient(s.address));
   const exited = (child: ChildProcess) =>
     new Promise<void>((ok) => (child.exitCode !== null || child.signalCode !== null ? ok() : child.once("exit", () => ok())));
   return {
     clients,
-    consume: (req) =>
-      new Promise<Consumed>((ok, fail) => {
-        const onExit = (code: number | null, signal: NodeJS.Signals | null) => fail(new Error(`raw consumer exited with ${code ?? signal} before answering`));
-        consumer.once("exit", onExit);
-        consumer.once("message", (m: unknown) => {
-          consumer.off("exit", onExit);
-          const got = m as Consumed;
-          if (got.list === req.list) ok(got);
-          else fail(new Error(`raw consumer answered for ${String(got.list)}, asked for ${req.list}`));
-        });
-        consumer.send(req);
-      }),
+    async consume(req) {
+      const answer = nextMessage(consumer, "raw consumer", "before answering");
+      consumer.send(req);
+      const got = (await answer) as Consumed;
+      if (got.list !== req.list) throw new Error(`raw consumer answered for ${String(got.list)}, asked for ${req.list}`);
+      return got;
+    },
     async stop() {
       for (const c of clients) c.close();
       if (consumer.connected) consumer.send("stop");
@@ -161,7 +161,7 @@ export async function delayedBurst(redis: BenchRedis, instances: Instances, shap
     });
     producer.once("exit", (code) => fail(new Error(`raw producer exited with ${code} before sending its pushes`)));
   });
-  await new Promise<void>((ok) => producer.once("message", () => ok()));
+  await nextMessage(producer, "raw producer", "as it started");
   if (clock() >= due - 1000) throw new Error("delayed: the raw producer started less than a second before the due time; raise leadMs");
 
   // The raw consumer, in its process (raw-consumer.ts): pops what the movers make ready, up to
