@@ -21,6 +21,7 @@
  */
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { loadavg, tmpdir } from "node:os";
+import { constants } from "node:perf_hooks";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { QueueMode } from "../dist/gen/switchyard/v1/queue_pb.js";
@@ -151,7 +152,13 @@ function overlapping(dumps: Map<number, Dump>, roleOf: (pid: number) => string, 
   return out.join("; ");
 }
 
-const GC_KINDS: Record<number, string> = { 1: "minor", 2: "major", 4: "incremental", 8: "weak callbacks" };
+/** A GC entry's detail.kind (perf_hooks' NODE_PERFORMANCE_GC_* constants) → its name. */
+const GC_KINDS: Record<number, string> = {
+  [constants.NODE_PERFORMANCE_GC_MINOR]: "minor",
+  [constants.NODE_PERFORMANCE_GC_MAJOR]: "major",
+  [constants.NODE_PERFORMANCE_GC_INCREMENTAL]: "incremental",
+  [constants.NODE_PERFORMANCE_GC_WEAKCB]: "weak callbacks",
+};
 
 /** Each process's GC pauses (and stalls, with --loop) within [from, to]. */
 function pauses(dumps: Map<number, Dump>, roleOf: (pid: number) => string, from: number, to: number): void {
