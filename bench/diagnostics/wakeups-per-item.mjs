@@ -12,7 +12,10 @@
 // on an item's way took, wake-up handling, interrupts and any time the host held the vCPU included; a
 // sleep of any kind ends it, a futex wait on a helper thread too, and what follows that sleep is not
 // counted unless a tracked process woke it). A wake-up made from an interrupt (a timer, a socket's
-// softirq) is charged to the task it interrupted.
+// softirq) is charged to the task it interrupted. "idle" is the share of a pair's wake-ups made while
+// the other CPU was idle (the kernel could have put the wakee there). The server's and the relay's wake-ups
+// of Redis are split by the tracked process whose wake-up the waker had last ("after producer": an item's
+// push; "after worker": an ack's settle; "after redis": a call sent once an answer came).
 // Pairs under 0.005 an item are left out, of the total too.
 //   node bench/diagnostics/wakeups-per-item.mjs [RATE] [SECONDS]   (after npm run bench built dist-bench/; needs perf, as root)
 import { execFileSync, spawn } from "node:child_process";
@@ -57,6 +60,8 @@ try {
     const justWoken = new Map(); // CPU → the wake-up that was its last event
     const onCpu = new Set(); // pids on a CPU (from sched_switch)
     const running = new Map(); // pid → the run after a wake-up: { w, total, at (undefined while preempted) }
+    const current = new Map(); // CPU → the pid it runs (from sched_switch; "0": idle)
+    const wokenBy = new Map(); // role → the role whose wake-up it had last
     for (const line of text.split("\n")) {
       const m = /^\s*(\d+)\s+\[(\d+)\]\s+([\d.]+):\s+sched:(\w+):(.*)$/.exec(line);
       if (!m) continue;
@@ -90,6 +95,7 @@ try {
           }
         }
         onCpu.add(next);
+        current.set(Number(cpu), next);
         const resumed = running.get(next);
         if (resumed) resumed.at = us;
         else if (pending.has(next)) {
@@ -116,7 +122,11 @@ try {
       pending.delete(pid);
       const waker = roles.get(Number(tid)), wakee = roles.get(Number(pid));
       if (!waker || !wakee) continue;
-      const w = { key: `${waker} → ${wakee}`, wakerCpu: Number(cpu), dest: Number(wake[2]), at: us };
+      const after = wokenBy.get(waker);
+      wokenBy.set(wakee, waker);
+      const split = wakee === "redis" && (waker === "server" || waker === "relay") && after ? ` (after ${after})` : "";
+      const otherIdle = [...current].some(([c, p]) => c !== Number(cpu) && p === "0");
+      const w = { key: `${waker} → ${wakee}${split}`, wakerCpu: Number(cpu), dest: Number(wake[2]), at: us, otherIdle };
       all.push(w);
       justWoken.set(cpu, { pid, w });
       // Woken while still on its CPU: it was about to sleep (its switch-out, next, tells whether it did; see
@@ -129,8 +139,9 @@ try {
     }
     const counts = new Map();
     for (const w of all) {
-      const c = counts.get(w.key) ?? { same: 0, other: 0, waited: [], ran: [] };
+      const c = counts.get(w.key) ?? { same: 0, other: 0, idle: 0, waited: [], ran: [] };
       c[w.dest === w.wakerCpu ? "same" : "other"]++;
+      if (w.otherIdle) c.idle++;
       if (w.waited !== undefined) c.waited.push(w.waited);
       if (w.ran !== undefined) c.ran.push(w.ran);
       counts.set(w.key, c);
@@ -139,7 +150,7 @@ try {
     let total = 0;
     const rows = [...counts].sort().filter(([, c]) => (c.same + c.other) / n >= 0.005).map(([key, c]) => {
       total += c.same + c.other;
-      return `  ${key.padEnd(20)} ${((c.same + c.other) / n).toFixed(2)} (same CPU ${(c.same / n).toFixed(2)}, other ${(c.other / n).toFixed(2)}); waited ${median(c.waited).toFixed(0)} µs, then ran ${median(c.ran).toFixed(0)} µs (medians)`;
+      return `  ${key.padEnd(20)} ${((c.same + c.other) / n).toFixed(2)} (same CPU ${(c.same / n).toFixed(2)}, other ${(c.other / n).toFixed(2)}; idle ${(c.idle / (c.same + c.other)).toFixed(2)}); waited ${median(c.waited).toFixed(0)} µs, then ran ${median(c.ran).toFixed(0)} µs (medians)`;
     });
     console.log(`${system}, ${rate}/s (the run's p50 ${spread.p50.toFixed(2)}, p99 ${spread.p99.toFixed(2)} ms): wake-ups per item, ${(total / n).toFixed(2)} in all`);
     console.log(rows.join("\n"));
