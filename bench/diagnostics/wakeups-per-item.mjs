@@ -13,7 +13,7 @@
 // sleep of any kind ends it, a futex wait on a helper thread too, and what follows that sleep is not
 // counted unless a tracked process woke it). A wake-up made from an interrupt (a timer, a socket's
 // softirq) is charged to the task it interrupted. "idle" is the share of a pair's wake-ups made while
-// the other CPU was idle (the kernel could have put the wakee there). The server's and the relay's wake-ups
+// another CPU was idle (the kernel could have put the wakee there). The server's and the relay's wake-ups
 // of Redis are split by the tracked process whose wake-up the waker had last ("after producer": an item's
 // push; "after worker": an ack's settle; "after redis": a call sent once an answer came).
 // Pairs under 0.005 an item are left out, of the total too.
@@ -125,7 +125,8 @@ try {
       const after = wokenBy.get(waker);
       wokenBy.set(wakee, waker);
       const split = wakee === "redis" && (waker === "server" || waker === "relay") && after ? ` (after ${after})` : "";
-      const otherIdle = [...current].some(([c, p]) => c !== Number(cpu) && p === "0");
+      let otherIdle = false;
+      for (const [c, p] of current) if (c !== Number(cpu) && p === "0") otherIdle = true;
       const w = { key: `${waker} → ${wakee}${split}`, wakerCpu: Number(cpu), dest: Number(wake[2]), at: us, otherIdle };
       all.push(w);
       justWoken.set(cpu, { pid, w });
