@@ -297,6 +297,8 @@ export class Queues {
   readonly delayed: DelayedItems;
   private readonly dispatchHost: DispatchHost;
   private stopReleases?: () => void;
+  /** The one run of stop(), once it has started. */
+  private stopping?: Promise<void>;
   /** Simple deliveries settled here for streams elsewhere whose announcement failed, with when: made again (see announceReleases). */
   private readonly unannounced = new Map<string, number>();
   private announceTimer?: Timer;
@@ -450,9 +452,15 @@ export class Queues {
    * Stops the watchdog and every pump, and returns every open stream's items to
    * their queues. Once Redis took every return, this instance leaves the live
    * set; if it could not (Redis unreachable), it stays there, silent, and another
-   * instance returns its deliveries once it counts as dead.
+   * instance returns its deliveries once it counts as dead. It runs once: a
+   * later call (drain's own, after a direct one) resolves with the first, and
+   * does not wait out another `returnWithinMs` for returns already given up.
    */
-  async stop(returnWithinMs = 5000): Promise<void> {
+  stop(returnWithinMs = 5000): Promise<void> {
+    return (this.stopping ??= this.stopOnce(returnWithinMs));
+  }
+
+  private async stopOnce(returnWithinMs: number): Promise<void> {
     this.watchdog.stop();
     this.delayed.stop();
     this.stopReleases?.();

@@ -163,7 +163,8 @@ describe("a settle whose answer is lost after Redis ran it, with the next lease 
 
 describe("a stream that closes while its settle, with a lease beside it, is in flight", () => {
   async function setUp(Q: string, ran: boolean) {
-    sy = await startSwitchyard(redis, { config: { redis: { kind: "standalone", url: `redis://${link.address}` } } });
+    // The closed stream ends once its settle's call times out (its answer held): 1.5 s rather than 5.
+    sy = await startSwitchyard(redis, { config: { redis: { kind: "standalone", url: `redis://${link.address}` }, redisCommandTimeoutMs: 1500 } });
     await sy.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
     await sy.client.enqueue(Q, ["a", "b", "c"]);
     const lease = sy.client.lease(Q, 1);

@@ -2,6 +2,7 @@
 import { describe, expect, it } from "vitest";
 import { QueueMode } from "../../src/gen/switchyard/v1/queue_pb.js";
 import { ServingStatus } from "../../src/grpc/health.js";
+import { createLogger } from "../../src/log.js";
 import { startRedis } from "../helpers/redis.js";
 import { startSwitchyard } from "../helpers/switchyard.js";
 
@@ -52,6 +53,32 @@ describe("graceful shutdown", () => {
     expect(await redis.plain.llen("{quick}.processing")).toBe(0);
     expect(await redis.plain.llen("{quick}")).toBe(0);
     sy.client.close();
+    await redis.stop();
+  });
+
+  it("gives up on returns Redis refuses once: a stop after a stop waits for the first, not out another return time", async () => {
+    const redis = await startRedis();
+    const lines: string[] = [];
+    const sy = await startSwitchyard(redis, { log: createLogger("warn", (line) => void lines.push(line)) });
+    const Q = "{refused-returns}";
+    await sy.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
+    await sy.client.enqueue(Q, ["held"]);
+    const lease = sy.client.lease(Q, 1);
+    await lease.take(1);
+    // Someone else's key under the queue's name: every return of the held item is refused.
+    await redis.plain.del(Q);
+    await redis.plain.set(Q, "not a list");
+    const queues = sy.app.queues;
+    const first = queues.stop(300);
+    expect(queues.stop()).toBe(first);
+    await first;
+    const gaveUp = () => lines.filter((l) => l.includes("some items could not be returned")).length;
+    expect(gaveUp()).toBe(1);
+    // The app's own shutdown drains and stops the queues again: it takes the stop already made.
+    await sy.stop();
+    expect(gaveUp()).toBe(1);
+    // The item stayed this instance's delivery, for another instance to return once this one counts as dead.
+    expect(await redis.plain.llen(`${Q}.processing`)).toBe(1);
     await redis.stop();
   });
 });
