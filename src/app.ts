@@ -220,6 +220,7 @@ export async function startApp(config: Config, parts: AppParts = {}): Promise<Ap
       });
       clockResync?.cancel();
       await scheduler.stop();
+      await queues.stop();
       await registry.stop();
       await redis.close();
       phase = "shut down";

@@ -297,8 +297,6 @@ export class Queues {
   readonly delayed: DelayedItems;
   private readonly dispatchHost: DispatchHost;
   private stopReleases?: () => void;
-  /** The one run of stop(), once it has started. */
-  private stopping?: Promise<void>;
   /** Simple deliveries settled here for streams elsewhere whose announcement failed, with when: made again (see announceReleases). */
   private readonly unannounced = new Map<string, number>();
   private announceTimer?: Timer;
@@ -452,15 +450,9 @@ export class Queues {
    * Stops the watchdog and every pump, and returns every open stream's items to
    * their queues. Once Redis took every return, this instance leaves the live
    * set; if it could not (Redis unreachable), it stays there, silent, and another
-   * instance returns its deliveries once it counts as dead. It runs once: a
-   * later call (drain's own, after a direct one) resolves with the first, and
-   * does not wait out another `returnWithinMs` for returns already given up.
+   * instance returns its deliveries once it counts as dead.
    */
-  stop(returnWithinMs = 5000): Promise<void> {
-    return (this.stopping ??= this.stopOnce(returnWithinMs));
-  }
-
-  private async stopOnce(returnWithinMs: number): Promise<void> {
+  async stop(returnWithinMs = 5000): Promise<void> {
     this.watchdog.stop();
     this.delayed.stop();
     this.stopReleases?.();
@@ -721,11 +713,12 @@ export class Queues {
 
   /** Opens a lease stream on a declared queue; a stream queue's names the consumer group it reads as. */
   async openStream(queue: string, credit: number, sink: LeaseSink, group = ""): Promise<LeaseStream> {
-    if (this.draining) {
-      throw new SwitchyardError("unavailable", "this instance is shutting down; open the lease stream on another instance", { reason: "SHUTTING_DOWN" });
-    }
+    this.refuseWhileDraining();
     this.checkCredit(credit, true);
     const config = await this.registry.current(queue);
+    // A drain that began during the read has closed the streams it found, and may have stopped: a stream
+    // added now would lease items no stop closes and no drain notice reaches.
+    this.refuseWhileDraining();
     if (config.mode === "stream" && !group) throw invalid(`"${queue}" is a STREAM queue: open names the consumer group to read as`, "open.group");
     if (config.mode !== "stream" && group) throw invalid(`open.group applies to STREAM queues; "${queue}" is ${config.mode.toUpperCase()}`, "open.group");
     if (group && !config.groups.some((g) => g.name === group)) throw groupNotFound(queue, group);
@@ -747,6 +740,12 @@ export class Queues {
     this.streams.add(stream);
     this.scheduleHeartbeat(stream);
     return stream;
+  }
+
+  private refuseWhileDraining(): void {
+    if (this.draining) {
+      throw new SwitchyardError("unavailable", "this instance is shutting down; open the lease stream on another instance", { reason: "SHUTTING_DOWN" });
+    }
   }
 
   private checkCredit(credit: number, opening: boolean): void {

@@ -30,7 +30,9 @@ export class Returns {
   private waitMs = FIRST_WAIT_MS;
   /** Set by stop(): an attempt still in flight then is not tried again when it fails. */
   private stopped = false;
-  private idleWaiters: (() => void)[] = [];
+  private idleWaiters: ((back: boolean) => void)[] = [];
+  /** Attempts sent and not yet answered. */
+  private inFlight = 0;
 
   constructor(
     private readonly settler: Settler,
@@ -66,14 +68,20 @@ export class Returns {
     return n;
   }
 
-  /** Resolves once nothing waits to go back, or after `timeoutMs` (wall time). */
+  /**
+   * Resolves to true once nothing waits to go back; to false after `timeoutMs`
+   * (wall time), or as soon as what waits never will go back from here: once
+   * stopped, with no attempt in flight (a second stop() of the instance then
+   * does not wait out its time again).
+   */
   idle(timeoutMs: number): Promise<boolean> {
     if (this.size === 0) return Promise.resolve(true);
+    if (this.givenUp()) return Promise.resolve(false);
     return new Promise((resolve) => {
       const timer = setTimeout(() => resolve(false), timeoutMs);
-      this.idleWaiters.push(() => {
+      this.idleWaiters.push((back) => {
         clearTimeout(timer);
-        resolve(true);
+        resolve(back);
       });
     });
   }
@@ -86,9 +94,25 @@ export class Returns {
     this.stopped = true;
     clearTimeout(this.retryTimer);
     this.retryTimer = undefined;
+    if (this.givenUp()) this.notifyIdle(false);
+  }
+
+  /** Something waits to go back, and nothing will try to return it: stopped, with no attempt in flight. */
+  private givenUp(): boolean {
+    return this.stopped && this.inFlight === 0 && this.size > 0;
   }
 
   private async attempt(config: QueueConfig, ops: readonly (readonly [string, Way])[]): Promise<SettleResult[] | undefined> {
+    this.inFlight++;
+    try {
+      return await this.tryOnce(config, ops);
+    } finally {
+      this.inFlight--;
+      if (this.givenUp()) this.notifyIdle(false);
+    }
+  }
+
+  private async tryOnce(config: QueueConfig, ops: readonly (readonly [string, Way])[]): Promise<SettleResult[] | undefined> {
     try {
       const results = await this.settler.settleMany(config, ops.map(([delivery, { action, reason }]) => ({ action, delivery, reason })));
       // Every code is final: returned, or no longer live (settled, returned or recovered meanwhile).
@@ -96,7 +120,7 @@ export class Returns {
       for (const [f] of ops) waiting?.delete(f);
       if (waiting?.size === 0) this.waiting.delete(config.name);
       this.waitMs = FIRST_WAIT_MS;
-      if (this.size === 0) this.notifyIdle();
+      if (this.size === 0) this.notifyIdle(true);
       return results;
     } catch (err) {
       if (this.stopped) {
@@ -129,12 +153,12 @@ export class Returns {
       }
       await this.attempt(config, [...waiting]);
     }
-    if (this.size === 0) this.notifyIdle();
+    if (this.size === 0) this.notifyIdle(true);
   }
 
-  private notifyIdle(): void {
+  private notifyIdle(back: boolean): void {
     const waiters = this.idleWaiters;
     this.idleWaiters = [];
-    for (const w of waiters) w();
+    for (const w of waiters) w(back);
   }
 }

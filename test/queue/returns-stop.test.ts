@@ -62,3 +62,36 @@ it("does not try again after stop(), when the attempt in flight at stop() fails"
   expect(returns.size).toBe(1); // left for another instance to return
   expect(lines.at(-1)).toContain("this instance stopped, another will return them");
 });
+
+it("once stopped with nothing in flight, says at once that what waits will not go back", async () => {
+  const { returns, attempts } = returnsWithAnswers();
+  void returns.give(config, ["7@a"], "return");
+  attempts[0].fail(new Error("Command timed out"));
+  await vi.advanceTimersByTimeAsync(0);
+  let idle: boolean | undefined;
+  void returns.idle(60_000).then((back) => (idle = back));
+  returns.stop();
+  await vi.advanceTimersByTimeAsync(0);
+  expect(idle).toBe(false);
+  // A second stop of the instance asks again: answered at once too, not after its time.
+  let again: boolean | undefined;
+  void returns.idle(60_000).then((back) => (again = back));
+  await vi.advanceTimersByTimeAsync(0);
+  expect(again).toBe(false);
+});
+
+it("once stopped, waits for the attempt in flight: true if it takes, false at once if it fails", async () => {
+  for (const takes of [true, false]) {
+    const { returns, attempts } = returnsWithAnswers();
+    void returns.give(config, ["7@a"], "return");
+    returns.stop();
+    let idle: boolean | undefined;
+    void returns.idle(60_000).then((back) => (idle = back));
+    await vi.advanceTimersByTimeAsync(0);
+    expect(idle).toBeUndefined();
+    if (takes) attempts[0].succeed();
+    else attempts[0].fail(new Error("Connection is closed."));
+    await vi.advanceTimersByTimeAsync(0);
+    expect(idle).toBe(takes);
+  }
+});
