@@ -297,6 +297,8 @@ export class Queues {
   readonly delayed: DelayedItems;
   private readonly dispatchHost: DispatchHost;
   private stopReleases?: () => void;
+  /** Every stream a stop() closed: their settles in flight keep any later stop from counting everything as back. */
+  private readonly closedByStop = new Set<LeaseStream>();
   /** Simple deliveries settled here for streams elsewhere whose announcement failed, with when: made again (see announceReleases). */
   private readonly unannounced = new Map<string, number>();
   private announceTimer?: Timer;
@@ -465,10 +467,12 @@ export class Queues {
     for (const d of this.dispatchers.values()) d.close();
     this.dispatchers.clear();
     const open = [...this.streams];
+    for (const s of open) this.closedByStop.add(s);
     await Promise.all(open.map((s) => this.closeStream(s)));
     // A delivery whose settle is in flight is neither held nor returning: it is released by its answer, or
-    // returned (unsettled) if none comes. Until then this instance may not count everything as back.
-    const answered = await this.settlesAnswered(open, returnWithinMs);
+    // returned (unsettled) if none comes. Until then this instance may not count everything as back: nor
+    // may a later stop (the app's, after drain's), for the streams an earlier one closed.
+    const answered = await this.settlesAnswered([...this.closedByStop], returnWithinMs);
     const returned = (await this.returns.idle(returnWithinMs)) && answered;
     this.returns.stop();
     // Stream queues: this instance's consumers leave their groups, once they hold nothing.

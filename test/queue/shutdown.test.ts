@@ -2,6 +2,8 @@
 import { describe, expect, it } from "vitest";
 import { QueueMode } from "../../src/gen/switchyard/v1/queue_pb.js";
 import { ServingStatus } from "../../src/grpc/health.js";
+import type { LeaseStream } from "../../src/queue/lease-stream.js";
+import { systemKeys } from "../../src/redis/keys.js";
 import { startRedis } from "../helpers/redis.js";
 import { startSwitchyard } from "../helpers/switchyard.js";
 
@@ -74,6 +76,45 @@ describe("graceful shutdown", () => {
     await stopping;
     // Nothing was leased for a stream no stop would close: every item is still ready for another instance.
     expect([await redis.plain.llen(Q), await redis.plain.llen(`${Q}.processing`)]).toEqual([3, 0]);
+    sy.client.close();
+    await redis.stop();
+  });
+
+  it("stays in the live instances through a second stop while a settle sent before the first is unanswered", async () => {
+    const redis = await startRedis();
+    const sy = await startSwitchyard(redis);
+    const Q = "{settle-unanswered}";
+    await sy.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
+    await sy.client.enqueue(Q, ["a", "b"]);
+    const lease = sy.client.lease(Q, 1);
+    const [a] = await lease.take(1);
+    const queues = sy.app.queues as unknown as {
+      streams: Set<LeaseStream>;
+      settler: { send(...args: unknown[]): Promise<unknown>; refill(...args: unknown[]): void };
+      instances: { id: string };
+      stop(returnWithinMs?: number): Promise<void>;
+    };
+    // The ack goes out with the next lease beside it (its delivery then counts as settling), and its call
+    // stays unanswered: as a call to a hung cluster node would, while other nodes answer.
+    const { settler } = queues;
+    const send = settler.send.bind(settler);
+    let fail!: (err: Error) => void;
+    settler.send = (...args: unknown[]) => {
+      if (!(args[3] as { action: string }[]).some((op) => op.action === "ack")) return send(...args);
+      const call = new Promise((_, reject) => (fail = reject));
+      call.catch(() => undefined);
+      settler.refill(args[0], args[3], { list: () => call, stream: () => call });
+      return call;
+    };
+    lease.ack(a.leaseToken);
+    await expect.poll(() => [...queues.streams].some((s) => s.settling.size > 0)).toBe(true);
+    const alive = () => redis.plain.zscore(systemKeys("switchyard").alive, queues.instances.id);
+    await queues.stop(200);
+    expect(await alive()).not.toBeNull();
+    // The app stops the queues again after drain's stop: the stream the first closed still waits for its answer.
+    await queues.stop(200);
+    expect(await alive()).not.toBeNull();
+    fail(new Error("Connection is closed."));
     sy.client.close();
     await redis.stop();
   });
