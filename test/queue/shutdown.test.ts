@@ -1,5 +1,5 @@
 /** Graceful shutdown (SPEC S5): drain, settle within the grace, return the rest. */
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, onTestFinished } from "vitest";
 import { QueueMode } from "../../src/gen/switchyard/v1/queue_pb.js";
 import { ServingStatus } from "../../src/grpc/health.js";
 import type { LeaseStream } from "../../src/queue/lease-stream.js";
@@ -10,6 +10,7 @@ import { startSwitchyard } from "../helpers/switchyard.js";
 describe("graceful shutdown", () => {
   it("goes NOT_SERVING, drains streams, takes settles within the grace and returns what is left", async () => {
     const redis = await startRedis();
+    onTestFinished(() => redis.stop()); // a failed test too
     const sy = await startSwitchyard(redis, { config: { shutdownGraceMs: 1000 } });
     const Q = "{drain}";
     await sy.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
@@ -35,11 +36,11 @@ describe("graceful shutdown", () => {
     expect(await redis.plain.llen(`${Q}.processing`)).toBe(0);
     expect(ids).toHaveLength(4);
     sy.client.close();
-    await redis.stop();
   });
 
   it("ends at once when every held item is settled before the grace runs out", async () => {
     const redis = await startRedis();
+    onTestFinished(() => redis.stop()); // a failed test too
     const sy = await startSwitchyard(redis, { config: { shutdownGraceMs: 60_000 } });
     await sy.client.createQueue({ name: "{quick}", mode: QueueMode.RELIABLE });
     await sy.client.enqueue("{quick}", ["x"]);
@@ -54,11 +55,11 @@ describe("graceful shutdown", () => {
     expect(await redis.plain.llen("{quick}.processing")).toBe(0);
     expect(await redis.plain.llen("{quick}")).toBe(0);
     sy.client.close();
-    await redis.stop();
   });
 
   it("refuses a lease stream whose open was reading its queue's declaration when the shutdown began", async () => {
     const redis = await startRedis();
+    onTestFinished(() => redis.stop()); // a failed test too
     const sy = await startSwitchyard(redis);
     const Q = "{late-open}";
     await sy.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
@@ -77,11 +78,11 @@ describe("graceful shutdown", () => {
     // Nothing was leased for a stream no stop would close: every item is still ready for another instance.
     expect([await redis.plain.llen(Q), await redis.plain.llen(`${Q}.processing`)]).toEqual([3, 0]);
     sy.client.close();
-    await redis.stop();
   });
 
   it("stays in the live instances through a second stop while a settle sent before the first is unanswered", async () => {
     const redis = await startRedis();
+    onTestFinished(() => redis.stop()); // a failed test too
     const sy = await startSwitchyard(redis);
     const Q = "{settle-unanswered}";
     await sy.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
@@ -116,6 +117,5 @@ describe("graceful shutdown", () => {
     expect(await alive()).not.toBeNull();
     fail(new Error("Connection is closed."));
     sy.client.close();
-    await redis.stop();
   });
 });
