@@ -3,18 +3,32 @@ import { describe, expect, it, onTestFinished } from "vitest";
 import { QueueMode } from "../../src/gen/switchyard/v1/queue_pb.js";
 import { ServingStatus } from "../../src/grpc/health.js";
 import type { LeaseStream } from "../../src/queue/lease-stream.js";
+import type { Config } from "../../src/config.js";
 import { systemKeys } from "../../src/redis/keys.js";
 import { startRedis } from "../helpers/redis.js";
-import { startSwitchyard } from "../helpers/switchyard.js";
+import { startSwitchyard, type TestSwitchyard } from "../helpers/switchyard.js";
+
+/**
+ * A Redis and an instance of the test's own, with reliable queue `Q` holding `items`: both stop once the
+ * test ends, failed or not (the instance first; a stop it made itself stands).
+ */
+async function instanceWith(Q: string, items: string[], config: Partial<Config> = {}) {
+  const redis = await startRedis();
+  let sy: TestSwitchyard | undefined;
+  onTestFinished(async () => {
+    await sy?.stop();
+    await redis.stop();
+  });
+  sy = await startSwitchyard(redis, { config });
+  await sy.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
+  const ids = await sy.client.enqueue(Q, items);
+  return { redis, sy, ids };
+}
 
 describe("graceful shutdown", () => {
   it("goes NOT_SERVING, drains streams, takes settles within the grace and returns what is left", async () => {
-    const redis = await startRedis();
-    onTestFinished(() => redis.stop()); // a failed test too
-    const sy = await startSwitchyard(redis, { config: { shutdownGraceMs: 1000 } });
     const Q = "{drain}";
-    await sy.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
-    const ids = await sy.client.enqueue(Q, ["a", "b", "c", "d"]);
+    const { redis, sy, ids } = await instanceWith(Q, ["a", "b", "c", "d"], { shutdownGraceMs: 1000 });
     const lease = sy.client.lease(Q, 3);
     const held = await lease.take(3);
     expect(await redis.plain.llen(Q)).toBe(1);
@@ -35,15 +49,10 @@ describe("graceful shutdown", () => {
     expect(queued.map((v) => v.includes(Buffer.from("c")) || v.includes(Buffer.from("d")))).toEqual([true, true]);
     expect(await redis.plain.llen(`${Q}.processing`)).toBe(0);
     expect(ids).toHaveLength(4);
-    sy.client.close();
   });
 
   it("ends at once when every held item is settled before the grace runs out", async () => {
-    const redis = await startRedis();
-    onTestFinished(() => redis.stop()); // a failed test too
-    const sy = await startSwitchyard(redis, { config: { shutdownGraceMs: 60_000 } });
-    await sy.client.createQueue({ name: "{quick}", mode: QueueMode.RELIABLE });
-    await sy.client.enqueue("{quick}", ["x"]);
+    const { redis, sy } = await instanceWith("{quick}", ["x"], { shutdownGraceMs: 60_000 });
     const lease = sy.client.lease("{quick}", 1);
     const [d] = await lease.take(1);
     const started = Date.now();
@@ -54,16 +63,11 @@ describe("graceful shutdown", () => {
     expect(Date.now() - started).toBeLessThan(10_000);
     expect(await redis.plain.llen("{quick}.processing")).toBe(0);
     expect(await redis.plain.llen("{quick}")).toBe(0);
-    sy.client.close();
   });
 
   it("refuses a lease stream whose open was reading its queue's declaration when the shutdown began", async () => {
-    const redis = await startRedis();
-    onTestFinished(() => redis.stop()); // a failed test too
-    const sy = await startSwitchyard(redis);
     const Q = "{late-open}";
-    await sy.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
-    await sy.client.enqueue(Q, ["a", "b", "c"]);
+    const { redis, sy } = await instanceWith(Q, ["a", "b", "c"]);
     const queues = sy.app.queues;
     const open = queues.openStream.bind(queues);
     let stopping: Promise<void> | undefined;
@@ -77,16 +81,11 @@ describe("graceful shutdown", () => {
     await stopping;
     // Nothing was leased for a stream no stop would close: every item is still ready for another instance.
     expect([await redis.plain.llen(Q), await redis.plain.llen(`${Q}.processing`)]).toEqual([3, 0]);
-    sy.client.close();
   });
 
   it("stays in the live instances through a second stop while a settle sent before the first is unanswered", async () => {
-    const redis = await startRedis();
-    onTestFinished(() => redis.stop()); // a failed test too
-    const sy = await startSwitchyard(redis);
     const Q = "{settle-unanswered}";
-    await sy.client.createQueue({ name: Q, mode: QueueMode.RELIABLE });
-    await sy.client.enqueue(Q, ["a", "b"]);
+    const { redis, sy } = await instanceWith(Q, ["a", "b"]);
     const lease = sy.client.lease(Q, 1);
     const [a] = await lease.take(1);
     const queues = sy.app.queues as unknown as {
@@ -116,6 +115,5 @@ describe("graceful shutdown", () => {
     await queues.stop(200);
     expect(await alive()).not.toBeNull();
     fail(new Error("Connection is closed."));
-    sy.client.close();
   });
 });
