@@ -10,6 +10,8 @@ export default defineConfig({
   test: {
     include: ["test/chaos/**/*.test.ts"],
     pool: "forks",
+    // Kills a redis-server a file started and left running (a test that failed before its clean-up).
+    setupFiles: ["test/helpers/reap-redis.ts"],
     fileParallelism: false,
     testTimeout: 60_000,
     hookTimeout: 30_000,
