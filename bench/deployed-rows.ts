@@ -20,7 +20,7 @@ export function deployedSizes(scale: number) {
   return {
     serial: n(5_000),
     /**
-     * Per system, so that each side's timed window is about a second: Switchyard's side ran 0.1–0.2 s
+     * Per system, so that each side times half a second or more: Switchyard's side ran 0.1–0.2 s
      * a round with BullMQ's counts, too short a window on a noisy machine.
      */
     inFlight: { switchyard: n(150_000), bullmq: n(30_000) },

@@ -587,7 +587,7 @@ ${deployed ? `- Deployed shapes: Switchyard's server is a child process (\`node 
   - Enqueue: one producer process; serial = await each call of one item (${D.serial.toLocaleString("en-US")} items);
     100 calls of one item in flight (Switchyard ${D.inFlight.switchyard.toLocaleString("en-US")}, BullMQ ${D.inFlight.bullmq.toLocaleString("en-US")});
     calls of 1000 items, one at a time (Switchyard ${D.batched.switchyard.toLocaleString("en-US")}, BullMQ \`addBulk\`
-    ${D.batched.bullmq.toLocaleString("en-US")}): about a second's window each. Reliable queues without a recovery set. Timed in the producer.
+    ${D.batched.bullmq.toLocaleString("en-US")}): each side timed for half a second or more. Reliable queues without a recovery set. Timed in the producer.
     Beside serial enqueue, a plain ioredis client in its own process LPUSHes the same items one at a time.
   - Consume: a queue prefilled (not timed) with ${D.consume.map((s) => `${s.items.toLocaleString("en-US")} (${s.label})`).join(", ")}
     items; the workers start together and the clock stops when the last item is done: Switchyard

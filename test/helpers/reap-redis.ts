@@ -1,12 +1,14 @@
 /**
  * Set up before every test file (vitest's setupFiles): when the file is done,
- * a redis-server this test process started and never stopped (a test that
- * failed before its clean-up, say) is killed and named, so no run leaves
- * servers behind. Registered first, this afterAll runs after the file's own.
+ * a redis-server this test process started and never stopped (a test or hook
+ * that failed before its clean-up, say) is killed and named, so no run leaves
+ * servers behind. Registered first, this aroundAll wraps the whole file: it
+ * looks once every afterAll hook, beforeAll clean-up and fixture clean-up of
+ * the file has run, also when one of them threw (which skips the rest).
  * Linux only (it reads /proc); elsewhere it does nothing.
  */
 import { existsSync, readdirSync, readFileSync } from "node:fs";
-import { afterAll, expect } from "vitest";
+import { aroundAll, expect } from "vitest";
 
 /** The pids of this process's redis-server children still running (not yet exited). */
 export function redisServerChildren(parent = process.pid): number[] {
@@ -29,7 +31,15 @@ export function redisServerChildren(parent = process.pid): number[] {
   return pids;
 }
 
-afterAll(() => {
+aroundAll(async (runFile) => {
+  try {
+    await runFile();
+  } finally {
+    reap();
+  }
+});
+
+function reap(): void {
   const leaked = redisServerChildren();
   for (const pid of leaked) {
     try {
@@ -41,4 +51,4 @@ afterAll(() => {
   if (leaked.length > 0) {
     console.warn(`${expect.getState().testPath ?? "a test file"}: killed ${leaked.length} redis-server left running (pids ${leaked.join(", ")})`);
   }
-});
+}
