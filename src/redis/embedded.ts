@@ -35,13 +35,23 @@ const missingBinaryHelp = (binary: string) =>
   `set SWITCHYARD_REDIS_SERVER_BIN to its path, or point Switchyard at a Redis ` +
   `with SWITCHYARD_REDIS_URL=redis://host:6379 (or SWITCHYARD_REDIS_CLUSTER_NODES=host:port,...)`;
 
-function canConnect(path: string): Promise<boolean> {
+/**
+ * True once the server answers a PING on its socket (any reply: a loading server's error counts). A
+ * socket that only accepts is not enough: Redis listens before it has finished starting, and may still
+ * abort (a Cluster node whose bus port is taken exits after its socket accepted connections).
+ */
+function answers(path: string): Promise<boolean> {
   return new Promise((ok) => {
-    const socket = createConnection({ path }, () => {
-      socket.end();
-      ok(true);
-    });
-    socket.on("error", () => ok(false));
+    const socket = createConnection({ path }, () => socket.write("PING\r\n"));
+    const done = (answered: boolean) => {
+      clearTimeout(timer);
+      socket.destroy();
+      ok(answered);
+    };
+    const timer = setTimeout(() => done(false), 250);
+    socket.once("data", () => done(true));
+    socket.on("error", () => done(false));
+    socket.on("close", () => done(false));
   });
 }
 
@@ -82,8 +92,8 @@ export async function startEmbeddedRedis(options: EmbeddedOptions): Promise<Embe
     );
   });
   const started = (async () => {
-    for (let i = 0; i < 500; i++) {
-      if (await canConnect(socketPath)) return;
+    for (const deadline = Date.now() + 5000; Date.now() < deadline; ) {
+      if (await answers(socketPath)) return;
       await new Promise((r) => setTimeout(r, 10));
     }
     throw new SwitchyardError("unavailable", `embedded redis-server did not start in 5 s; see ${dir}/redis.log`, unreachable);

@@ -76,15 +76,19 @@ function portIsFree(port: number): Promise<boolean> {
   });
 }
 
-/** A random base port in 20000–40000 whose `count` ports and their bus ports are free. */
+/**
+ * A random base port in 10000–22000 whose `count` ports and their bus ports are free. Below Linux's
+ * ephemeral range (from 32768), bus ports included: a port found free there can be taken before its node
+ * binds it by any listener on port 0 or outgoing connection of the tests running beside this one.
+ */
 export async function freeBasePort(count = NODES): Promise<number> {
   for (let attempt = 0; attempt < 50; attempt++) {
-    const base = 20_000 + Math.floor(Math.random() * (20_000 - count));
+    const base = 10_000 + Math.floor(Math.random() * (12_000 - count));
     const ports = Array.from({ length: count }, (_, i) => base + i);
     const free = await Promise.all(ports.flatMap((p) => [portIsFree(p), portIsFree(p + BUS_OFFSET)]));
     if (free.every(Boolean)) return base;
   }
-  throw new Error(`no ${count} free loopback ports (and bus ports) found in 20000-40000`);
+  throw new Error(`no ${count} free loopback ports (and bus ports) found in 10000-22000`);
 }
 
 /** Runs `fn` on a connection of its own to the node at `port`. */
