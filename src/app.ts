@@ -24,6 +24,7 @@ import { HttpGuard, type HostResolver } from "./cron/http-guard.js";
 import { AuditLogStore } from "./auth/audit-log.js";
 import { Authenticator } from "./auth/authenticator.js";
 import { authInterceptor } from "./grpc/auth-interceptor.js";
+import { releaseUnaryFrames } from "./grpc/unary-frames.js";
 import { serverCredentials } from "./grpc/tls.js";
 import { DeliveryBuffers } from "./grpc/delivery-buffers.js";
 import { observeCalls } from "./grpc/observe.js";
@@ -170,7 +171,7 @@ export async function startApp(config: Config, parts: AppParts = {}): Promise<Ap
     );
     metrics.sample("switchyard_enqueue_pending_bytes", "Bytes of enqueued items written to Redis and not yet answered.", () => queues.pendingEnqueueBytes);
     const { server, health } = createGrpcServer(
-      config, queues, { store, logs, scheduler, clock }, log, [observeCalls(metrics, log), security], audit, buffers,
+      config, queues, { store, logs, scheduler, clock }, log, [releaseUnaryFrames(), observeCalls(metrics, log), security], audit, buffers,
     );
     if ((await freeSocketPath("SWITCHYARD_GRPC_ADDRESS", config.grpcAddress)).removedStale) {
       log.info("removed a stale socket that no instance answered on", { address: config.grpcAddress });
