@@ -2,7 +2,9 @@
  * The real processes of the chaos suite: redis-server, Switchyard servers
  * (`node dist/main.js`) and workers (test/chaos/worker.mjs, and the Python
  * example). Every process started here is tracked and SIGKILLed by pid at the
- * end of its scenario (killStarted), and never any other.
+ * end of its scenario (killStarted, first thing in each file's afterAll), and
+ * never any other. No exit handler does it: vitest's fork workers end without
+ * running one.
  */
 import { execFile, spawn, type ChildProcess } from "node:child_process";
 import { closeSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync } from "node:fs";
@@ -49,7 +51,6 @@ export function killStarted(): void {
     }
   }
 }
-process.once("exit", killStarted);
 
 export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
