@@ -4,7 +4,9 @@
 // Redis. The prefill is not counted. At c = 1 every item costs each process its wake-ups: on a
 // VM a socket write that wakes a sleeping process is dear, and Switchyard's extra hop pays it twice.
 // With --latency RATE: the latency rows' shape instead (a producer process paced at RATE items/s,
-// one worker process at concurrency 10, after 250 items of warm-up), the producer counted too.
+// one worker process at concurrency 10, after 250 items of warm-up), the producer counted too, and
+// between the two the relay with Redis (a plain grpc-js relay in the server's place that LPUSHes each
+// item before it relays it: the latency rows' floor with Redis).
 //   node bench/diagnostics/cpu-per-item.mjs [C] [ITEMS] [--sys] [--latency RATE]   (after npm run bench built dist-bench/)
 // With --serial: serial enqueue instead (one producer process awaiting each single-item call):
 // Switchyard (producer, server, Redis), BullMQ add and a raw ioredis LPUSH (producer, Redis), and
@@ -45,17 +47,20 @@ try {
       console.log(`${name}, serial, ${n} calls (${rate.toFixed(0)}/s, ${(1e6 / rate).toFixed(0)} µs each): ${sysOnly ? "system " : ""}CPU µs per call: ${per.join(", ")}`);
     }
   }
-  for (const system of serial ? [] : ["switchyard", "bullmq"]) {
-    const pids = { redis: redis.server.process.pid, ...(system === "switchyard" ? { server: d.serverPid } : {}), worker: d.workerPids[system][0] };
+  const systems = serial ? [] : latencyAt !== undefined ? ["switchyard", "relay-push", "bullmq"] : ["switchyard", "bullmq"];
+  for (const system of systems) {
     if (latencyAt !== undefined) {
-      const producer = d.producerPids[system];
-      const all = { ...pids, producer };
+      const relay = system === "relay-push" ? await d.relayPids() : undefined;
+      const all = relay
+        ? { redis: redis.server.process.pid, server: relay.server, worker: relay.worker, producer: relay.producer }
+        : { redis: redis.server.process.pid, ...(system === "switchyard" ? { server: d.serverPid } : {}), worker: d.workerPids[system][0], producer: d.producerPids[system] };
       const before = Object.fromEntries(Object.entries(all).map(([role, pid]) => [role, cpuMs(pid)]));
       const spread = await d.latency(system, latencyAt, n, 250, 10);
       const per = Object.entries(all).map(([role, pid]) => `${role} ${(((cpuMs(pid) - before[role]) * 1000) / (n + 250)).toFixed(0)}`);
       console.log(`${system}, ${latencyAt}/s, ${n} items (p50 ${spread.p50.toFixed(2)}, p99 ${spread.p99.toFixed(2)} ms): ${sysOnly ? "system " : ""}CPU µs per item: ${per.join(", ")}`);
       continue;
     }
+    const pids = { redis: redis.server.process.pid, ...(system === "switchyard" ? { server: d.serverPid } : {}), worker: d.workerPids[system][0] };
     await d.consume(system, "reliable", 1, c, 2000); // warm-up
     let before;
     const rate = await d.consume(system, "reliable", 1, c, n, async () => {
