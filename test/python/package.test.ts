@@ -22,17 +22,23 @@ beforeAll(async () => {
 }, 180_000);
 afterAll(() => pkg?.cleanup());
 
-/** Runs the package's unittest suite; resolves to its exit code and output (unittest writes to stderr). */
+/**
+ * Runs the package's unittest suite; resolves to its exit code and output (unittest writes to stderr).
+ * The suite runs in a process group of its own: its servers and redis-servers write to the same
+ * stderr, so a suite killed alone would leave them holding the pipe open and the output unread.
+ * Past 240 s Python prints every thread's stack (faulthandler) and the group is killed.
+ */
 function runSuite(): Promise<{ code: number | null; output: string }> {
-  const child = spawn(PYTHON, ["-m", "unittest", "discover", "-s", tests, "-v"], {
+  const child = spawn(PYTHON, ["-X", "faulthandler", "-c", SUITE, tests], {
     cwd: tmpdir(),
     env: { ...pkg.env, SWITCHYARD_REPO: root, SWITCHYARD_NODE: process.execPath },
     stdio: ["ignore", "pipe", "pipe"],
+    detached: true,
   });
   let output = "";
   child.stdout.on("data", (c: Buffer) => (output += c.toString()));
   child.stderr.on("data", (c: Buffer) => (output += c.toString()));
-  const timer = setTimeout(() => child.kill("SIGKILL"), 240_000);
+  const timer = setTimeout(() => process.kill(-child.pid!, "SIGKILL"), 245_000);
   return new Promise((ok) =>
     child.on("close", (code) => {
       clearTimeout(timer);
@@ -40,6 +46,14 @@ function runSuite(): Promise<{ code: number | null; output: string }> {
     }),
   );
 }
+
+/** `python -m unittest discover -s DIR -v`, with every thread's stack printed if it still runs at 240 s. */
+const SUITE = [
+  "import faulthandler, sys, unittest",
+  "faulthandler.dump_traceback_later(240, exit=True)",
+  "sys.argv = ['python -m unittest', 'discover', '-s', sys.argv[1], '-v']",
+  "unittest.main(module=None)",
+].join("; ");
 
 describe("clients/python", () => {
   it("generates its stubs from proto/ while it is built", () => {
@@ -59,8 +73,9 @@ describe("clients/python", () => {
       .filter((f) => /^test_.*\.py$/.test(f))
       .reduce((n, f) => n + (readFileSync(join(tests, f), "utf8").match(/^ {4}def test_/gm) ?? []).length, 0);
     const { code, output } = await runSuite();
+    // The tail first: a failing or hung suite shows its report (or every thread's stack) there.
+    expect({ code, tail: output.slice(-12000) }).toEqual({ code: 0, tail: expect.stringMatching(/\nOK\n$/) as unknown as string });
     expect(output).toMatch(new RegExp(`\\nRan ${written} tests? in `));
     expect(output).not.toMatch(/skipped/);
-    expect({ code, tail: output.slice(-4000) }).toEqual({ code: 0, tail: expect.stringMatching(/\nOK\n$/) as unknown as string });
   }, 300_000);
 });

@@ -44,7 +44,9 @@ func TestMain(m *testing.M) {
 	tokens := fmt.Sprintf(`[{"name":"admin","sha256":"%x","scopes":["*"]},{"name":"leaser","sha256":"%x","scopes":["queue:lease"]}]`,
 		sha256.Sum256([]byte(adminToken)), sha256.Sum256([]byte(leaserToken)))
 	shared := &mainOwner{}
-	sharedAddr = startServer(shared, startRedis(shared), "SWITCHYARD_WATCHDOG_INTERVAL=100ms", "SWITCHYARD_HEARTBEAT_INTERVAL=300ms",
+	// Heartbeats every second: a worker takes 3 s without a message for a dead stream. With 300 ms a
+	// loaded machine's pauses (a 5 MB delivery, a starved process) read as silence and items came twice.
+	sharedAddr = startServer(shared, startRedis(shared), "SWITCHYARD_WATCHDOG_INTERVAL=100ms", "SWITCHYARD_HEARTBEAT_INTERVAL=1s",
 		"SWITCHYARD_AUTH=on", "SWITCHYARD_AUTH_TOKENS="+tokens,
 		// Items up to 8 MiB stored (headers count): more than gRPC's default 4 MiB receive limit.
 		"SWITCHYARD_MAX_ITEM_BYTES=8388608").addr
@@ -470,7 +472,7 @@ func TestReplacesAStreamThatWentSilent(t *testing.T) {
 		t.Fatalf("got %q", got)
 	}
 	hop.frozen.Store(true) // nothing crosses now, not even heartbeats
-	waitFor(t, 5*time.Second, "a new stream after the silence", func() bool { return s.Streams.Load() == 2 })
+	waitFor(t, 10*time.Second, "a new stream after the silence", func() bool { return s.Streams.Load() == 2 })
 	hop.frozen.Store(false)
 	enqueue(t, direct, "{silent}", "after ", 1)
 	select {

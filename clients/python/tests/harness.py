@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import secrets
+import select
 import shutil
 import signal
 import socket
@@ -81,9 +82,12 @@ class Server:
         )
         full.update(env or {})
         self.process = subprocess.Popen([NODE, MAIN], env=full, stdout=subprocess.PIPE, text=True)
-        line = self.process.stdout.readline()
+        # A server that neither listens nor exits (Redis unreachable, say) must not hang the run.
+        ready, _, _ = select.select([self.process.stdout], [], [], 30)
+        line = self.process.stdout.readline() if ready else "(nothing in 30 s)"
         if not line.startswith("switchyard listening on "):
             self.process.kill()
+            self.process.wait(10)
             raise RuntimeError(f"Switchyard did not start (is dist/ built?): {line!r}")
         self.address = line.split()[-1]
         self.port = int(self.address.rsplit(":", 1)[1])
@@ -171,8 +175,10 @@ def token_hash(token):
 ADMIN_TOKEN = secrets.token_urlsafe(24)
 LEASER_TOKEN = secrets.token_urlsafe(24)
 PY_TOKEN = secrets.token_urlsafe(24)
-# Fast timers: the watchdog looks every 100 ms, idle streams hear a heartbeat every 300 ms.
-FAST = {"SWITCHYARD_WATCHDOG_INTERVAL": "100ms", "SWITCHYARD_HEARTBEAT_INTERVAL": "300ms"}
+# Fast timers: the watchdog looks every 100 ms, idle streams hear a heartbeat every second.
+# A worker takes 3 s without a message for a dead stream: with 300 ms heartbeats a loaded
+# machine's pauses (a 5 MB delivery, a starved process) read as silence and items came twice.
+FAST = {"SWITCHYARD_WATCHDOG_INTERVAL": "100ms", "SWITCHYARD_HEARTBEAT_INTERVAL": "1s"}
 
 _shared = None
 

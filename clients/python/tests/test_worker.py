@@ -173,7 +173,7 @@ class SilentStream(ServerTest):
             self.client.enqueue(q, [b"before"])
             wait_for(lambda: len(handler.seen) == 1, what="the first item")
             hop.frozen.set()  # nothing crosses now, not even heartbeats
-            wait_for(lambda: worker.stats["streams"] == 2, timeout=5, what="a new stream after the silence")
+            wait_for(lambda: worker.stats["streams"] == 2, timeout=10, what="a new stream after the silence")
             hop.frozen.clear()
             self.client.enqueue(q, [b"after"])
             wait_for(lambda: len(handler.seen) == 2, what="the item after the silence")
