@@ -79,6 +79,7 @@ class UnarySettles(ServerTest):
     def lease(self, q, n):
         """n deliveries on a raw Lease stream, which then pauses (credit 0) and stays open."""
         stream = self.client.lease(q, n)
+        self.addCleanup(stream.cancel)
         got = []
         responses = stream.responses()
         for response in responses:
@@ -87,7 +88,16 @@ class UnarySettles(ServerTest):
                 if len(got) == n:
                     break
         stream.set_credit(0)
-        self.addCleanup(stream.cancel)
+        # Credit 0 goes out on the stream's sending thread, a unary settle from this one: were the
+        # settle first, the unit it frees would take the retried item straight back to this stream.
+        # The server reads a stream's messages in order and answers every extend, so once this
+        # extend's answer is here, credit 0 holds.
+        token = got[0].lease_token
+        stream.extend(token)
+        for response in responses:
+            if response.WhichOneof("kind") == "settle_result" and response.settle_result.lease_token == token:
+                self.assertEqual(response.settle_result.code, 0, response.settle_result.message)
+                break
         return got
 
     def test_ack_with_a_reply_enqueues_it_and_a_second_ack_is_refused(self):
