@@ -5,13 +5,14 @@
  * tests (go test, against real Switchyard and redis-server processes on loopback)
  * must pass: one ack message per item at speed, and nothing lost to a SIGKILL.
  */
-import { execFile, spawn } from "node:child_process";
+import { execFile } from "node:child_process";
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { killRunningGroups, runInGroup } from "../helpers/process-group.js";
 import { loopbackEnv } from "../helpers/python.js";
 
 const execFileP = promisify(execFile);
@@ -36,30 +37,13 @@ beforeAll(() => {
     SWITCHYARD_NODE: process.execPath,
   });
 });
-afterAll(() => rmSync(gopath, { recursive: true, force: true }));
+afterAll(() => {
+  killRunningGroups();
+  rmSync(gopath, { recursive: true, force: true });
+});
 
-/**
- * Runs `go args` in the package's folder; resolves to its exit code and output. It runs in a
- * process group of its own, killed whole at `timeoutMs`: the servers a test binary starts write
- * to the same pipes, and would hold them open after go alone was killed.
- */
-function go(args: string[], timeoutMs: number): Promise<{ code: number | null; output: string }> {
-  const child = spawn("go", args, { cwd: join(gopath, "src", pkg), env, stdio: ["ignore", "pipe", "pipe"], detached: true });
-  let output = "";
-  child.stdout.on("data", (c: Buffer) => (output += c.toString()));
-  child.stderr.on("data", (c: Buffer) => (output += c.toString()));
-  const timer = setTimeout(() => process.kill(-child.pid!, "SIGKILL"), timeoutMs);
-  return new Promise((ok, fail) => {
-    child.on("error", (err) => {
-      clearTimeout(timer);
-      fail(new Error(`cannot run go (apt-get install golang-go): ${err.message}`));
-    });
-    child.on("close", (code) => {
-      clearTimeout(timer);
-      ok({ code, output });
-    });
-  });
-}
+/** Runs `go args` in the package's folder, killed with all it started at `timeoutMs`. */
+const go = (args: string[], timeoutMs: number) => runInGroup("go", args, { cwd: join(gopath, "src", pkg), env }, timeoutMs, "apt-get install golang-go");
 
 describe("clients/go", () => {
   it("holds the stubs clients/go/buf.gen.yaml generates from proto/", async () => {
@@ -85,7 +69,7 @@ describe("clients/go", () => {
   it("vets clean and passes its own tests against a real server", async () => {
     const vet = await go(["vet", "switchyard/clients/go/switchyardpb", pkg], 300_000);
     expect(vet, vet.output).toMatchObject({ code: 0 });
-    const { code, output } = await go(["test", "-count=1", "-timeout=360s", "-v", pkg], 420_000); // past 360 s go prints every goroutine's stack
+    const { code, output } = await go(["test", "-count=1", "-timeout=330s", "-v", pkg], 420_000); // past 330 s go prints every goroutine's stack
     const tests = readdirSync(join(root, "clients/go/worker")).filter((f) => f.endsWith("_test.go"));
     const written = tests.flatMap((f) => [...readFileSync(join(root, "clients/go/worker", f), "utf8").matchAll(/^func (Test\w+)\(t \*testing\.T\)/gm)].map((m) => m[1]));
     expect(written.length).toBeGreaterThanOrEqual(6);

@@ -4,12 +4,12 @@
  * suite runs against real Switchyard processes (dist/main.js) and redis-server
  * processes that the suite starts on loopback.
  */
-import { spawn } from "node:child_process";
 import { readdirSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { killRunningGroups, runInGroup } from "../helpers/process-group.js";
 import { buildPythonPackage, PYTHON, type PythonPackage } from "../helpers/python.js";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
@@ -20,32 +20,17 @@ let pkg: PythonPackage;
 beforeAll(async () => {
   pkg = await buildPythonPackage();
 }, 180_000);
-afterAll(() => pkg?.cleanup());
+afterAll(() => {
+  killRunningGroups();
+  pkg?.cleanup();
+});
 
 /**
  * Runs the package's unittest suite; resolves to its exit code and output (unittest writes to stderr).
- * The suite runs in a process group of its own: its servers and redis-servers write to the same
- * stderr, so a suite killed alone would leave them holding the pipe open and the output unread.
  * Past 240 s Python prints every thread's stack (faulthandler) and the group is killed.
  */
-function runSuite(): Promise<{ code: number | null; output: string }> {
-  const child = spawn(PYTHON, ["-X", "faulthandler", "-c", SUITE, tests], {
-    cwd: tmpdir(),
-    env: { ...pkg.env, SWITCHYARD_REPO: root, SWITCHYARD_NODE: process.execPath },
-    stdio: ["ignore", "pipe", "pipe"],
-    detached: true,
-  });
-  let output = "";
-  child.stdout.on("data", (c: Buffer) => (output += c.toString()));
-  child.stderr.on("data", (c: Buffer) => (output += c.toString()));
-  const timer = setTimeout(() => process.kill(-child.pid!, "SIGKILL"), 245_000);
-  return new Promise((ok) =>
-    child.on("close", (code) => {
-      clearTimeout(timer);
-      ok({ code, output });
-    }),
-  );
-}
+const runSuite = () =>
+  runInGroup(PYTHON, ["-X", "faulthandler", "-c", SUITE, tests], { cwd: tmpdir(), env: { ...pkg.env, SWITCHYARD_REPO: root, SWITCHYARD_NODE: process.execPath } }, 245_000);
 
 /** `python -m unittest discover -s DIR -v`, with every thread's stack printed if it still runs at 240 s. */
 const SUITE = [

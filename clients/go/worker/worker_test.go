@@ -31,7 +31,7 @@ import (
 const adminToken, leaserToken = "admin-token", "leaser-token"
 
 // sharedAddr is the server every test uses: auth on, the watchdog every 100 ms, a
-// heartbeat on idle streams every 300 ms. TestMain starts it (and its Redis) and stops it.
+// heartbeat on idle streams every second. TestMain starts it (and its Redis) and stops it.
 var sharedAddr string
 
 // The SIGKILL test runs its first worker as a child process: this test binary again,

@@ -87,6 +87,8 @@ class UnarySettles(ServerTest):
                 got.extend(response.deliveries.deliveries)
                 if len(got) == n:
                     break
+        else:
+            self.fail(f"the stream ended after {len(got)} of {n} deliveries")
         stream.set_credit(0)
         # Credit 0 goes out on the stream's sending thread, a unary settle from this one: were the
         # settle first, the unit it frees would take the retried item straight back to this stream.
@@ -98,6 +100,8 @@ class UnarySettles(ServerTest):
             if response.WhichOneof("kind") == "settle_result" and response.settle_result.lease_token == token:
                 self.assertEqual(response.settle_result.code, 0, response.settle_result.message)
                 break
+        else:
+            self.fail("the stream ended before the extend's answer")
         return got
 
     def test_ack_with_a_reply_enqueues_it_and_a_second_ack_is_refused(self):
