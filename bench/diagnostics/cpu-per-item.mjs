@@ -12,6 +12,7 @@
 // Switchyard (producer, server, Redis), BullMQ add and a raw ioredis LPUSH (producer, Redis), and
 // the plain grpc-js echo's stream message (client, echo server), alone and LPUSHed before it is
 // answered (client, echo server, Redis: the chain a serial enqueue crosses, bare), CPU µs per call of each.
+// With --faults: minor page faults per item or call instead of CPU time (/proc/<pid>/stat's minflt).
 // SERVER_NODE_ARGS="--cpu-prof --cpu-prof-dir=DIR" profiles the server child; AGENT_NODE_ARGS the worker processes.
 import { procStat } from "../../dist-bench/lib.js";
 import { Deployed } from "../../dist-bench/deployed.js";
@@ -20,13 +21,16 @@ import { startBenchRedis } from "../../dist-bench/env.js";
 const latencyAt = process.argv.includes("--latency") ? Number(process.argv[process.argv.indexOf("--latency") + 1]) : undefined;
 const args = process.argv.slice(2).filter((a, i, all) => !a.startsWith("--") && all[i - 1] !== "--latency");
 const sysOnly = process.argv.includes("--sys");
+const faults = process.argv.includes("--faults");
 const serial = process.argv.includes("--serial");
 const c = Number(args[0] ?? 1), n = Number(args[1] ?? 5000);
-/** CPU ms a process has used so far (system time alone with --sys). */
+/** CPU ms a process has used so far (system time alone with --sys; with --faults, minor page faults / 1000). */
 const cpuMs = (pid) => {
   const stat = procStat(`/proc/${pid}/stat`);
-  return sysOnly ? stat.systemMs : stat.cpuMs;
+  return faults ? stat.faults / 1000 : sysOnly ? stat.systemMs : stat.cpuMs;
 };
+/** What the figures per item or call are. */
+const what = faults ? "minor page faults" : sysOnly ? "system CPU µs" : "CPU µs";
 const redis = await startBenchRedis();
 const d = await Deployed.start(redis, { workers: 1, serverNodeArgs: process.env.SERVER_NODE_ARGS?.split(" ").filter(Boolean), agentNodeArgs: process.env.AGENT_NODE_ARGS?.split(" ").filter(Boolean) });
 try {
@@ -43,8 +47,8 @@ try {
       await go(); // warm-up
       const before = Object.fromEntries(Object.entries(pids).map(([role, pid]) => [role, cpuMs(pid)]));
       const rate = await go();
-      const per = Object.entries(pids).map(([role, pid]) => `${role} ${(((cpuMs(pid) - before[role]) * 1000) / n).toFixed(0)}`);
-      console.log(`${name}, serial, ${n} calls (${rate.toFixed(0)}/s, ${(1e6 / rate).toFixed(0)} µs each): ${sysOnly ? "system " : ""}CPU µs per call: ${per.join(", ")}`);
+      const per = Object.entries(pids).map(([role, pid]) => `${role} ${(((cpuMs(pid) - before[role]) * 1000) / n).toFixed(faults ? 3 : 0)}`);
+      console.log(`${name}, serial, ${n} calls (${rate.toFixed(0)}/s, ${(1e6 / rate).toFixed(0)} µs each): ${what} per call: ${per.join(", ")}`);
     }
   }
   const systems = serial ? [] : latencyAt !== undefined ? ["switchyard", "relay-push", "bullmq"] : ["switchyard", "bullmq"];
@@ -56,8 +60,8 @@ try {
         : { redis: redis.server.process.pid, ...(system === "switchyard" ? { server: d.serverPid } : {}), worker: d.workerPids[system][0], producer: d.producerPids[system] };
       const before = Object.fromEntries(Object.entries(all).map(([role, pid]) => [role, cpuMs(pid)]));
       const spread = await d.latency(system, latencyAt, n, 250, 10);
-      const per = Object.entries(all).map(([role, pid]) => `${role} ${(((cpuMs(pid) - before[role]) * 1000) / (n + 250)).toFixed(0)}`);
-      console.log(`${system}, ${latencyAt}/s, ${n} items (p50 ${spread.p50.toFixed(2)}, p99 ${spread.p99.toFixed(2)} ms): ${sysOnly ? "system " : ""}CPU µs per item: ${per.join(", ")}`);
+      const per = Object.entries(all).map(([role, pid]) => `${role} ${(((cpuMs(pid) - before[role]) * 1000) / (n + 250)).toFixed(faults ? 3 : 0)}`);
+      console.log(`${system}, ${latencyAt}/s, ${n} items (p50 ${spread.p50.toFixed(2)}, p99 ${spread.p99.toFixed(2)} ms): ${what} per item: ${per.join(", ")}`);
       continue;
     }
     const pids = { redis: redis.server.process.pid, ...(system === "switchyard" ? { server: d.serverPid } : {}), worker: d.workerPids[system][0] };
@@ -66,8 +70,8 @@ try {
     const rate = await d.consume(system, "reliable", 1, c, n, async () => {
       before = Object.fromEntries(Object.entries(pids).map(([role, pid]) => [role, cpuMs(pid)]));
     });
-    const per = Object.entries(pids).map(([role, pid]) => `${role} ${(((cpuMs(pid) - before[role]) * 1000) / n).toFixed(0)}`);
-    console.log(`${system}, c = ${c}, ${n} items (${rate.toFixed(0)}/s): ${sysOnly ? "system " : ""}CPU µs per item: ${per.join(", ")}`);
+    const per = Object.entries(pids).map(([role, pid]) => `${role} ${(((cpuMs(pid) - before[role]) * 1000) / n).toFixed(faults ? 3 : 0)}`);
+    console.log(`${system}, c = ${c}, ${n} items (${rate.toFixed(0)}/s): ${what} per item: ${per.join(", ")}`);
   }
 } finally {
   await d.stop();
