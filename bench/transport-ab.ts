@@ -3,9 +3,15 @@
  * Switchyard server children on one Redis, each with the settings of one side
  * forced by stage-hooks.ts (SY_NAGLE, SY_H2_WINDOW), each with its own
  * producer and worker processes, and a plain grpc-js echo server per side set
- * the same way. Every round runs each measure on both sides, alternating.
+ * the same way. Each measure runs its rounds on both sides, the side that goes
+ * first alternating round by round.
+ * `--a-node-args` / `--b-node-args` give a side's server (and its echo server)
+ * Node flags too, say `--v8-pool-size=1` against none with `--a "" --b ""`:
+ * both sides in one run, so the host's drift between runs is not read as the
+ * flag's effect (bench/README.md, 7 December, evening).
  *
  *   node dist-bench/transport-ab.js [--a SY_H2_WINDOW=0] [--b SY_H2_WINDOW=1048576] [--rounds 5]
+ *        [--a-node-args "FLAGS"] [--b-node-args "FLAGS"]
  *        [--rate 500] [--items 1500] [--serial 2000] [--batched 30000] [--echo 3000]
  */
 import { loadavg } from "node:os";
@@ -31,6 +37,10 @@ const BATCHED = num("batched", 30_000);
 const ECHO = num("echo", 3000);
 const SIDES = { a: arg("a", "SY_H2_WINDOW=0"), b: arg("b", "SY_H2_WINDOW=1048576") };
 type Side = keyof typeof SIDES;
+/** Each side's Node flags for its server and echo server. */
+const NODE_ARGS: Record<Side, string[]> = { a: arg("a-node-args", "").split(" ").filter(Boolean), b: arg("b-node-args", "").split(" ").filter(Boolean) };
+/** A side as the table names it: its environment, and its Node flags if any. */
+const label = (side: Side) => [SIDES[side] || "(no settings)", ...NODE_ARGS[side]].join(" ");
 
 /** "K=V,K2=V2" as an environment. */
 const envOf = (spec: string) => Object.fromEntries(spec.split(",").filter(Boolean).map((kv) => kv.split("=") as [string, string]));
@@ -40,7 +50,7 @@ async function main(): Promise<void> {
   const redis = await startBenchRedis();
   leftovers.add(redis.server.process);
   const start = (side: Side) =>
-    Deployed.start(redis, { systems: ["switchyard"], workers: 1, serverNodeArgs: ["--import", join(here, "stage-hooks.js")], serverEnv: envOf(SIDES[side]) });
+    Deployed.start(redis, { systems: ["switchyard"], workers: 1, serverNodeArgs: [...NODE_ARGS[side], "--import", join(here, "stage-hooks.js")], serverEnv: envOf(SIDES[side]) });
   const sides = { a: await start("a"), b: await start("b") };
   const rounds = new Rounds(ROUNDS);
   try {
@@ -65,7 +75,10 @@ async function main(): Promise<void> {
     };
     const a = measures("a");
     const b = measures("b");
-    await rounds.interleaved("transport", a.flatMap((m, i) => [m, b[i]]));
+    // Each measure's rounds on their own, so that the two sides take turns going first: in one list of
+    // all measures the rotation kept a just before b in most rounds, and the side that ran first read
+    // the lower p99 whichever flags it had (bench/README.md, 7 December, evening).
+    for (const [i, m] of a.entries()) await rounds.interleaved(m[0].replace(/, a$/, ""), [m, b[i]]);
   } finally {
     await Promise.all(Object.values(sides).map((d) => d.stop()));
     await redis.stop();
@@ -74,7 +87,7 @@ async function main(): Promise<void> {
     what, fmt(rounds.med(`${key}.a`)), fmt(rounds.med(`${key}.b`)), rounds.samples.get(`${key}.a`)!.map(fmt).join(" · "), rounds.samples.get(`${key}.b`)!.map(fmt).join(" · "),
   ];
   const table = markdownTable(
-    ["measure (median of rounds)", `a: ${SIDES.a}`, `b: ${SIDES.b}`, "rounds, a", "rounds, b"],
+    ["measure (median of rounds)", `a: ${label("a")}`, `b: ${label("b")}`, "rounds, a", "rounds, b"],
     [
       ...["p50", "p90", "p99", "max"].map((p) => row(`enqueue→handler at ${RATE}/s, c = 10, ${p}`, `lat.${p}`, fmtMs)),
       row(`… items ≥ 35 ms (of ${ITEMS})`, "over35", String),
