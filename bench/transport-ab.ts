@@ -38,7 +38,8 @@ const ECHO = num("echo", 3000);
 const SIDES = { a: arg("a", "SY_H2_WINDOW=0"), b: arg("b", "SY_H2_WINDOW=1048576") };
 type Side = keyof typeof SIDES;
 /** Each side's Node flags for its server and echo server. */
-const NODE_ARGS: Record<Side, string[]> = { a: arg("a-node-args", "").split(" ").filter(Boolean), b: arg("b-node-args", "").split(" ").filter(Boolean) };
+const flags = (name: string) => arg(name, "").split(" ").filter(Boolean);
+const NODE_ARGS: Record<Side, string[]> = { a: flags("a-node-args"), b: flags("b-node-args") };
 /** A side as the table names it: its environment, and its Node flags if any. */
 const label = (side: Side) => [SIDES[side] || "(no settings)", ...NODE_ARGS[side]].join(" ");
 
@@ -58,27 +59,23 @@ async function main(): Promise<void> {
       await d.latency("switchyard", RATE, 200, 50, 10); // warm-up
       await d.enqueue("switchyard", 10_000, 1000, 1);
     }
-    const measures = (side: Side): [string, () => Promise<void>][] => {
-      const d = sides[side];
-      return [
-        [`latency ${RATE}/s, ${side}`, async () => {
-          const xs = await d.latencySamples("switchyard", RATE, ITEMS, 250, 10);
-          const s = spread(xs);
-          for (const p of ["p50", "p90", "p99", "max"] as const) rounds.record(`lat.${p}.${side}`, s[p]);
-          rounds.record(`over35.${side}`, xs.filter((x) => x >= 35).length);
-        }],
-        [`serial enqueue, ${side}`, async () => rounds.record(`serial.${side}`, await d.enqueue("switchyard", SERIAL, 1, 1))],
-        [`enqueue 1000 per call, ${side}`, async () => rounds.record(`batched.${side}`, await d.enqueue("switchyard", BATCHED, 1000, 1))],
-        [`echo unary, ${side}`, async () => rounds.record(`unary.${side}`, await d.echo("unary", ECHO, 140))],
-        [`echo stream, ${side}`, async () => rounds.record(`stream.${side}`, await d.echo("stream", ECHO, 140))],
-      ];
-    };
-    const a = measures("a");
-    const b = measures("b");
+    /** Each measure, run on one side. */
+    const measures: [string, (side: Side) => Promise<void>][] = [
+      [`latency ${RATE}/s`, async (side) => {
+        const xs = await sides[side].latencySamples("switchyard", RATE, ITEMS, 250, 10);
+        const s = spread(xs);
+        for (const p of ["p50", "p90", "p99", "max"] as const) rounds.record(`lat.${p}.${side}`, s[p]);
+        rounds.record(`over35.${side}`, xs.filter((x) => x >= 35).length);
+      }],
+      ["serial enqueue", async (side) => rounds.record(`serial.${side}`, await sides[side].enqueue("switchyard", SERIAL, 1, 1))],
+      ["enqueue 1000 per call", async (side) => rounds.record(`batched.${side}`, await sides[side].enqueue("switchyard", BATCHED, 1000, 1))],
+      ["echo unary", async (side) => rounds.record(`unary.${side}`, await sides[side].echo("unary", ECHO, 140))],
+      ["echo stream", async (side) => rounds.record(`stream.${side}`, await sides[side].echo("stream", ECHO, 140))],
+    ];
     // Each measure's rounds on their own, so that the two sides take turns going first: in one list of
     // all measures the rotation kept a just before b in most rounds, and the side that ran first read
     // the lower p99 whichever flags it had (bench/README.md, 7 December, evening).
-    for (const [i, m] of a.entries()) await rounds.interleaved(m[0].replace(/, a$/, ""), [m, b[i]]);
+    for (const [name, run] of measures) await rounds.interleaved(name, (["a", "b"] as const).map((side) => [`${name}, ${side}`, () => run(side)]));
   } finally {
     await Promise.all(Object.values(sides).map((d) => d.stop()));
     await redis.stop();

@@ -24,10 +24,10 @@ const sysOnly = process.argv.includes("--sys");
 const faults = process.argv.includes("--faults");
 const serial = process.argv.includes("--serial");
 const c = Number(args[0] ?? 1), n = Number(args[1] ?? 5000);
-/** CPU ms a process has used so far (system time alone with --sys; with --faults, minor page faults / 1000). */
-const cpuMs = (pid) => {
+/** What a process has used so far: CPU µs (system time alone with --sys), or with --faults its minor page faults. */
+const used = (pid) => {
   const stat = procStat(`/proc/${pid}/stat`);
-  return faults ? stat.faults / 1000 : sysOnly ? stat.systemMs : stat.cpuMs;
+  return faults ? stat.faults : (sysOnly ? stat.systemMs : stat.cpuMs) * 1000;
 };
 /** What the figures per item or call are. */
 const what = faults ? "minor page faults" : sysOnly ? "system CPU µs" : "CPU µs";
@@ -45,9 +45,9 @@ try {
     ];
     for (const [name, pids, go] of runs) {
       await go(); // warm-up
-      const before = Object.fromEntries(Object.entries(pids).map(([role, pid]) => [role, cpuMs(pid)]));
+      const before = Object.fromEntries(Object.entries(pids).map(([role, pid]) => [role, used(pid)]));
       const rate = await go();
-      const per = Object.entries(pids).map(([role, pid]) => `${role} ${(((cpuMs(pid) - before[role]) * 1000) / n).toFixed(faults ? 3 : 0)}`);
+      const per = Object.entries(pids).map(([role, pid]) => `${role} ${((used(pid) - before[role]) / n).toFixed(faults ? 3 : 0)}`);
       console.log(`${name}, serial, ${n} calls (${rate.toFixed(0)}/s, ${(1e6 / rate).toFixed(0)} µs each): ${what} per call: ${per.join(", ")}`);
     }
   }
@@ -58,9 +58,9 @@ try {
       const all = relay
         ? { redis: redis.server.process.pid, server: relay.server, worker: relay.worker, producer: relay.producer }
         : { redis: redis.server.process.pid, ...(system === "switchyard" ? { server: d.serverPid } : {}), worker: d.workerPids[system][0], producer: d.producerPids[system] };
-      const before = Object.fromEntries(Object.entries(all).map(([role, pid]) => [role, cpuMs(pid)]));
+      const before = Object.fromEntries(Object.entries(all).map(([role, pid]) => [role, used(pid)]));
       const spread = await d.latency(system, latencyAt, n, 250, 10);
-      const per = Object.entries(all).map(([role, pid]) => `${role} ${(((cpuMs(pid) - before[role]) * 1000) / (n + 250)).toFixed(faults ? 3 : 0)}`);
+      const per = Object.entries(all).map(([role, pid]) => `${role} ${((used(pid) - before[role]) / (n + 250)).toFixed(faults ? 3 : 0)}`);
       console.log(`${system}, ${latencyAt}/s, ${n} items (p50 ${spread.p50.toFixed(2)}, p99 ${spread.p99.toFixed(2)} ms): ${what} per item: ${per.join(", ")}`);
       continue;
     }
@@ -68,9 +68,9 @@ try {
     await d.consume(system, "reliable", 1, c, 2000); // warm-up
     let before;
     const rate = await d.consume(system, "reliable", 1, c, n, async () => {
-      before = Object.fromEntries(Object.entries(pids).map(([role, pid]) => [role, cpuMs(pid)]));
+      before = Object.fromEntries(Object.entries(pids).map(([role, pid]) => [role, used(pid)]));
     });
-    const per = Object.entries(pids).map(([role, pid]) => `${role} ${(((cpuMs(pid) - before[role]) * 1000) / n).toFixed(faults ? 3 : 0)}`);
+    const per = Object.entries(pids).map(([role, pid]) => `${role} ${((used(pid) - before[role]) / n).toFixed(faults ? 3 : 0)}`);
     console.log(`${system}, c = ${c}, ${n} items (${rate.toFixed(0)}/s): ${what} per item: ${per.join(", ")}`);
   }
 } finally {
