@@ -4,10 +4,10 @@
 // Redis. The prefill is not counted. At c = 1 every item costs each process its wake-ups: on a
 // VM a socket write that wakes a sleeping process is dear, and Switchyard's extra hop pays it twice.
 // With --latency RATE: the latency rows' shape instead (a producer process paced at RATE items/s,
-// one worker process at concurrency 10, after 5,000 paced items at 1,000/s and 250 at RATE of
-// warm-up), the producer counted too, and between the two the relay with Redis (a plain grpc-js
-// relay in the server's place that LPUSHes each item before it relays it: the latency rows' floor
-// with Redis).
+// one worker process at concurrency 10, after the latency rows' warm pass (5,000 paced items at
+// 1,000/s) and 250 items at RATE), the producer counted too, and between the two the relay with
+// Redis (a plain grpc-js relay in the server's place that LPUSHes each item before it relays it:
+// the latency rows' floor with Redis).
 //   node bench/diagnostics/cpu-per-item.mjs [C] [ITEMS] [--sys] [--latency RATE]   (after npm run bench built dist-bench/)
 // With --serial: serial enqueue instead (one producer process awaiting each single-item call):
 // Switchyard (producer, server, Redis), BullMQ add and a raw ioredis LPUSH (producer, Redis), and
@@ -17,6 +17,7 @@
 // SERVER_NODE_ARGS="--cpu-prof --cpu-prof-dir=DIR" profiles the server child; AGENT_NODE_ARGS the worker processes.
 import { procStat } from "../../dist-bench/lib.js";
 import { Deployed } from "../../dist-bench/deployed.js";
+import { deployedSizes } from "../../dist-bench/deployed-rows.js";
 import { startBenchRedis } from "../../dist-bench/env.js";
 
 const latencyAt = process.argv.includes("--latency") ? Number(process.argv[process.argv.indexOf("--latency") + 1]) : undefined;
@@ -59,8 +60,9 @@ try {
       const all = relay
         ? { redis: redis.server.process.pid, server: relay.server, worker: relay.worker, producer: relay.producer }
         : { redis: redis.server.process.pid, ...(system === "switchyard" ? { server: d.serverPid } : {}), worker: d.workerPids[system][0], producer: d.producerPids[system] };
-      // As the latency rows do: a paced path runs half compiled for its first thousands of items.
-      await d.latency(system, 1000, 5000, 0, 10);
+      // The latency rows' warm pass: a paced path runs half compiled for its first thousands of items.
+      const warm = deployedSizes(1).latencyWarmup;
+      await d.latency(system, warm.rate, warm.items, 0, 10);
       const before = Object.fromEntries(Object.entries(all).map(([role, pid]) => [role, used(pid)]));
       const spread = await d.latency(system, latencyAt, n, 250, 10);
       const per = Object.entries(all).map(([role, pid]) => `${role} ${((used(pid) - before[role]) / (n + 250)).toFixed(faults ? 3 : 0)}`);
