@@ -15,7 +15,9 @@
  * diagnostics. `--quick` is for development: the deployed rows, one round, a
  * quarter of the sizes. A partial run (--rows, --rounds, --scale, --quick or
  * --server given) prints its tables but writes RESULTS.md (and the README's
- * table) only on a full run, or RESULTS.md alone with --out. `--server child` is a diagnostic: rows
+ * table) only on a full run, or RESULTS.md alone with --out. A full run with
+ * --out writes FILE and leaves the README alone, so that its tables keep to
+ * bench/RESULTS.md. `--server child` is a diagnostic: rows
  * 1–5 then talk to Switchyard running as `node dist/main.js` in a child process
  * (on the same Redis), so the server's CPU is not shared with the load
  * generator and can be profiled on its own. Rows 8 and 9 always run in-process.
@@ -151,7 +153,7 @@ async function main(): Promise<void> {
     writeFileSync(outFile, renderResults(deployed, inProcess, elapsed, redisVersion));
     log(`wrote ${outFile}`);
   }
-  if (!partial) {
+  if (!partial && arg("out") === undefined) {
     updateReadme(deployed, inProcess);
     log("updated the README's benchmark tables");
   }
