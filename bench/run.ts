@@ -13,11 +13,10 @@
  * python) always run the server as a child process, with every producer and
  * worker in a process of its own; rows 1–9 are the server-in-process
  * diagnostics. `--quick` is for development: the deployed rows, one round, a
- * quarter of the sizes. A partial run (--rows, --rounds, --scale, --quick or
- * --server given) prints its tables but writes RESULTS.md (and the README's
- * table) only on a full run, or RESULTS.md alone with --out. A full run with
- * --out writes FILE and leaves the README alone, so that its tables keep to
- * bench/RESULTS.md. `--server child` is a diagnostic: rows
+ * quarter of the sizes. A full run writes bench/RESULTS.md and the README's
+ * tables; a partial run (--rows, --rounds, --scale, --quick, --server or
+ * --only given) only prints its tables. With --out FILE either writes FILE
+ * alone, so the README's tables keep to bench/RESULTS.md. `--server child` is a diagnostic: rows
  * 1–5 then talk to Switchyard running as `node dist/main.js` in a child process
  * (on the same Redis), so the server's CPU is not shared with the load
  * generator and can be profiled on its own. Rows 8 and 9 always run in-process.
@@ -69,6 +68,8 @@ const REDIS_STATS = process.argv.includes("--redis-stats");
 const PROFILE_TICKS = arg("profile-ticks");
 const partial = QUICK || ["rows", "rounds", "scale", "server", "only"].some((a) => arg(a) !== undefined);
 const outFile = arg("out") ?? (partial ? undefined : join(root, "bench", "RESULTS.md"));
+/** The README's tables follow bench/RESULTS.md: only a full run without --out writes them. */
+const updatesReadme = !partial && arg("out") === undefined;
 const want = (...ids: string[]) => ids.some((id) => rowsWanted.has(id));
 const n = (x: number) => Math.max(1000, Math.round((x * SCALE) / 1000) * 1000);
 
@@ -153,7 +154,7 @@ async function main(): Promise<void> {
     writeFileSync(outFile, renderResults(deployed, inProcess, elapsed, redisVersion));
     log(`wrote ${outFile}`);
   }
-  if (!partial && arg("out") === undefined) {
+  if (updatesReadme) {
     updateReadme(deployed, inProcess);
     log("updated the README's benchmark tables");
   }
